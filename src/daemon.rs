@@ -1,0 +1,109 @@
+//! The daemon's life: bind every pool's listener, start the supervisors and
+//! accept loops, act on intents, drain and stop.
+//!
+//! Owns: the order of start and stop, the pid file and the private runtime
+//! directory of the children's sockets. Must not touch: FastCGI records or
+//! single children (the dispatcher and supervisors do).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, watch};
+use tracing::{error, info, warn};
+
+use crate::config::Config;
+use crate::control::Intent;
+use crate::listener::{self, BindError, Bound};
+use crate::log::LogWriter;
+use crate::reap::Reaper;
+use crate::spawn::Spawner;
+use crate::supervisor::{self, StopMode};
+
+/// A configuration whose listeners are all bound: nothing has been spawned
+/// yet, so a failure up to here leaves nothing running.
+pub struct Prepared {
+    config: Config,
+    bound: Vec<Bound>,
+}
+
+/// Binds every pool's listening socket. Errors: the first address that
+/// cannot be bound (in use, permission); sockets bound before it are closed.
+pub fn prepare(config: Config) -> Result<Prepared, BindError> {
+    let mut bound = Vec::with_capacity(config.pools.len());
+    for pool in &config.pools {
+        bound.push(listener::bind(pool)?);
+    }
+    Ok(Prepared { config, bound })
+}
+
+/// Runs until a stop intent; returns once every child is reaped. Must run
+/// inside a tokio runtime with I/O, time and signals enabled.
+pub async fn run(prepared: Prepared, mut intents: mpsc::UnboundedReceiver<Intent>, log: LogWriter) -> anyhow::Result<()> {
+    let Prepared { config, bound } = prepared;
+    // The SIGCHLD stream exists before the first fork.
+    let sigchld = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())?;
+    let reaper = Reaper::new();
+    tokio::spawn(reaper.clone().run(sigchld));
+    let spawner = Spawner::start(reaper)?;
+    let runtime_dir = tempfile::Builder::new().prefix("fpmd.").tempdir()?;
+    let pid_file = write_pid_file(&config)?;
+
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let (in_flight_tx, mut in_flight_rx) = mpsc::channel::<()>(1);
+    let mut pools = Vec::new();
+    for (pool_config, bound) in config.pools.iter().zip(bound) {
+        let handle = supervisor::start_pool(Arc::new(pool_config.clone()), spawner.clone(), runtime_dir.path());
+        info!(pool = %pool_config.name, "listening on {}", bound.address);
+        tokio::spawn(listener::accept_loop(bound, handle.pool.clone(), shutdown_rx.clone(), in_flight_tx.clone()));
+        pools.push(handle);
+    }
+    info!("fpmd {} ready to handle connections ({} pools)", env!("CARGO_PKG_VERSION"), pools.len());
+
+    let mut mode = loop {
+        match intents.recv().await {
+            Some(Intent::GracefulStop) => break StopMode::Graceful,
+            Some(Intent::FastStop) | None => break StopMode::Fast,
+            Some(Intent::ReopenLogs) => match log.reopen() {
+                Ok(()) => info!("log file reopened"),
+                Err(e) => error!("cannot reopen the log file: {e}"),
+            },
+            Some(Intent::Reload) => warn!("reload is not supported by this version of fpmd yet; restart it to apply a new configuration"),
+        }
+    };
+    let _ = shutdown_tx.send(true);
+    drop(in_flight_tx);
+    if mode == StopMode::Graceful {
+        info!("graceful stop: no new connections; waiting for in-flight requests");
+        loop {
+            tokio::select! {
+                _ = in_flight_rx.recv() => break,
+                i = intents.recv() => if matches!(i, Some(Intent::FastStop) | None) {
+                    warn!("fast stop requested during the graceful stop");
+                    mode = StopMode::Fast;
+                    break;
+                },
+            }
+        }
+    } else {
+        info!("fast stop");
+    }
+    let mut stopping = Vec::new();
+    for handle in pools {
+        stopping.push(tokio::spawn(handle.stop(mode)));
+    }
+    for s in stopping {
+        let _ = s.await;
+    }
+    if let Some(p) = pid_file {
+        let _ = std::fs::remove_file(p);
+    }
+    info!("exiting");
+    Ok(())
+}
+
+fn write_pid_file(config: &Config) -> std::io::Result<Option<PathBuf>> {
+    let Some(path) = &config.global.pid else { return Ok(None) };
+    std::fs::write(path, format!("{}\n", std::process::id()))
+        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot write pid file {}: {e}", path.display())))?;
+    Ok(Some(path.clone()))
+}

@@ -1,0 +1,229 @@
+//! The pools' listening sockets: bind (with php-fpm's `listen.*` options),
+//! accept, filter by `listen.allowed_clients`, and hand each connection to
+//! the dispatcher.
+//!
+//! Owns: the listening sockets and their files. Must not touch: FastCGI
+//! records (the dispatcher reads them) or processes.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use socket2::{Domain, SockAddr, Socket, Type};
+use tokio::sync::{mpsc, watch};
+use tracing::{debug, warn};
+
+use crate::config::{ListenAddress, PoolConfig};
+use crate::dispatcher::serve_connection;
+use crate::supervisor::Pool;
+
+/// A pool's listening socket, bound but not yet registered with tokio.
+pub struct Bound {
+    socket: Socket,
+    /// The socket file of a unix listener (removed on drop of the listener).
+    path: Option<PathBuf>,
+    pub address: ListenAddress,
+}
+
+/// Errors binding a listening socket; each names the address.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    #[error("listen address {address} is already in use{detail}")]
+    InUse { address: String, detail: String },
+    #[error("cannot listen on {address}: {source}")]
+    Io { address: String, source: io::Error },
+}
+
+fn io_err(address: &ListenAddress) -> impl Fn(io::Error) -> BindError + '_ {
+    move |source| {
+        if source.kind() == io::ErrorKind::AddrInUse {
+            BindError::InUse { address: address.to_string(), detail: String::new() }
+        } else {
+            BindError::Io { address: address.to_string(), source }
+        }
+    }
+}
+
+/// The kernel's cap on listen backlogs (`net.core.somaxconn`).
+pub fn somaxconn() -> Option<u32> {
+    std::fs::read_to_string("/proc/sys/net/core/somaxconn").ok()?.trim().parse().ok()
+}
+
+/// Binds the listening socket of `pool` with its `listen.backlog` (warning
+/// when `somaxconn` caps it). A unix socket gets `listen.owner`,
+/// `listen.group` (default: the pool's user and group) and `listen.mode`;
+/// a stale socket file nobody listens on is replaced, a live one is not.
+pub fn bind(pool: &PoolConfig) -> Result<Bound, BindError> {
+    let address = pool.listen.address.clone();
+    let backlog = pool.listen.backlog;
+    if let Some(max) = somaxconn() {
+        if backlog > max {
+            warn!(pool = %pool.name, "listen.backlog = {backlog} is capped by the kernel to net.core.somaxconn = {max}");
+        }
+    }
+    let backlog = backlog.min(i32::MAX as u32) as i32;
+    match &address {
+        ListenAddress::Tcp(addr) => {
+            let addr_for_err = address.clone();
+            let err = io_err(&addr_for_err);
+            let domain = if addr.is_ipv6() { Domain::IPV6 } else { Domain::IPV4 };
+            let socket = Socket::new(domain, Type::STREAM, None).map_err(&err)?;
+            socket.set_reuse_address(true).map_err(&err)?;
+            if addr.is_ipv6() {
+                socket.set_only_v6(true).map_err(&err)?;
+            }
+            socket.bind(&SockAddr::from(*addr)).map_err(&err)?;
+            socket.listen(backlog).map_err(&err)?;
+            socket.set_nonblocking(true).map_err(&err)?;
+            Ok(Bound { socket, path: None, address })
+        }
+        ListenAddress::Unix(path) => {
+            let addr_for_err = address.clone();
+            let err = io_err(&addr_for_err);
+            if path.exists() {
+                if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                    return Err(BindError::InUse { address: address.to_string(), detail: ": another process accepts connections on it".into() });
+                }
+                std::fs::remove_file(path).map_err(&err)?;
+            }
+            if let Some(dir) = path.parent() {
+                if !dir.as_os_str().is_empty() && !dir.exists() {
+                    std::fs::create_dir_all(dir).map_err(&err)?;
+                }
+            }
+            let socket = Socket::new(Domain::UNIX, Type::STREAM, None).map_err(&err)?;
+            socket.bind(&SockAddr::unix(path).map_err(&err)?).map_err(&err)?;
+            let bound = Bound { socket, path: Some(path.clone()), address: address.clone() };
+            set_owner_mode(path, pool).map_err(&err)?;
+            bound.socket.listen(backlog).map_err(&err)?;
+            bound.socket.set_nonblocking(true).map_err(&err)?;
+            Ok(bound)
+        }
+    }
+}
+
+fn set_owner_mode(path: &Path, pool: &PoolConfig) -> io::Result<()> {
+    let owner = pool.listen.owner.unwrap_or(pool.user.uid);
+    let group = pool.listen.group.unwrap_or(pool.user.gid);
+    let me = nix::unistd::Uid::effective();
+    if me.is_root() || me.as_raw() != owner {
+        std::os::unix::fs::chown(path, Some(owner), Some(group))
+            .map_err(|e| io::Error::new(e.kind(), format!("chown {owner}:{group}: {e}")))?;
+    }
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(pool.listen.mode))
+}
+
+impl Drop for Bound {
+    fn drop(&mut self) {
+        if let Some(path) = &self.path {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// Accepts connections on `bound` until `shutdown` turns true, spawning a
+/// dispatcher task for each. Every task holds a clone of `in_flight`, so
+/// the daemon knows when they have all finished.
+pub async fn accept_loop(bound: Bound, pool: Arc<Pool>, mut shutdown: watch::Receiver<bool>, in_flight: mpsc::Sender<()>) {
+    let name = pool.config.name.clone();
+    let allowed: Option<Vec<IpAddr>> = pool.config.listen.allowed_clients.clone();
+    enum L {
+        Tcp(tokio::net::TcpListener),
+        Unix(tokio::net::UnixListener),
+    }
+    let std_socket = bound.socket.try_clone();
+    let listener = match (&bound.address, std_socket) {
+        (ListenAddress::Tcp(_), Ok(s)) => tokio::net::TcpListener::from_std(s.into()).map(L::Tcp),
+        (ListenAddress::Unix(_), Ok(s)) => tokio::net::UnixListener::from_std(s.into()).map(L::Unix),
+        (_, Err(e)) => Err(e),
+    };
+    let listener = match listener {
+        Ok(l) => l,
+        Err(e) => {
+            warn!(pool = %name, "cannot register {} with the event loop: {e}", bound.address);
+            return;
+        }
+    };
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.changed() => break,
+            a = async {
+                match &listener {
+                    L::Tcp(l) => l.accept().await.map(|(s, peer)| Conn::Tcp(s, peer)),
+                    L::Unix(l) => l.accept().await.map(|(s, _)| Conn::Unix(s)),
+                }
+            } => a,
+        };
+        let conn = match accepted {
+            Ok(c) => c,
+            Err(e) => {
+                // EMFILE and friends: wait a little instead of spinning.
+                warn!(pool = %name, "accept on {} failed: {e}", bound.address);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let pool = pool.clone();
+        let shutdown = shutdown.clone();
+        let guard = in_flight.clone();
+        match conn {
+            Conn::Tcp(stream, peer) => {
+                if !client_allowed(&allowed, &peer) {
+                    warn!(pool = %name, peer = %peer, "connection refused: {} is not in listen.allowed_clients", peer.ip());
+                    drop(stream);
+                    continue;
+                }
+                let _ = stream.set_nodelay(true);
+                let (r, w) = stream.into_split();
+                tokio::spawn(async move {
+                    serve_connection(pool, r, w, peer.to_string(), shutdown).await;
+                    drop(guard);
+                });
+            }
+            Conn::Unix(stream) => {
+                let (r, w) = stream.into_split();
+                tokio::spawn(async move {
+                    serve_connection(pool, r, w, "unix".to_string(), shutdown).await;
+                    drop(guard);
+                });
+            }
+        }
+    }
+    debug!(pool = %name, "stopped accepting on {}", bound.address);
+    drop(listener);
+    drop(bound);
+}
+
+enum Conn {
+    Tcp(tokio::net::TcpStream, SocketAddr),
+    Unix(tokio::net::UnixStream),
+}
+
+/// `listen.allowed_clients`: none configured allows everyone; an
+/// IPv4-mapped IPv6 peer matches its IPv4 form.
+fn client_allowed(allowed: &Option<Vec<IpAddr>>, peer: &SocketAddr) -> bool {
+    let Some(list) = allowed else { return true };
+    let ip = match peer.ip() {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(IpAddr::V6(v6)),
+        v4 => v4,
+    };
+    list.iter().any(|a| *a == ip)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allowed_clients() {
+        let peer: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        assert!(client_allowed(&None, &peer));
+        assert!(client_allowed(&Some(vec!["127.0.0.1".parse().unwrap()]), &peer));
+        assert!(!client_allowed(&Some(vec!["127.0.0.2".parse().unwrap()]), &peer));
+        let mapped: SocketAddr = "[::ffff:127.0.0.1]:5000".parse().unwrap();
+        assert!(client_allowed(&Some(vec!["127.0.0.1".parse().unwrap()]), &mapped));
+    }
+}

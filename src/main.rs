@@ -1,0 +1,82 @@
+//! The `fpmd` binary: command line, configuration loading and the runtime.
+//! Errors become messages and exit codes here, at the edge.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use fpmd::{config, control, daemon, log, EXIT_CONFIG};
+
+/// FastCGI process manager for PHP: runs stock php-cgi children behind
+/// nginx or Apache, configured with php-fpm's directive names.
+#[derive(Parser, Debug)]
+#[command(name = "fpmd", version, about)]
+struct Cli {
+    /// Configuration file (default: ./fpmd.toml, then /etc/fpmd/fpmd.toml).
+    #[arg(short = 'c', long = "config", value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Test the configuration, print the effective configuration, and exit
+    /// (0 when valid, 78 when not).
+    #[arg(short = 't', long = "test")]
+    test: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let Some(path) = cli.config.clone().or_else(config::find_default_config) else {
+        eprintln!("fpmd: no configuration file: give one with -c, or create ./fpmd.toml or /etc/fpmd/fpmd.toml");
+        return ExitCode::from(EXIT_CONFIG);
+    };
+    let config = match config::load(&path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("fpmd: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    if cli.test {
+        print!("{}", config.to_toml());
+        eprintln!("fpmd: configuration file {} test is successful", path.display());
+        return ExitCode::SUCCESS;
+    }
+    let log = match log::init(&config.global.error_log, &config.global.log_level) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("fpmd: cannot open error_log: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    // One thread: the FastCGI hop is I/O-bound, and on small machines the
+    // cores belong to php-cgi and the web server.
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("fpmd: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async {
+        let prepared = match daemon::prepare(config) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!("{e}");
+                eprintln!("fpmd: {e}");
+                return ExitCode::from(EXIT_CONFIG);
+            }
+        };
+        let intents = match control::intents() {
+            Ok(i) => i,
+            Err(e) => {
+                eprintln!("fpmd: cannot install signal handlers: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        match daemon::run(prepared, intents, log).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                tracing::error!("{e:#}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}

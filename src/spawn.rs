@@ -1,0 +1,171 @@
+//! Starting php-cgi children: the one seam every spawn strategy goes through.
+//!
+//! Owns: the spawner thread, the fork/exec of php-cgi, the per-child private
+//! listening socket that becomes the child's fd 0, and the pipe that carries
+//! what a child writes to its stdout/stderr outside FastCGI. Must not touch:
+//! dispatch state, FastCGI, or the decision of when to spawn (the supervisor
+//! decides; this module only does).
+//!
+//! Every fork happens on one dedicated thread that lives as long as the
+//! daemon, because `PR_SET_PDEATHSIG` fires when the *thread* that forked
+//! exits (design.md, "Children never outlive fpmd").
+
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::mpsc as std_mpsc;
+
+use nix::unistd::{Gid, Uid};
+use tokio::sync::oneshot;
+
+use crate::reap::{Exit, Reaper};
+
+/// Everything needed to start one php-cgi child, built before the fork so
+/// that only async-signal-safe calls run between fork and exec.
+#[derive(Debug, Clone)]
+pub struct ChildSpec {
+    /// The pool the child belongs to (for the reaper and logs).
+    pub pool: String,
+    /// Absolute path of the php-cgi binary.
+    pub program: PathBuf,
+    /// Arguments after argv[0]: `-d name=value` pairs.
+    pub args: Vec<String>,
+    /// The complete environment of the child (nothing else is inherited).
+    pub env: Vec<(OsString, OsString)>,
+    /// Working directory of the child (`chdir`).
+    pub cwd: PathBuf,
+    /// Credentials the child drops to before exec.
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups (from the user's group list).
+    pub groups: Vec<u32>,
+    /// Path of the child's private listening socket, in fpmd's 0700
+    /// runtime directory: fpmd connects here, nobody else can.
+    pub endpoint: PathBuf,
+    /// Listen backlog of that socket (connections, not bytes).
+    pub backlog: i32,
+}
+
+/// A started child.
+#[derive(Debug)]
+pub struct Spawned {
+    pub pid: i32,
+    /// Read end of the pipe that is the child's fd 1 and fd 2.
+    pub output: OwnedFd,
+}
+
+struct Job {
+    spec: ChildSpec,
+    owner: tokio::sync::mpsc::UnboundedSender<Exit>,
+    reply: oneshot::Sender<io::Result<Spawned>>,
+}
+
+/// Handle to the spawner thread. Cheap to clone.
+#[derive(Clone)]
+pub struct Spawner {
+    jobs: std_mpsc::Sender<Job>,
+}
+
+impl Spawner {
+    /// Starts the spawner thread. The thread lives until the process exits;
+    /// `reaper` learns of every child the moment it is forked, so an exit
+    /// that comes before the caller hears of the pid is not lost.
+    pub fn start(reaper: std::sync::Arc<Reaper>) -> io::Result<Spawner> {
+        let (tx, rx) = std_mpsc::channel::<Job>();
+        std::thread::Builder::new().name("fpmd-spawner".into()).spawn(move || {
+            // Keep the thread alive for the whole life of the daemon, even
+            // when every sender is gone, so that PDEATHSIG does not fire
+            // early: it only returns when the process exits.
+            while let Ok(job) = rx.recv() {
+                let result = spawn_child(&job.spec);
+                if let Ok(child) = &result {
+                    reaper.register(child.pid, job.owner.clone());
+                }
+                let _ = job.reply.send(result);
+            }
+            loop {
+                std::thread::park();
+            }
+        })?;
+        Ok(Spawner { jobs: tx })
+    }
+
+    /// Starts one child as `spec` says; its exit will be sent to `owner`.
+    /// Errors: the socket could not be bound, the pipe or fork failed, or
+    /// exec failed (binary missing, not executable, credentials refused).
+    pub async fn spawn(&self, spec: ChildSpec, owner: tokio::sync::mpsc::UnboundedSender<Exit>) -> io::Result<Spawned> {
+        let (reply, rx) = oneshot::channel();
+        self.jobs
+            .send(Job { spec, owner, reply })
+            .map_err(|_| io::Error::other("spawner thread is gone"))?;
+        rx.await.map_err(|_| io::Error::other("spawner thread dropped the job"))?
+    }
+}
+
+/// Binds the child's private listening socket (mode 0600 inside fpmd's 0700
+/// runtime directory).
+fn bind_endpoint(spec: &ChildSpec) -> io::Result<OwnedFd> {
+    let _ = std::fs::remove_file(&spec.endpoint);
+    let sock = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)?;
+    sock.bind(&socket2::SockAddr::unix(&spec.endpoint)?)?;
+    sock.listen(spec.backlog)?;
+    Ok(sock.into())
+}
+
+fn spawn_child(spec: &ChildSpec) -> io::Result<Spawned> {
+    let listener = bind_endpoint(spec)?;
+    let (out_r, out_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let out_w2 = out_w.try_clone()?;
+
+    let mut cmd = Command::new(&spec.program);
+    cmd.args(&spec.args)
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(&spec.cwd)
+        .stdin(Stdio::from(listener))
+        .stdout(Stdio::from(out_w))
+        .stderr(Stdio::from(out_w2))
+        // Own process group: a Ctrl-C on fpmd's terminal reaches fpmd only,
+        // and a php-cgi that signals its group never reaches fpmd.
+        .process_group(0);
+
+    let uid = Uid::from_raw(spec.uid);
+    let gid = Gid::from_raw(spec.gid);
+    let groups: Vec<Gid> = spec.groups.iter().map(|g| Gid::from_raw(*g)).collect();
+    let switch_user = Uid::effective().is_root() || Uid::effective() != uid || Gid::effective() != gid;
+    let parent = nix::unistd::getpid();
+    // SAFETY: the closure runs in the forked child before exec; it only makes
+    // async-signal-safe system calls (setgroups, setgid, setuid, prctl,
+    // getppid) on data prepared before the fork, and allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            if switch_user {
+                if Uid::effective().is_root() {
+                    nix::unistd::setgroups(&groups)?;
+                }
+                nix::unistd::setgid(gid)?;
+                nix::unistd::setuid(uid)?;
+            }
+            // After the credential change, which clears it.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if nix::unistd::getppid() != parent {
+                // fpmd died between fork and prctl.
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", spec.program.display())))?;
+    // `cmd` (and with it our copies of the listening socket and of the pipe's
+    // write end) is dropped here: the child's death must close its socket.
+    let pid = child.id() as i32;
+    drop(cmd);
+    // The reaper waits for the pid; std's Child is never waited on.
+    drop(child);
+    Ok(Spawned { pid, output: out_r })
+}

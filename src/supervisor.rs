@@ -1,0 +1,484 @@
+//! The process manager of one pool: which children exist, which are idle,
+//! and who waits for one.
+//!
+//! Owns: the pool's children (spawn through [`crate::spawn`], retire, kill,
+//! respawn with back-off after crashes) and the dispatch state (the idle
+//! stack and the bounded queue of waiting requests). One task per pool, the
+//! supervisor, owns every child process; the dispatcher only borrows an idle
+//! [`Worker`] and gives it back. Must not touch: FastCGI records or the web
+//! server's connections.
+
+use std::collections::{HashMap, VecDeque};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::{mpsc, oneshot, watch};
+use tracing::{debug, error, info, warn};
+
+use crate::config::PoolConfig;
+use crate::reap::{Exit, ExitKind};
+use crate::spawn::{ChildSpec, Spawned, Spawner};
+
+/// Back-off after a child that died within [`QUICK_DEATH`] of its start:
+/// first delay, doubled per further quick death, capped at [`BACKOFF_MAX`].
+const BACKOFF_FIRST: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+const QUICK_DEATH: Duration = Duration::from_secs(1);
+/// How long a stopping pool waits for SIGTERMed children before SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(3);
+/// Read buffer of a child connection, in bytes: one whole record fits.
+const CHILD_BUF: usize = 64 * 1024 + 512;
+
+/// The persistent keep-conn connection to one child.
+pub struct ChildConn {
+    pub reader: OwnedReadHalf,
+    pub writer: OwnedWriteHalf,
+    /// Bytes read from the child and not yet forwarded.
+    pub buf: BytesMut,
+}
+
+/// One php-cgi child as the dispatcher sees it: borrowed from the idle
+/// stack for exactly one request, then given back with [`Pool::release`]
+/// or [`Pool::discard`].
+pub struct Worker {
+    pub pid: i32,
+    /// The child's private listening socket.
+    pub endpoint: PathBuf,
+    /// Connected lazily, when the first request is ready: php-cgi drops a
+    /// new connection that brings no request within 5 s (design.md).
+    pub conn: Option<ChildConn>,
+    /// Requests this child has answered (for `pm.max_requests`).
+    pub served: u32,
+    alive: Arc<AtomicBool>,
+}
+
+impl Worker {
+    /// Connects to the child if not yet connected.
+    /// Errors: the child's socket is gone (the child died).
+    pub async fn connect(&mut self) -> std::io::Result<&mut ChildConn> {
+        if self.conn.is_none() {
+            let stream = tokio::net::UnixStream::connect(&self.endpoint).await?;
+            let (reader, writer) = stream.into_split();
+            self.conn = Some(ChildConn { reader, writer, buf: BytesMut::with_capacity(CHILD_BUF) });
+        }
+        Ok(self.conn.as_mut().unwrap())
+    }
+
+    fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+}
+
+/// What [`Pool::acquire`] hands out.
+pub enum Acquired {
+    Worker(Worker),
+    /// The queue of waiting requests is full (`listen.backlog`).
+    QueueFull,
+    /// The pool is stopping.
+    Closed,
+}
+
+struct DispatchState {
+    /// Idle children, most recently used last (LIFO: light traffic stays on
+    /// few children, the others stay cold).
+    idle: Vec<Worker>,
+    /// Requests waiting for a child, oldest first.
+    waiters: VecDeque<oneshot::Sender<Worker>>,
+    closed: bool,
+}
+
+/// Messages to the supervisor task.
+enum Event {
+    Exited(Exit),
+    /// Stop this child: it answered its last request (max_requests).
+    Retire(i32),
+    /// The connection to this child broke or carried garbage: kill it.
+    Broken(i32),
+}
+
+/// A pool: shared by its listener's connection tasks and its supervisor.
+pub struct Pool {
+    pub config: Arc<PoolConfig>,
+    dispatch: Mutex<DispatchState>,
+    events: mpsc::UnboundedSender<Event>,
+}
+
+impl Pool {
+    /// Takes the most recently used idle child, or waits in the pool's
+    /// bounded queue for one. Cancel-safe: a dropped waiter gives nothing up.
+    pub async fn acquire(&self) -> Acquired {
+        let rx = {
+            let mut d = self.dispatch.lock().unwrap();
+            if d.closed {
+                return Acquired::Closed;
+            }
+            while let Some(w) = d.idle.pop() {
+                if w.is_alive() {
+                    return Acquired::Worker(w);
+                }
+            }
+            d.waiters.retain(|s| !s.is_closed());
+            if d.waiters.len() >= self.config.listen.backlog as usize {
+                return Acquired::QueueFull;
+            }
+            let (tx, rx) = oneshot::channel();
+            d.waiters.push_back(tx);
+            rx
+        };
+        match rx.await {
+            Ok(w) => Acquired::Worker(w),
+            Err(_) => Acquired::Closed,
+        }
+    }
+
+    /// Gives a child back after a complete exchange (its END_REQUEST was
+    /// read): to the oldest waiter, else onto the idle stack; or retires it
+    /// when it reached `pm.max_requests`.
+    pub fn release(&self, mut w: Worker) {
+        w.served += 1;
+        let max = self.config.pm.max_requests;
+        if max > 0 && w.served >= max {
+            debug!(pool = %self.config.name, pid = w.pid, "child served {} requests (pm.max_requests): retiring it", w.served);
+            let _ = self.events.send(Event::Retire(w.pid));
+            return;
+        }
+        self.offer(w);
+    }
+
+    /// Drops a child whose connection can no longer be trusted; the
+    /// supervisor kills it and starts a replacement.
+    pub fn discard(&self, w: Worker) {
+        if w.is_alive() {
+            let _ = self.events.send(Event::Broken(w.pid));
+        }
+    }
+
+    fn offer(&self, mut w: Worker) {
+        if !w.is_alive() {
+            return;
+        }
+        let mut d = self.dispatch.lock().unwrap();
+        if d.closed {
+            let _ = self.events.send(Event::Retire(w.pid));
+            return;
+        }
+        while let Some(tx) = d.waiters.pop_front() {
+            match tx.send(w) {
+                Ok(()) => return,
+                Err(back) => w = back,
+            }
+        }
+        d.idle.push(w);
+    }
+
+    fn forget_idle(&self, pid: i32) {
+        let mut d = self.dispatch.lock().unwrap();
+        d.idle.retain(|w| w.pid != pid);
+    }
+
+    /// Closes dispatch: waiters get [`Acquired::Closed`], idle children are
+    /// handed back for stopping.
+    fn close(&self) {
+        let mut d = self.dispatch.lock().unwrap();
+        d.closed = true;
+        d.waiters.clear();
+        d.idle.clear();
+    }
+}
+
+/// How the supervisor stops a pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopMode {
+    /// No request is in flight any more: SIGTERM every child (idle php-cgi
+    /// exits at once), SIGKILL after a grace period.
+    Graceful,
+    /// SIGTERM, then SIGKILL after one second.
+    Fast,
+}
+
+struct ChildState {
+    started: Instant,
+    alive: Arc<AtomicBool>,
+    endpoint: PathBuf,
+    /// fpmd asked it to go (retire, stop, broken connection).
+    expected_exit: bool,
+}
+
+/// Handle used by the daemon to stop a pool and learn when it is gone.
+pub struct PoolHandle {
+    pub pool: Arc<Pool>,
+    stop: watch::Sender<Option<StopMode>>,
+    done: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl PoolHandle {
+    /// Stops the pool's children and waits until every one is reaped.
+    pub async fn stop(mut self, mode: StopMode) {
+        let _ = self.stop.send(Some(mode));
+        if let Some(done) = self.done.take() {
+            let _ = done.await;
+        }
+    }
+}
+
+/// Starts a pool's supervisor: spawns `pm.max_children` children (static)
+/// and keeps that many alive. `runtime_dir` is fpmd's private 0700
+/// directory for the children's sockets.
+pub fn start_pool(config: Arc<PoolConfig>, spawner: Spawner, runtime_dir: &Path) -> PoolHandle {
+    let (events_tx, events_rx) = mpsc::unbounded_channel();
+    let pool = Arc::new(Pool {
+        config: config.clone(),
+        dispatch: Mutex::new(DispatchState { idle: Vec::new(), waiters: VecDeque::new(), closed: false }),
+        events: events_tx.clone(),
+    });
+    let (stop_tx, stop_rx) = watch::channel(None);
+    let sup = Supervisor {
+        pool: pool.clone(),
+        spawner,
+        runtime_dir: runtime_dir.to_path_buf(),
+        children: HashMap::new(),
+        exits_tx: exits_sender(events_tx),
+        serial: 0,
+        quick_deaths: 0,
+        respawn_at: None,
+        stopping: None,
+    };
+    let done = tokio::spawn(sup.run(events_rx, stop_rx));
+    PoolHandle { pool, stop: stop_tx, done: Some(done) }
+}
+
+/// The reaper sends bare [`Exit`]s; wrap them into supervisor events.
+fn exits_sender(events: mpsc::UnboundedSender<Event>) -> mpsc::UnboundedSender<Exit> {
+    let (tx, mut rx) = mpsc::unbounded_channel::<Exit>();
+    tokio::spawn(async move {
+        while let Some(exit) = rx.recv().await {
+            if events.send(Event::Exited(exit)).is_err() {
+                return;
+            }
+        }
+    });
+    tx
+}
+
+struct Supervisor {
+    pool: Arc<Pool>,
+    spawner: Spawner,
+    runtime_dir: PathBuf,
+    children: HashMap<i32, ChildState>,
+    exits_tx: mpsc::UnboundedSender<Exit>,
+    /// Counter for unique socket names.
+    serial: u64,
+    /// Children that died within [`QUICK_DEATH`] of start, in a row.
+    quick_deaths: u32,
+    /// When the back-off allows the next spawn.
+    respawn_at: Option<tokio::time::Instant>,
+    stopping: Option<(StopMode, tokio::time::Instant)>,
+}
+
+impl Supervisor {
+    fn name(&self) -> &str {
+        &self.pool.config.name
+    }
+
+    async fn run(mut self, mut events: mpsc::UnboundedReceiver<Event>, mut stop: watch::Receiver<Option<StopMode>>) {
+        info!(pool = %self.name(), "starting {} children (pm = static)", self.pool.config.pm.max_children);
+        self.fill().await;
+        loop {
+            if let Some((_, deadline)) = self.stopping {
+                if self.children.is_empty() {
+                    info!(pool = %self.name(), "all children are gone");
+                    return;
+                }
+                tokio::select! {
+                    Some(ev) = events.recv() => self.handle(ev).await,
+                    _ = tokio::time::sleep_until(deadline) => {
+                        for pid in self.children.keys() {
+                            warn!(pool = %self.name(), pid, "child still alive after the stop grace period: SIGKILL");
+                            let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
+                        }
+                        self.stopping = Some((StopMode::Fast, tokio::time::Instant::now() + Duration::from_secs(3600)));
+                    }
+                }
+                continue;
+            }
+            let respawn_at = self.respawn_at;
+            tokio::select! {
+                Some(ev) = events.recv() => self.handle(ev).await,
+                _ = stop.changed() => {
+                    let mode = stop.borrow().unwrap_or(StopMode::Fast);
+                    self.begin_stop(mode);
+                }
+                _ = sleep_until_opt(respawn_at), if respawn_at.is_some() => {
+                    self.respawn_at = None;
+                    self.fill().await;
+                }
+            }
+        }
+    }
+
+    fn begin_stop(&mut self, mode: StopMode) {
+        self.pool.close();
+        let grace = match mode {
+            StopMode::Graceful => STOP_GRACE,
+            StopMode::Fast => Duration::from_secs(1),
+        };
+        self.stopping = Some((mode, tokio::time::Instant::now() + grace));
+        for (pid, c) in self.children.iter_mut() {
+            c.expected_exit = true;
+            let _ = kill(Pid::from_raw(*pid), Signal::SIGTERM);
+        }
+    }
+
+    async fn handle(&mut self, ev: Event) {
+        match ev {
+            Event::Exited(exit) => self.on_exit(exit).await,
+            Event::Retire(pid) => self.stop_child(pid, Signal::SIGTERM),
+            Event::Broken(pid) => {
+                debug!(pool = %self.name(), pid, "killing child: its connection broke or carried invalid records");
+                self.stop_child(pid, Signal::SIGKILL)
+            }
+        }
+    }
+
+    fn stop_child(&mut self, pid: i32, sig: Signal) {
+        if let Some(c) = self.children.get_mut(&pid) {
+            c.expected_exit = true;
+            let _ = kill(Pid::from_raw(pid), sig);
+        }
+    }
+
+    async fn on_exit(&mut self, exit: Exit) {
+        let Some(child) = self.children.remove(&exit.pid) else {
+            return;
+        };
+        child.alive.store(false, Ordering::Release);
+        self.pool.forget_idle(exit.pid);
+        let _ = std::fs::remove_file(&child.endpoint);
+        let lived = child.started.elapsed();
+        let name = self.pool.config.name.clone();
+        if child.expected_exit {
+            debug!(pool = %name, pid = exit.pid, "child {} after {:.3} s", exit.kind, lived.as_secs_f64());
+        } else {
+            match exit.kind {
+                ExitKind::Code(0) => info!(pool = %name, pid = exit.pid, "child {} after {:.3} s", exit.kind, lived.as_secs_f64()),
+                _ => warn!(pool = %name, pid = exit.pid, "child {} after {:.3} s", exit.kind, lived.as_secs_f64()),
+            }
+        }
+        if self.stopping.is_some() {
+            return;
+        }
+        if !child.expected_exit && lived < QUICK_DEATH {
+            self.quick_deaths += 1;
+            let delay = BACKOFF_FIRST.saturating_mul(1 << (self.quick_deaths - 1).min(16)).min(BACKOFF_MAX);
+            warn!(pool = %name, pid = exit.pid, "child died {:.3} s after start ({} in a row): next spawn in {:.1} s",
+                lived.as_secs_f64(), self.quick_deaths, delay.as_secs_f64());
+            let at = tokio::time::Instant::now() + delay;
+            self.respawn_at = Some(self.respawn_at.map_or(at, |t| t.max(at)));
+            return;
+        }
+        if lived >= QUICK_DEATH {
+            self.quick_deaths = 0;
+        }
+        if self.respawn_at.is_none() {
+            self.fill().await;
+        }
+    }
+
+    /// Spawns children until the pool has `pm.max_children`.
+    async fn fill(&mut self) {
+        let want = self.pool.config.pm.max_children as usize;
+        while self.children.len() < want && self.stopping.is_none() {
+            if let Err(e) = self.spawn_one().await {
+                self.quick_deaths += 1;
+                let delay = BACKOFF_FIRST.saturating_mul(1 << (self.quick_deaths - 1).min(16)).min(BACKOFF_MAX);
+                error!(pool = %self.name(), "cannot start php-cgi: {e}; next try in {:.1} s", delay.as_secs_f64());
+                self.respawn_at = Some(tokio::time::Instant::now() + delay);
+                return;
+            }
+        }
+    }
+
+    async fn spawn_one(&mut self) -> std::io::Result<()> {
+        self.serial += 1;
+        let endpoint = self.runtime_dir.join(format!("{}.{}.sock", self.pool.config.name, self.serial));
+        let spec = child_spec(&self.pool.config, endpoint.clone());
+        let Spawned { pid, output } = self.spawner.spawn(spec, self.exits_tx.clone()).await?;
+        debug!(pool = %self.name(), pid, "child started");
+        forward_output(self.pool.config.name.clone(), pid, output);
+        let alive = Arc::new(AtomicBool::new(true));
+        self.children.insert(
+            pid,
+            ChildState { started: Instant::now(), alive: alive.clone(), endpoint: endpoint.clone(), expected_exit: false },
+        );
+        self.pool.offer(Worker { pid, endpoint, conn: None, served: 0, alive });
+        Ok(())
+    }
+}
+
+async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Builds the argv and environment of a child of `config`.
+///
+/// The environment follows php-fpm's `clear_env` and `env[…]`; on top of it
+/// `PHP_FCGI_CHILDREN=0` (php-cgi must not fork a hidden sub-pool) and
+/// `PHP_FCGI_MAX_REQUESTS=0` (php-cgi must not retire itself: fpmd applies
+/// `pm.max_requests`) are always set, whatever fpmd's own environment says.
+pub fn child_spec(config: &PoolConfig, endpoint: PathBuf) -> ChildSpec {
+    let mut env: Vec<(OsString, OsString)> = Vec::new();
+    if !config.clear_env {
+        env.extend(std::env::vars_os());
+    }
+    for (k, v) in &config.env {
+        env.push((k.into(), v.into()));
+    }
+    env.retain(|(k, _)| k != "PHP_FCGI_CHILDREN" && k != "PHP_FCGI_MAX_REQUESTS" && k != "FCGI_WEB_SERVER_ADDRS");
+    env.push(("PHP_FCGI_CHILDREN".into(), "0".into()));
+    env.push(("PHP_FCGI_MAX_REQUESTS".into(), "0".into()));
+    ChildSpec {
+        pool: config.name.clone(),
+        program: config.php_cgi.clone(),
+        args: config.ini_args(),
+        env,
+        cwd: config.chdir.clone(),
+        uid: config.user.uid,
+        gid: config.user.gid,
+        groups: config.user.groups.clone(),
+        endpoint,
+        backlog: 8,
+    }
+}
+
+/// Logs what a child writes to its stdout/stderr outside FastCGI, a line at
+/// a time, with pool and pid (php-fpm's `catch_workers_output`).
+fn forward_output(pool: String, pid: i32, fd: std::os::fd::OwnedFd) {
+    use tokio::io::AsyncBufReadExt;
+    let rx = match tokio::net::unix::pipe::Receiver::from_owned_fd(fd) {
+        Ok(rx) => rx,
+        Err(e) => {
+            warn!(pool = %pool, pid, "cannot read the child's output: {e}");
+            return;
+        }
+    };
+    tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(rx).split(b'\n');
+        while let Ok(Some(line)) = lines.next_segment().await {
+            let text = String::from_utf8_lossy(&line);
+            let text = text.trim_end();
+            if !text.is_empty() {
+                warn!(pool = %pool, pid, "child said into stderr: \"{text}\"");
+            }
+        }
+    });
+}

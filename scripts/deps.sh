@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs, on Debian, whatever fpmd's demo, tests and benchmark need and is
+# missing. No-op when everything is there. Usage: scripts/deps.sh [extra packages]
+set -euo pipefail
+need=()
+have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+for pkg in php-cgi php-fpm nginx dokuwiki "$@"; do
+    have "$pkg" || need+=("$pkg")
+done
+if ((${#need[@]})); then
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+    echo "installing: ${need[*]}"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+command -v cargo >/dev/null || { echo "cargo not found: install Rust from https://rustup.rs" >&2; exit 1; }

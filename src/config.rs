@@ -287,6 +287,30 @@ pub struct ProcessManager {
     /// `pm.max_requests`: requests a child serves before it is recycled;
     /// 0 (default) = never. php-fpm: same.
     pub max_requests: u32,
+    /// `pm.spawn` (fpmd only): how children are started, see [`Spawn`].
+    pub spawn: Spawn,
+}
+
+/// `pm.spawn`: how a pool's children are started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Spawn {
+    /// One php-cgi parent per pool generation forks the children
+    /// (`PHP_FCGI_CHILDREN`): they share its opcache and its pages, as
+    /// php-fpm's children share the master's. The default.
+    Prefork,
+    /// Every child is its own exec'd php-cgi (private opcache, ~2.5× the
+    /// memory of a forked child).
+    Exec,
+}
+
+impl Spawn {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Spawn::Prefork => "prefork",
+            Spawn::Exec => "exec",
+        }
+    }
 }
 
 /// Process manager strategy. `dynamic` and `ondemand` come later.
@@ -484,6 +508,7 @@ impl PoolConfig {
         out.push_str(&format!("pm.mode = {}\n", toml_str(self.pm.mode.as_str())));
         out.push_str(&format!("pm.max_children = {}\n", self.pm.max_children));
         out.push_str(&format!("pm.max_requests = {}\n", self.pm.max_requests));
+        out.push_str(&format!("pm.spawn = {}\n", toml_str(self.pm.spawn.as_str())));
         for (name, value) in &self.env {
             out.push_str(&format!("env.{} = {}\n", toml_key(name), toml_str(value)));
         }
@@ -553,6 +578,7 @@ const SUPPORTED_POOL_KEYS: &[&str] = &[
     "pm.mode",
     "pm.max_children",
     "pm.max_requests",
+    "pm.spawn",
 ];
 
 /// Pool tables whose keys are free (`env.NAME`, `php_value.NAME`, …).
@@ -976,6 +1002,7 @@ struct RawPm {
     mode: Option<RawPmMode>,
     max_children: Option<u32>,
     max_requests: Option<u32>,
+    spawn: Option<Spawn>,
     start_servers: Option<u32>,
     min_spare_servers: Option<u32>,
     max_spare_servers: Option<u32>,
@@ -1652,6 +1679,7 @@ fn validate_pool(
         mode,
         max_children,
         max_requests: raw.pm.max_requests.unwrap_or(0),
+        spawn: raw.pm.spawn.unwrap_or(Spawn::Prefork),
     };
 
     // user, group
@@ -2258,6 +2286,7 @@ php_admin_flag.log_errors = true
                 mode: PmMode::Static,
                 max_children: 4,
                 max_requests: 500,
+                spawn: Spawn::Prefork,
             },
         };
         assert_eq!(bbb, &expected);
@@ -2301,7 +2330,8 @@ php_admin_flag.log_errors = true
             ProcessManager {
                 mode: PmMode::Static,
                 max_children: 3,
-                max_requests: 0
+                max_requests: 0,
+                spawn: Spawn::Prefork
             }
         );
         assert!(p.ini_args().is_empty());

@@ -40,6 +40,11 @@ pub fn prepare(config: Config) -> Result<Prepared, BindError> {
 /// inside a tokio runtime with I/O, time and signals enabled.
 pub async fn run(prepared: Prepared, mut intents: mpsc::UnboundedReceiver<Intent>, log: LogWriter) -> anyhow::Result<()> {
     let Prepared { config, bound } = prepared;
+    // Orphans of our children (a pre-fork parent's children, processes a
+    // script started) are reparented to fpmd and reaped here, not left as
+    // zombies elsewhere.
+    // SAFETY: prctl with integer arguments only.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
     // The SIGCHLD stream exists before the first fork.
     let sigchld = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())?;
     let reaper = Reaper::new();

@@ -289,19 +289,19 @@ impl ClientConn {
             let conn = match worker.connect().await {
                 Ok(c) => c,
                 Err(e) => {
-                    debug!(pool = %pool.config.name, pid = worker.pid, "cannot connect to child: {e}; trying another");
+                    debug!(pool = %pool.config.name, pid = worker.log_pid(), "cannot connect to child: {e}; trying another");
                     pool.discard(worker);
                     continue;
                 }
             };
             if let Err(e) = conn.writer.write_all(&req.head).await {
-                debug!(pool = %pool.config.name, pid = worker.pid, "child connection is dead ({e}); trying another");
+                debug!(pool = %pool.config.name, pid = worker.log_pid(), "child connection is dead ({e}); trying another");
                 pool.discard(worker);
                 continue;
             }
             let started = Instant::now();
             let outcome = self.exchange(&mut worker, reader, writer, &req).await;
-            let pid = worker.pid;
+            let pid = worker.log_pid();
             let name = &pool.config.name;
             let keep = match outcome.child {
                 ChildEnd::Ended => {

@@ -13,6 +13,7 @@ pub mod dispatcher;
 pub mod fastcgi;
 pub mod listener;
 pub mod log;
+pub mod peer;
 pub mod reap;
 pub mod spawn;
 pub mod supervisor;

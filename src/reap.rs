@@ -86,6 +86,12 @@ impl Reaper {
                     let _ = owner.send(exit);
                 }
                 None => {
+                    // Either a child whose registration is on its way, or an
+                    // orphaned grandchild nobody registers: keep a bounded
+                    // number of these.
+                    if o.early.len() >= 4096 {
+                        o.early.clear();
+                    }
                     o.early.insert(exit.pid, exit);
                 }
             }

@@ -47,6 +47,10 @@ pub struct ChildSpec {
     pub endpoint: PathBuf,
     /// Listen backlog of that socket (connections, not bytes).
     pub backlog: i32,
+    /// Signal the child gets when fpmd dies (`PR_SET_PDEATHSIG`): SIGKILL
+    /// for an exec'd child; SIGTERM for a pre-fork parent, whose handler
+    /// then signals its whole process group (php-cgi's `fastcgi_cleanup`).
+    pub death_signal: i32,
 }
 
 /// A started child.
@@ -137,6 +141,7 @@ fn spawn_child(spec: &ChildSpec) -> io::Result<Spawned> {
     let groups: Vec<Gid> = spec.groups.iter().map(|g| Gid::from_raw(*g)).collect();
     let switch_user = Uid::effective().is_root() || Uid::effective() != uid || Gid::effective() != gid;
     let parent = nix::unistd::getpid();
+    let death_signal = spec.death_signal as libc::c_ulong;
     // SAFETY: the closure runs in the forked child before exec; it only makes
     // async-signal-safe system calls (setgroups, setgid, setuid, prctl,
     // getppid) on data prepared before the fork, and allocates nothing.
@@ -150,7 +155,7 @@ fn spawn_child(spec: &ChildSpec) -> io::Result<Spawned> {
                 nix::unistd::setuid(uid)?;
             }
             // After the credential change, which clears it.
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, death_signal, 0, 0, 0) != 0 {
                 return Err(io::Error::last_os_error());
             }
             if nix::unistd::getppid() != parent {

@@ -22,7 +22,7 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, error, info, warn};
 
-use crate::config::PoolConfig;
+use crate::config::{PoolConfig, Spawn};
 use crate::reap::{Exit, ExitKind};
 use crate::spawn::{ChildSpec, Spawned, Spawner};
 
@@ -47,9 +47,21 @@ pub struct ChildConn {
 /// One php-cgi child as the dispatcher sees it: borrowed from the idle
 /// stack for exactly one request, then given back with [`Pool::release`]
 /// or [`Pool::discard`].
+///
+/// Under `pm.spawn = "exec"` a worker is one exec'd php-cgi. Under
+/// `"prefork"` it is one of the N connection slots of a php-cgi parent
+/// that pre-forked N children: each idle child accepts exactly one
+/// connection and then serves only it, so a connected slot *is* a child;
+/// its pid is learned from the connection (see [`crate::peer`]).
 pub struct Worker {
-    pub pid: i32,
-    /// The child's private listening socket.
+    /// The child behind this worker, when known (exec: always; prefork:
+    /// from the first exchange of each connection on).
+    pub pid: Option<i32>,
+    /// The process fpmd spawned: the child itself (exec) or the php-cgi
+    /// parent of the generation (prefork).
+    generation: i32,
+    prefork: bool,
+    /// The private listening socket (of the child, or of the parent).
     pub endpoint: PathBuf,
     /// Connected lazily, when the first request is ready: php-cgi drops a
     /// new connection that brings no request within 5 s (design.md).
@@ -73,6 +85,29 @@ impl Worker {
 
     fn is_alive(&self) -> bool {
         self.alive.load(Ordering::Acquire)
+    }
+
+    /// Prefork: finds which child of the parent holds this connection.
+    fn learn_pid(&mut self) {
+        if self.pid.is_none() && self.prefork {
+            if let Some(conn) = &self.conn {
+                use std::os::fd::AsRawFd;
+                self.pid = crate::peer::child_on_connection(conn.writer.as_ref().as_raw_fd(), self.generation);
+            }
+        }
+    }
+
+    /// Prefork: forgets the connection and its child; the slot connects
+    /// again (to whichever child is in accept()) when next used.
+    fn reset_slot(&mut self) {
+        self.conn = None;
+        self.pid = None;
+        self.served = 0;
+    }
+
+    /// For logs: the child's pid, or the parent's while it is unknown.
+    pub fn log_pid(&self) -> i32 {
+        self.pid.unwrap_or(self.generation)
     }
 }
 
@@ -98,9 +133,12 @@ struct DispatchState {
 enum Event {
     Exited(Exit),
     /// Stop this child: it answered its last request (max_requests).
-    Retire(i32),
+    /// (generation, child pid, its connection: closed only after the
+    /// signal, so that a pre-forked child never goes back to accept() and
+    /// takes a new connection on its way out).
+    Retire(i32, i32, Option<ChildConn>),
     /// The connection to this child broke or carried garbage: kill it.
-    Broken(i32),
+    Broken(i32, i32, Option<ChildConn>),
 }
 
 /// A pool: shared by its listener's connection tasks and its supervisor.
@@ -143,20 +181,38 @@ impl Pool {
     /// when it reached `pm.max_requests`.
     pub fn release(&self, mut w: Worker) {
         w.served += 1;
+        w.learn_pid();
         let max = self.config.pm.max_requests;
         if max > 0 && w.served >= max {
-            debug!(pool = %self.config.name, pid = w.pid, "child served {} requests (pm.max_requests): retiring it", w.served);
-            let _ = self.events.send(Event::Retire(w.pid));
+            debug!(pool = %self.config.name, pid = w.log_pid(), "child served {} requests (pm.max_requests): retiring it", w.served);
+            match w.pid {
+                Some(pid) => {
+                    let _ = self.events.send(Event::Retire(w.generation, pid, w.conn.take()));
+                }
+                None => warn!(pool = %self.config.name, "cannot tell which child served the last {} requests: not retiring it", w.served),
+            }
+            if w.prefork {
+                w.reset_slot();
+                self.offer(w);
+            }
             return;
         }
         self.offer(w);
     }
 
     /// Drops a child whose connection can no longer be trusted; the
-    /// supervisor kills it and starts a replacement.
-    pub fn discard(&self, w: Worker) {
-        if w.is_alive() {
-            let _ = self.events.send(Event::Broken(w.pid));
+    /// supervisor kills it (exec: and starts a replacement; prefork: the
+    /// php-cgi parent forks one, and the slot reconnects).
+    pub fn discard(&self, mut w: Worker) {
+        if !w.is_alive() {
+            return;
+        }
+        if let Some(pid) = w.pid {
+            let _ = self.events.send(Event::Broken(w.generation, pid, w.conn.take()));
+        }
+        if w.prefork {
+            w.reset_slot();
+            self.offer(w);
         }
     }
 
@@ -166,7 +222,6 @@ impl Pool {
         }
         let mut d = self.dispatch.lock().unwrap();
         if d.closed {
-            let _ = self.events.send(Event::Retire(w.pid));
             return;
         }
         while let Some(tx) = d.waiters.pop_front() {
@@ -178,9 +233,10 @@ impl Pool {
         d.idle.push(w);
     }
 
-    fn forget_idle(&self, pid: i32) {
+    /// Drops the idle workers of a generation that is gone.
+    fn forget_idle(&self, generation: i32) {
         let mut d = self.dispatch.lock().unwrap();
-        d.idle.retain(|w| w.pid != pid);
+        d.idle.retain(|w| w.generation != generation);
     }
 
     /// Closes dispatch: waiters get [`Acquired::Closed`], idle children are
@@ -209,6 +265,8 @@ struct ChildState {
     endpoint: PathBuf,
     /// fpmd asked it to go (retire, stop, broken connection).
     expected_exit: bool,
+    /// A pre-fork parent (its process group holds its children).
+    prefork: bool,
 }
 
 /// Handle used by the daemon to stop a pool and learn when it is gone.
@@ -339,17 +397,29 @@ impl Supervisor {
     async fn handle(&mut self, ev: Event) {
         match ev {
             Event::Exited(exit) => self.on_exit(exit).await,
-            Event::Retire(pid) => self.stop_child(pid, Signal::SIGTERM),
-            Event::Broken(pid) => {
+            Event::Retire(generation, pid, conn) => {
+                self.stop_child(generation, pid, Signal::SIGTERM);
+                drop(conn);
+            }
+            Event::Broken(generation, pid, conn) => {
                 debug!(pool = %self.name(), pid, "killing child: its connection broke or carried invalid records");
-                self.stop_child(pid, Signal::SIGKILL)
+                self.stop_child(generation, pid, Signal::SIGKILL);
+                drop(conn);
             }
         }
     }
 
-    fn stop_child(&mut self, pid: i32, sig: Signal) {
-        if let Some(c) = self.children.get_mut(&pid) {
-            c.expected_exit = true;
+    /// Signals one child. Exec: the child is the generation. Prefork: a
+    /// child of the generation's parent, which forks its replacement.
+    fn stop_child(&mut self, generation: i32, pid: i32, sig: Signal) {
+        if let Some(c) = self.children.get_mut(&generation) {
+            if generation == pid {
+                c.expected_exit = true;
+            } else if parent_of(pid) != Some(generation) {
+                // Already gone, and the pid may have been reused: a root
+                // daemon must not signal a stranger.
+                return;
+            }
             let _ = kill(Pid::from_raw(pid), sig);
         }
     }
@@ -360,6 +430,11 @@ impl Supervisor {
         };
         child.alive.store(false, Ordering::Release);
         self.pool.forget_idle(exit.pid);
+        if child.prefork {
+            // Children the parent left behind (it only signals them on
+            // SIGTERM) must not serve anything any more.
+            let _ = kill(Pid::from_raw(-exit.pid), Signal::SIGKILL);
+        }
         let _ = std::fs::remove_file(&child.endpoint);
         let lived = child.started.elapsed();
         let name = self.pool.config.name.clone();
@@ -391,9 +466,13 @@ impl Supervisor {
         }
     }
 
-    /// Spawns children until the pool has `pm.max_children`.
+    /// Spawns children until the pool has `pm.max_children` (exec: that
+    /// many processes; prefork: one parent that keeps that many forked).
     async fn fill(&mut self) {
-        let want = self.pool.config.pm.max_children as usize;
+        let want = match self.pool.config.pm.spawn {
+            Spawn::Exec => self.pool.config.pm.max_children as usize,
+            Spawn::Prefork => 1,
+        };
         while self.children.len() < want && self.stopping.is_none() {
             if let Err(e) = self.spawn_one().await {
                 self.quick_deaths += 1;
@@ -410,16 +489,40 @@ impl Supervisor {
         let endpoint = self.runtime_dir.join(format!("{}.{}.sock", self.pool.config.name, self.serial));
         let spec = child_spec(&self.pool.config, endpoint.clone());
         let Spawned { pid, output } = self.spawner.spawn(spec, self.exits_tx.clone()).await?;
-        debug!(pool = %self.name(), pid, "child started");
+        let prefork = self.pool.config.pm.spawn == Spawn::Prefork;
+        let slots = if prefork { self.pool.config.pm.max_children } else { 1 };
+        if prefork {
+            debug!(pool = %self.name(), pid, "php-cgi parent started, pre-forking {slots} children");
+        } else {
+            debug!(pool = %self.name(), pid, "child started");
+        }
         forward_output(self.pool.config.name.clone(), pid, output);
         let alive = Arc::new(AtomicBool::new(true));
         self.children.insert(
             pid,
-            ChildState { started: Instant::now(), alive: alive.clone(), endpoint: endpoint.clone(), expected_exit: false },
+            ChildState { started: Instant::now(), alive: alive.clone(), endpoint: endpoint.clone(), expected_exit: false, prefork },
         );
-        self.pool.offer(Worker { pid, endpoint, conn: None, served: 0, alive });
+        for _ in 0..slots {
+            self.pool.offer(Worker {
+                pid: (!prefork).then_some(pid),
+                generation: pid,
+                prefork,
+                endpoint: endpoint.clone(),
+                conn: None,
+                served: 0,
+                alive: alive.clone(),
+            });
+        }
         Ok(())
     }
+}
+
+/// The parent pid of `pid`, from `/proc/PID/stat`.
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "pid (comm) state ppid …": comm may contain spaces and parentheses.
+    let after = &stat[stat.rfind(')')? + 2..];
+    after.split(' ').nth(1)?.parse().ok()
 }
 
 async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
@@ -432,9 +535,11 @@ async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
 /// Builds the argv and environment of a child of `config`.
 ///
 /// The environment follows php-fpm's `clear_env` and `env[…]`; on top of it
-/// `PHP_FCGI_CHILDREN=0` (php-cgi must not fork a hidden sub-pool) and
-/// `PHP_FCGI_MAX_REQUESTS=0` (php-cgi must not retire itself: fpmd applies
-/// `pm.max_requests`) are always set, whatever fpmd's own environment says.
+/// `PHP_FCGI_CHILDREN` (0 for exec: php-cgi must not fork a hidden
+/// sub-pool; `pm.max_children` for prefork, whose children fpmd tracks one
+/// by one) and `PHP_FCGI_MAX_REQUESTS=0` (php-cgi must not retire itself:
+/// fpmd applies `pm.max_requests`) are always set, whatever fpmd's own
+/// environment says.
 pub fn child_spec(config: &PoolConfig, endpoint: PathBuf) -> ChildSpec {
     let mut env: Vec<(OsString, OsString)> = Vec::new();
     if !config.clear_env {
@@ -444,7 +549,11 @@ pub fn child_spec(config: &PoolConfig, endpoint: PathBuf) -> ChildSpec {
         env.push((k.into(), v.into()));
     }
     env.retain(|(k, _)| k != "PHP_FCGI_CHILDREN" && k != "PHP_FCGI_MAX_REQUESTS" && k != "FCGI_WEB_SERVER_ADDRS");
-    env.push(("PHP_FCGI_CHILDREN".into(), "0".into()));
+    let (children, death_signal) = match config.pm.spawn {
+        Spawn::Exec => (0, libc::SIGKILL),
+        Spawn::Prefork => (config.pm.max_children, libc::SIGTERM),
+    };
+    env.push(("PHP_FCGI_CHILDREN".into(), children.to_string().into()));
     env.push(("PHP_FCGI_MAX_REQUESTS".into(), "0".into()));
     ChildSpec {
         pool: config.name.clone(),
@@ -456,7 +565,8 @@ pub fn child_spec(config: &PoolConfig, endpoint: PathBuf) -> ChildSpec {
         gid: config.user.gid,
         groups: config.user.groups.clone(),
         endpoint,
-        backlog: 8,
+        backlog: children as i32 + 8,
+        death_signal,
     }
 }
 

@@ -1,0 +1,166 @@
+//! Issue 2, item 10 (and the CLI): an invalid configuration exits 78 with a
+//! message naming file, line and key (or the address, or the user), with
+//! and without -t, and leaves nothing running; a valid one passes -t.
+
+use crate::harness::fpmd::describe_status;
+use crate::harness::*;
+use std::time::Duration;
+
+const EX_CONFIG: i32 = 78;
+
+/// A pool file, one key per line; line numbers are 1 + index (line 1 is `[www]`).
+struct PoolFile(Vec<(String, String)>);
+
+impl PoolFile {
+    fn new(t: &TestDir) -> PoolFile {
+        let v = [
+            ("user", "\"www-data\"".to_string()),
+            ("group", "\"www-data\"".to_string()),
+            ("php_cgi", format!("{:?}", php_cgi_bin().display().to_string())),
+            ("listen.address", format!("{:?}", t.join("www.sock").display().to_string())),
+            ("pm.mode", "\"static\"".to_string()),
+            ("pm.max_children", "2".to_string()),
+            ("env.FPMD_TEST_TAG", format!("{:?}", t.tag())),
+        ];
+        PoolFile(v.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+    }
+    /// Sets `key = value` (raw TOML value) in place, or appends it; returns its line number.
+    fn set(&mut self, key: &str, value: &str) -> usize {
+        if let Some(i) = self.0.iter().position(|(k, _)| k == key) {
+            self.0[i].1 = value.to_string();
+            i + 2
+        } else {
+            self.0.push((key.to_string(), value.to_string()));
+            self.0.len() + 1
+        }
+    }
+    fn text(&self) -> String {
+        let mut s = "[www]\n".to_string();
+        for (k, v) in &self.0 {
+            s += &format!("{k} = {v}\n");
+        }
+        s
+    }
+}
+
+/// Runs fpmd with `args` on the config; returns (exit code, output) after checking nothing is left.
+fn run(t: &TestDir, cfg: &FpmdConfig, args: &[&str]) -> (i32, String) {
+    let mut f = Fpmd::spawn(t, cfg, args);
+    let st = f.wait_exit(Duration::from_secs(30)).unwrap_or_else(|| panic!("fpmd {args:?} still running after 30 s:\n{}", f.log()));
+    let log = f.log();
+    eprintln!("fpmd {args:?}: {}\n{log}", describe_status(&st));
+    let left_ok = wait_until(Duration::from_secs(1), || f.tagged().is_empty());
+    assert!(left_ok, "processes left running after fpmd exited: {}", procs::describe(&f.tagged()));
+    (st.code().unwrap_or(-1), log)
+}
+
+/// What the error message must name.
+enum Expect {
+    /// One line naming `FILE:LINE:` and the key (`'key'`, or `'table.key'`),
+    /// and containing each of the extra strings (e.g. the closest known key).
+    FileLineKey { file: &'static str, line: usize, key: String, extra: Vec<String> },
+    /// The output contains this (an address, a user name).
+    Mentions(String),
+}
+
+fn check_message(out: &str, e: &Expect) -> bool {
+    match e {
+        Expect::Mentions(s) => out.contains(s.as_str()),
+        Expect::FileLineKey { file, line, key, extra } => out.lines().any(|l| {
+            l.contains(&format!("{file}:{line}:"))
+                && (l.contains(&format!("key '{key}'")) || l.contains(&format!(".{key}'")))
+                && extra.iter().all(|x| l.contains(x.as_str()))
+        }),
+    }
+}
+
+fn expect_invalid(t: &TestDir, cfg: FpmdConfig, expected: Expect, also_with_t: bool) {
+    let modes: &[&[&str]] = if also_with_t { &[&[], &["-t"]] } else { &[&[]] };
+    for args in modes {
+        let (code, log) = run(t, &cfg, args);
+        assert_eq!(code, EX_CONFIG, "fpmd {args:?}: expected exit 78, output:\n{log}");
+        let what = match &expected {
+            Expect::Mentions(s) => format!("{s:?}"),
+            Expect::FileLineKey { file, line, key, extra } => format!("{file}:{line}: key '{key}' {extra:?}"),
+        };
+        assert!(check_message(&log, &expected), "fpmd {args:?}: message does not name {what}:\n{log}");
+        std::fs::write(t.join("fpmd.log"), "").unwrap();
+    }
+}
+
+fn invalid_pool_key(key: &str, value: &str, expected_extra: &[&str]) {
+    let t = TestDir::new();
+    let mut p = PoolFile::new(&t);
+    let line = p.set(key, value);
+    let cfg = FpmdConfig::new().raw_pool_file("www.toml", p.text());
+    let extra = expected_extra.iter().map(|s| s.to_string()).collect();
+    expect_invalid(&t, cfg, Expect::FileLineKey { file: "www.toml", line, key: key.to_string(), extra }, true);
+}
+
+#[test]
+fn unknown_key_names_the_closest_one() {
+    invalid_pool_key("pm.max_childs", "4", &["pm.max_children"]);
+}
+
+#[test]
+fn wrong_type() {
+    invalid_pool_key("pm.max_children", "\"four\"", &[]);
+}
+
+#[test]
+fn max_children_zero() {
+    invalid_pool_key("pm.max_children", "0", &[]);
+}
+
+#[test]
+fn missing_php_cgi_binary() {
+    invalid_pool_key("php_cgi", "\"/nonexistent/php-cgi\"", &[]);
+}
+
+#[test]
+fn other_pm_modes_are_rejected_for_now() {
+    invalid_pool_key("pm.mode", "\"dynamic\"", &[]);
+}
+
+#[test]
+fn unknown_user() {
+    let t = TestDir::new();
+    let mut p = PoolFile::new(&t);
+    p.set("user", "\"fpmd-no-such-user\"");
+    let cfg = FpmdConfig::new().raw_pool_file("www.toml", p.text());
+    expect_invalid(&t, cfg, Expect::Mentions("fpmd-no-such-user".into()), true);
+}
+
+#[test]
+fn unknown_global_key() {
+    let t = TestDir::new();
+    let p = PoolFile::new(&t);
+    // fpmd.toml: [global], pid, error_log, log_level, include, then this line (6).
+    let cfg = FpmdConfig::new().raw_pool_file("www.toml", p.text()).global(r#"log_levl = "debug""#);
+    let e = Expect::FileLineKey { file: "fpmd.toml", line: 6, key: "log_levl".into(), extra: vec!["log_level".into()] };
+    expect_invalid(&t, cfg, e, true);
+}
+
+#[test]
+fn listen_address_in_use() {
+    let t = TestDir::new();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let mut p = PoolFile::new(&t);
+    p.set("listen.address", &format!("{addr:?}"));
+    let cfg = FpmdConfig::new().raw_pool_file("www.toml", p.text());
+    expect_invalid(&t, cfg, Expect::Mentions(addr), false);
+    drop(taken);
+}
+
+#[test]
+fn config_test_prints_valid_config() {
+    let t = TestDir::new();
+    let mut p = PoolFile::new(&t);
+    p.set("pm.max_children", "3");
+    let cfg = FpmdConfig::new().raw_pool_file("www.toml", p.text());
+    let (code, out) = run(&t, &cfg, &["-t"]);
+    assert_eq!(code, 0, "fpmd -t on a valid config:\n{out}");
+    assert!(out.contains("www") && out.contains(&t.join("www.sock").display().to_string()), "-t output:\n{out}");
+    assert!(!t.join("www.sock").exists(), "-t created the listen socket");
+}

@@ -1,0 +1,407 @@
+//! The daemon under test: writes `fpmd.toml` + `pool.d/*.toml` in the test
+//! dir from a small builder, runs the binary in the foreground with its
+//! stdout/stderr in `fpmd.log`, and cleans up every process it left (by the
+//! `FPMD_TEST_TAG` environment marker) on drop.
+
+use super::procs::{self, ProcInfo};
+use super::{php_cgi_bin, wait_until, TestDir, FPMD_BIN};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use std::fmt::Write as _;
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// Where a pool listens.
+#[derive(Clone, Debug)]
+pub enum Listen {
+    /// `<test dir>/<pool name>.sock`
+    Unix,
+    UnixAt(PathBuf),
+    /// Written as is into `listen.address`: "127.0.0.1:9000", "[::1]:9000", "9000".
+    Tcp(String),
+}
+
+/// One pool table, written to `pool.d/<name>.toml`.
+#[derive(Clone, Debug)]
+pub struct Pool {
+    pub name: String,
+    pub listen: Listen,
+    pub user: String,
+    pub group: String,
+    pub max_children: u32,
+    pub max_requests: u32,
+    /// Raw TOML lines appended inside the pool table.
+    pub lines: Vec<String>,
+}
+
+impl Pool {
+    pub fn new(name: &str) -> Pool {
+        Pool {
+            name: name.to_string(),
+            listen: Listen::Unix,
+            user: "www-data".into(),
+            group: "www-data".into(),
+            max_children: 4,
+            max_requests: 0,
+            lines: Vec::new(),
+        }
+    }
+    pub fn www() -> Pool {
+        Pool::new("www")
+    }
+    pub fn tcp(mut self, addr: impl Into<String>) -> Pool {
+        self.listen = Listen::Tcp(addr.into());
+        self
+    }
+    pub fn unix_at(mut self, path: impl Into<PathBuf>) -> Pool {
+        self.listen = Listen::UnixAt(path.into());
+        self
+    }
+    pub fn user(mut self, user: &str, group: &str) -> Pool {
+        self.user = user.into();
+        self.group = group.into();
+        self
+    }
+    pub fn max_children(mut self, n: u32) -> Pool {
+        self.max_children = n;
+        self
+    }
+    pub fn max_requests(mut self, n: u32) -> Pool {
+        self.max_requests = n;
+        self
+    }
+    /// A raw TOML line inside the pool table, e.g. `php_admin_value.memory_limit = "96M"`.
+    pub fn line(mut self, l: impl Into<String>) -> Pool {
+        self.lines.push(l.into());
+        self
+    }
+    pub fn lines(mut self, ls: &[&str]) -> Pool {
+        self.lines.extend(ls.iter().map(|l| l.to_string()));
+        self
+    }
+
+    fn address(&self, dir: &Path) -> String {
+        match &self.listen {
+            Listen::Unix => dir.join(format!("{}.sock", self.name)).display().to_string(),
+            Listen::UnixAt(p) => p.display().to_string(),
+            Listen::Tcp(a) => a.clone(),
+        }
+    }
+
+    pub fn toml(&self, dir: &Path, tag: &str) -> String {
+        let mut s = String::new();
+        writeln!(s, "[{}]", self.name).unwrap();
+        writeln!(s, "user = {:?}", self.user).unwrap();
+        writeln!(s, "group = {:?}", self.group).unwrap();
+        writeln!(s, "php_cgi = {:?}", php_cgi_bin().display().to_string()).unwrap();
+        writeln!(s, "listen.address = {:?}", self.address(dir)).unwrap();
+        writeln!(s, "pm.mode = \"static\"").unwrap();
+        writeln!(s, "pm.max_children = {}", self.max_children).unwrap();
+        writeln!(s, "pm.max_requests = {}", self.max_requests).unwrap();
+        writeln!(s, "env.FPMD_TEST_TAG = {tag:?}").unwrap();
+        for l in &self.lines {
+            writeln!(s, "{l}").unwrap();
+        }
+        s
+    }
+}
+
+/// The whole configuration: `[global]` in `fpmd.toml`, pools in `pool.d/`.
+#[derive(Clone, Debug, Default)]
+pub struct FpmdConfig {
+    pub pools: Vec<Pool>,
+    /// (file name in pool.d, full text) written as is.
+    pub raw_pool_files: Vec<(String, String)>,
+    pub global_lines: Vec<String>,
+    /// Extra environment of the fpmd process.
+    pub env: Vec<(String, String)>,
+}
+
+impl FpmdConfig {
+    pub fn new() -> FpmdConfig {
+        FpmdConfig::default()
+    }
+    pub fn pool(mut self, p: Pool) -> FpmdConfig {
+        self.pools.push(p);
+        self
+    }
+    pub fn raw_pool_file(mut self, file_name: &str, text: impl Into<String>) -> FpmdConfig {
+        self.raw_pool_files.push((file_name.to_string(), text.into()));
+        self
+    }
+    pub fn global(mut self, l: impl Into<String>) -> FpmdConfig {
+        self.global_lines.push(l.into());
+        self
+    }
+    pub fn env(mut self, k: &str, v: &str) -> FpmdConfig {
+        self.env.push((k.into(), v.into()));
+        self
+    }
+
+    /// Writes the files; returns the path of `fpmd.toml`.
+    pub fn write(&self, dir: &TestDir) -> PathBuf {
+        let pool_d = dir.join("pool.d");
+        std::fs::create_dir_all(&pool_d).unwrap();
+        let main = dir.join("fpmd.toml");
+        let mut g = String::new();
+        writeln!(g, "[global]").unwrap();
+        writeln!(g, "pid = {:?}", dir.join("fpmd.pid").display().to_string()).unwrap();
+        writeln!(g, "error_log = \"stderr\"").unwrap();
+        writeln!(g, "log_level = \"notice\"").unwrap();
+        writeln!(g, "include = \"pool.d/*.toml\"").unwrap();
+        for l in &self.global_lines {
+            writeln!(g, "{l}").unwrap();
+        }
+        std::fs::write(&main, g).unwrap();
+        for p in &self.pools {
+            std::fs::write(pool_d.join(format!("{}.toml", p.name)), p.toml(dir.path(), &dir.tag())).unwrap();
+        }
+        for (name, text) in &self.raw_pool_files {
+            std::fs::write(pool_d.join(name), text).unwrap();
+        }
+        main
+    }
+}
+
+/// Resolved listen address of a pool, for clients.
+#[derive(Clone, Debug)]
+pub enum Addr {
+    Unix(PathBuf),
+    Tcp(SocketAddr),
+}
+
+impl Addr {
+    fn parse(address: &str) -> Addr {
+        if address.starts_with('/') {
+            return Addr::Unix(address.into());
+        }
+        if let Ok(port) = address.parse::<u16>() {
+            return Addr::Tcp(SocketAddr::from(([127, 0, 0, 1], port)));
+        }
+        Addr::Tcp(
+            address
+                .to_socket_addrs()
+                .unwrap_or_else(|e| panic!("bad address {address}: {e}"))
+                .next()
+                .unwrap(),
+        )
+    }
+
+    /// As nginx wants it in an `upstream` block.
+    pub fn nginx(&self) -> String {
+        match self {
+            Addr::Unix(p) => format!("unix:{}", p.display()),
+            Addr::Tcp(a) => a.to_string(),
+        }
+    }
+
+    pub fn tcp(&self) -> SocketAddr {
+        match self {
+            Addr::Tcp(a) => *a,
+            Addr::Unix(p) => panic!("pool listens on unix socket {}, not TCP", p.display()),
+        }
+    }
+
+    pub fn accepts(&self) -> bool {
+        match self {
+            Addr::Unix(p) => UnixStream::connect(p).is_ok(),
+            Addr::Tcp(a) => TcpStream::connect_timeout(a, Duration::from_millis(500)).is_ok(),
+        }
+    }
+}
+
+pub struct Fpmd {
+    child: Option<Child>,
+    pid: i32,
+    status: Option<ExitStatus>,
+    log_path: PathBuf,
+    tag: String,
+    addrs: Vec<Addr>,
+    pool_names: Vec<String>,
+}
+
+impl Fpmd {
+    /// Writes the config, starts fpmd and waits until every pool's socket accepts.
+    pub fn start(dir: &TestDir, cfg: FpmdConfig) -> Fpmd {
+        let mut f = Fpmd::spawn(dir, &cfg, &[]);
+        f.wait_ready(Duration::from_secs(30));
+        f
+    }
+
+    /// Writes the config and starts `fpmd -c <dir>/fpmd.toml <extra_args>` without waiting.
+    pub fn spawn(dir: &TestDir, cfg: &FpmdConfig, extra_args: &[&str]) -> Fpmd {
+        let conf = cfg.write(dir);
+        let log_path = dir.join("fpmd.log");
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).unwrap();
+        let mut cmd = Command::new(FPMD_BIN);
+        cmd.arg("-c").arg(&conf).args(extra_args);
+        cmd.current_dir(dir.path());
+        cmd.env_remove("RUST_LOG");
+        cmd.env("FPMD_TEST_TAG", dir.tag());
+        for (k, v) in &cfg.env {
+            cmd.env(k, v);
+        }
+        cmd.stdin(Stdio::null()).stdout(log.try_clone().unwrap()).stderr(log);
+        let child = cmd.spawn().unwrap_or_else(|e| panic!("cannot run {FPMD_BIN}: {e}"));
+        let pid = child.id() as i32;
+        let mut addrs = Vec::new();
+        let mut pool_names = Vec::new();
+        for p in &cfg.pools {
+            addrs.push(Addr::parse(&p.address(dir.path())));
+            pool_names.push(p.name.clone());
+        }
+        Fpmd { child: Some(child), pid, status: None, log_path, tag: dir.tag(), addrs, pool_names }
+    }
+
+    pub fn wait_ready(&mut self, timeout: Duration) {
+        let t0 = Instant::now();
+        for a in self.addrs.clone() {
+            loop {
+                if a.accepts() {
+                    break;
+                }
+                if let Some(st) = self.try_wait() {
+                    panic!("fpmd exited ({st}) before listening on {a:?}; its log:\n{}", self.log());
+                }
+                if t0.elapsed() > timeout {
+                    panic!("fpmd does not accept on {a:?} after {timeout:?}; its log:\n{}", self.log());
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    pub fn tag(&self) -> &str {
+        &self.tag
+    }
+
+    /// Listen address of the i-th pool of the builder config.
+    pub fn addr(&self, i: usize) -> Addr {
+        self.addrs[i].clone()
+    }
+
+    /// The i-th pool's address as an nginx upstream server.
+    pub fn upstream(&self, i: usize) -> String {
+        self.addrs[i].nginx()
+    }
+
+    pub fn log(&self) -> String {
+        String::from_utf8_lossy(&std::fs::read(&self.log_path).unwrap_or_default()).into_owned()
+    }
+
+    /// Current length of the log, to read what comes after with `log_since`.
+    pub fn log_len(&self) -> usize {
+        std::fs::metadata(&self.log_path).map(|m| m.len() as usize).unwrap_or(0)
+    }
+
+    pub fn log_since(&self, offset: usize) -> String {
+        let all = std::fs::read(&self.log_path).unwrap_or_default();
+        String::from_utf8_lossy(&all[offset.min(all.len())..]).into_owned()
+    }
+
+    /// Non-empty log lines written after `offset`.
+    pub fn log_lines_since(&self, offset: usize) -> Vec<String> {
+        self.log_since(offset).lines().filter(|l| !l.trim().is_empty()).map(String::from).collect()
+    }
+
+    /// Every php-cgi process below fpmd (children or grandchildren), alive or zombie.
+    pub fn children(&self) -> Vec<ProcInfo> {
+        procs::descendants(self.pid).into_iter().filter(|p| p.is_php_cgi()).collect()
+    }
+
+    /// Live php-cgi processes below fpmd that serve requests (see `procs::workers_among`).
+    pub fn workers(&self) -> Vec<i32> {
+        procs::workers_among(&procs::descendants(self.pid))
+    }
+
+    /// Waits until exactly `n` live workers exist; returns their pids.
+    pub fn wait_workers(&self, n: usize, timeout: Duration) -> Vec<i32> {
+        let mut last = Vec::new();
+        if wait_until(timeout, || {
+            last = self.workers();
+            last.len() == n
+        }) {
+            return last;
+        }
+        panic!(
+            "expected {n} php-cgi workers under fpmd within {timeout:?}, have {}: {}\nfpmd log:\n{}",
+            last.len(),
+            procs::describe(&procs::descendants(self.pid)),
+            self.log()
+        );
+    }
+
+    pub fn signal(&self, sig: Signal) {
+        kill(Pid::from_raw(self.pid), sig).unwrap_or_else(|e| panic!("kill -{sig} {}: {e}", self.pid));
+    }
+
+    pub fn try_wait(&mut self) -> Option<ExitStatus> {
+        if self.status.is_none() {
+            if let Some(c) = self.child.as_mut() {
+                self.status = c.try_wait().unwrap();
+            }
+        }
+        self.status
+    }
+
+    pub fn running(&mut self) -> bool {
+        self.try_wait().is_none()
+    }
+
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let t0 = Instant::now();
+        loop {
+            if let Some(s) = self.try_wait() {
+                return Some(s);
+            }
+            if t0.elapsed() > timeout {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Panics unless fpmd is still running (with its log).
+    pub fn assert_running(&mut self) {
+        if let Some(st) = self.try_wait() {
+            panic!("fpmd exited unexpectedly ({st}); its log:\n{}", self.log());
+        }
+    }
+
+    /// Every live process (php-cgi or other) carrying this test's tag, fpmd included.
+    pub fn tagged(&self) -> Vec<ProcInfo> {
+        procs::tagged(&self.tag)
+    }
+}
+
+/// `exit code N` or `signal N` of a status.
+pub fn describe_status(st: &ExitStatus) -> String {
+    match (st.code(), st.signal()) {
+        (Some(c), _) => format!("exit code {c}"),
+        (None, Some(s)) => format!("signal {s}"),
+        _ => format!("{st}"),
+    }
+}
+
+impl Drop for Fpmd {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            if self.status.is_none() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+        procs::kill_tagged(&self.tag);
+        if std::thread::panicking() {
+            eprintln!("---- fpmd log ({}) ----\n{}", self.log_path.display(), self.log());
+        }
+    }
+}

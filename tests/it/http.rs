@@ -1,0 +1,103 @@
+//! Issue 2, items 1 and 2: requests and responses pass through whole;
+//! statuses and headers set by PHP reach the client; a fatal error looks
+//! exactly as it does under php-fpm.
+
+use crate::harness::fcgi::noise;
+use crate::harness::phpfpm::PhpFpm;
+use crate::harness::*;
+use md5::{Digest, Md5};
+
+fn md5_hex(b: &[u8]) -> String {
+    Md5::digest(b).iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The default pool with PHP's POST limit raised above the biggest body we send.
+fn pool() -> Pool {
+    Pool::www().line(r#"php_admin_value.post_max_size = "128M""#)
+}
+
+#[test]
+fn get_with_query_string() {
+    let s = Stack::start(pool());
+    let r = get(&s.url("/hello.php?name=fpmd&x=a%20b&y="));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.text(), "hello fpmd\nQUERY_STRING=name=fpmd&x=a%20b&y=\n");
+    assert_eq!(r.header("content-type"), Some("text/plain;charset=UTF-8"));
+}
+
+#[test]
+fn post_bodies_arrive_whole() {
+    let s = Stack::start(pool());
+    for (i, len) in [0usize, 1, 65_535, 65_536, 1 << 20, 64 << 20].into_iter().enumerate() {
+        let body = noise(i as u64 + 7, len);
+        let t0 = std::time::Instant::now();
+        let r = post(&s.url("/body.php"), &body);
+        eprintln!("POST {len} bytes: {} in {:?}", r.status, t0.elapsed());
+        assert_eq!(r.status, 200, "POST of {len} bytes: {}", r.text());
+        assert_eq!(r.text(), format!("{len} {}", md5_hex(&body)), "POST of {len} bytes arrived changed");
+    }
+}
+
+#[test]
+fn big_response_arrives_whole() {
+    let s = Stack::start(pool());
+    let r = get(&s.url("/big.php?mb=5"));
+    assert_eq!(r.status, 200);
+    // big.php: line i is 1023 times chr(97 + i % 26), then "\n".
+    let mut expected = Vec::with_capacity(5 << 20);
+    for i in 0..5 * 1024 {
+        expected.extend(std::iter::repeat(b'a' + (i % 26) as u8).take(1023));
+        expected.push(b'\n');
+    }
+    assert_eq!(r.body.len(), expected.len(), "5 MiB response length");
+    assert!(r.body == expected, "5 MiB response content differs (md5 {} vs {})", md5_hex(&r.body), md5_hex(&expected));
+}
+
+#[test]
+fn status_from_php_passes_through() {
+    let s = Stack::start(pool());
+    let r = get(&s.url("/status404.php"));
+    assert_eq!(r.status, 404);
+    assert_eq!(r.text(), "nothing here\n");
+    assert_eq!(r.header("x-fpmd-test"), Some("yes"));
+}
+
+#[test]
+fn redirect_keeps_location() {
+    let s = Stack::start(pool());
+    let r = get(&s.url("/redirect.php"));
+    assert_eq!(r.status, 302);
+    assert_eq!(r.header("location"), Some("/hello.php?name=redirected"));
+}
+
+#[test]
+fn several_set_cookie_headers() {
+    let s = Stack::start(pool());
+    let r = get(&s.url("/cookies.php"));
+    assert_eq!(r.status, 200);
+    let cookies = r.headers_all("set-cookie");
+    assert_eq!(cookies.len(), 3, "Set-Cookie headers: {cookies:?}");
+    assert_eq!(cookies[0], "a=1");
+    assert!(cookies[1].starts_with("b=2; path=/x") && cookies[1].contains("HttpOnly"), "{}", cookies[1]);
+    assert_eq!(cookies[2], "c=3");
+}
+
+#[test]
+fn fatal_error_looks_like_php_fpm() {
+    let s = Stack::start(pool());
+    let fpm = PhpFpm::start(&s.dir);
+    let fpm_nginx = Nginx::start(&s.dir, NginxOpts::default().upstream(fpm.upstream()).name("nginx-php-fpm"));
+
+    let ours = get(&s.url("/fatal.php"));
+    let theirs = get(&fpm_nginx.url("/fatal.php"));
+    eprintln!("fpmd: {} {:?}; php-fpm: {} {:?}", ours.status, ours.text(), theirs.status, theirs.text());
+    assert_eq!(theirs.status, 500, "php-fpm itself: {}", fpm.log());
+    assert_eq!(ours.status, theirs.status, "status differs from php-fpm's");
+    assert_eq!(ours.text(), theirs.text(), "body differs from php-fpm's");
+    assert_eq!(ours.header("content-type"), theirs.header("content-type"));
+    // The message reaches nginx as FastCGI STDERR, as with php-fpm.
+    wait_for(std::time::Duration::from_secs(5), "nginx logs the PHP fatal error", || {
+        let l = s.nginx.error_log();
+        l.contains("FastCGI sent in stderr") && l.contains("fpmd_this_function_does_not_exist")
+    });
+}

@@ -1,0 +1,15 @@
+//! Integration tests: real nginx → fpmd → real php-cgi, each test in its own
+//! temporary directory with its own ports (see `harness`). Run with
+//! `cargo test --test it`; `make test` installs php-cgi, php-fpm, nginx and
+//! dokuwiki first.
+
+mod harness;
+
+mod bad_fastcgi;
+mod children;
+mod config_errors;
+mod dokuwiki;
+mod http;
+mod listen;
+mod pool_settings;
+mod signals;

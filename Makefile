@@ -14,8 +14,29 @@ build:
 demo: deps build
 	scripts/demo.sh
 
+# The integration tests run once per spawn strategy (pm.spawn).
 test: deps
-	cargo test --release -- --test-threads=2
+	cargo test
+	FPMD_TEST_SPAWN=exec cargo test --test it
 
 clean:
 	cargo clean
+
+# The comparison with php-fpm (bench/README.md); both need root (pools run as www-data).
+#   make bench        full run: markdown table on stdout, bench/results/latest.json and .png
+#                     (more options: make bench BENCH_ARGS="--fpmd-variants exec,prefork")
+#   make bench-smoke  1 round of 1 s per workload into a temp dir, which is removed when it
+#                     passes: proves the bench still works (the test suite runs it); < 1 min
+.PHONY: bench-deps bench-smoke
+BENCH_ARGS ?=
+
+bench-deps:
+	scripts/deps.sh wrk python3-matplotlib
+
+bench: bench-deps build
+	/usr/bin/python3 bench/bench.py --chart bench/results/latest.png $(BENCH_ARGS)
+
+bench-smoke: bench-deps build
+	@d=$$(mktemp -d /tmp/fpmd-bench-smoke.XXXXXX); \
+	if /usr/bin/python3 bench/bench.py --smoke --out $$d/smoke.json --chart $$d/smoke.png $(BENCH_ARGS); \
+	then rm -rf $$d; else echo "bench-smoke FAILED (result and chart kept in $$d)" >&2; exit 1; fi

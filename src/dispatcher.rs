@@ -32,9 +32,9 @@ const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 /// before the connection is judged broken (with `FCGI_MPXS_CONNS` = 0 a
 /// web server sends nothing then).
 const MAX_IN_FLIGHT_EXTRA: usize = 64 * 1024;
-/// Attempts to hand a request to a child whose connection turns out to be
-/// dead before the request was written.
-const DISPATCH_ATTEMPTS: usize = 3;
+/// Attempts, on top of one per child, to hand a request to a child whose
+/// connection turns out to be dead before the request was written.
+const DISPATCH_ATTEMPTS: usize = 2;
 
 /// Why a web-server connection was closed by fpmd.
 #[derive(Debug, thiserror::Error)]
@@ -262,13 +262,16 @@ impl ClientConn {
         R: AsyncRead + Unpin,
         W: AsyncWrite + Unpin,
     {
-        for _ in 0..DISPATCH_ATTEMPTS {
+        let attempts = DISPATCH_ATTEMPTS + pool.config.pm.max_children as usize;
+        for _ in 0..attempts {
             let acquired = tokio::select! {
                 a = pool.acquire() => a,
                 gone = watch_eof(reader, &mut self.buf) => {
                     // Never dispatch a request whose web server already left.
-                    let state = if gone? { "closed" } else { "sent too much" };
-                    debug!(pool = %pool.config.name, "request id {}: client {state} while queued; not dispatched", req.id);
+                    if gone? {
+                        info!(pool = %pool.config.name, uri = %req.param("REQUEST_URI"),
+                            "request id {}: the web server closed the connection while the request waited for a child; not dispatched", req.id);
+                    }
                     return Ok(false);
                 }
             };
@@ -286,6 +289,12 @@ impl ClientConn {
                     return Ok(false);
                 }
             };
+            if !worker.conn_is_alive() {
+                info!(pool = %pool.config.name, pid = worker.log_pid(),
+                    "child closed its idle connection (it exited or was killed); giving the request to another child");
+                pool.discard(worker);
+                continue;
+            }
             let conn = match worker.connect().await {
                 Ok(c) => c,
                 Err(e) => {
@@ -342,7 +351,7 @@ impl ClientConn {
             self.flush_replies(writer).await?;
             return Ok(keep && req.keep_conn && outcome.stdin_complete);
         }
-        warn!(pool = %pool.config.name, "request id {}: no child could take it after {DISPATCH_ATTEMPTS} tries: answering 503", req.id);
+        warn!(pool = %pool.config.name, "request id {}: no child could take it after {attempts} tries: answering 503", req.id);
         self.refuse(writer, &req, "503 Service Unavailable", "no PHP process could take the request").await?;
         Ok(false)
     }
@@ -383,6 +392,10 @@ impl ClientConn {
         R: AsyncRead + Unpin,
         W: AsyncWrite + Unpin,
     {
+        // Prefork: which child took this connection is learned while the
+        // request runs, so that logs and kills name the right pid.
+        let probe = worker.pid_probe();
+        let mut learned = None;
         let ChildConn { reader: child_r, writer: child_w, buf: child_buf } = worker.conn.as_mut().expect("connected");
         let id = req.id;
         let buf = &mut self.buf;
@@ -507,15 +520,30 @@ impl ClientConn {
             };
             (end, sent_any, client_gone)
         };
-        tokio::pin!(up);
-        tokio::pin!(down);
-        let mut up_end: Option<(UpEnd, bool)> = None;
-        let (child, sent_any, client_gone) = loop {
-            tokio::select! {
-                r = &mut up, if up_end.is_none() => up_end = Some(r),
-                d = &mut down => break d,
-            }
+        let (child, sent_any, client_gone, up_end) = {
+            tokio::pin!(up);
+            tokio::pin!(down);
+            let mut up_end: Option<(UpEnd, bool)> = None;
+            let mut probe_delay = Duration::from_millis(1);
+            let probe_timer = tokio::time::sleep(probe_delay);
+            tokio::pin!(probe_timer);
+            let (child, sent_any, client_gone) = loop {
+                tokio::select! {
+                    r = &mut up, if up_end.is_none() => up_end = Some(r),
+                    d = &mut down => break d,
+                    _ = &mut probe_timer, if probe.is_some() && learned.is_none() => {
+                        let (fd, parent) = probe.expect("guarded");
+                        learned = crate::peer::child_on_connection(fd, parent);
+                        probe_delay = (probe_delay * 2).min(Duration::from_millis(200));
+                        probe_timer.as_mut().reset(tokio::time::Instant::now() + probe_delay);
+                    }
+                }
+            };
+            (child, sent_any, client_gone, up_end)
         };
+        if let Some(pid) = learned {
+            worker.set_pid(pid);
+        }
         // The response is complete. While the upstream pump still runs with
         // STDIN unfinished, the child answered before reading all of it: the
         // connection may hold half a record, so it is not reused.

@@ -57,7 +57,9 @@ pub struct ChildSpec {
 #[derive(Debug)]
 pub struct Spawned {
     pub pid: i32,
-    /// Read end of the pipe that is the child's fd 1 and fd 2.
+    /// fpmd's end of the unix stream socket that is the child's fd 1 and
+    /// fd 2 (and its pre-forked children's), with `SO_PASSCRED` set: each
+    /// read tells which process wrote (see [`read_output`]).
     pub output: OwnedFd,
 }
 
@@ -121,7 +123,16 @@ fn bind_endpoint(spec: &ChildSpec) -> io::Result<OwnedFd> {
 
 fn spawn_child(spec: &ChildSpec) -> io::Result<Spawned> {
     let listener = bind_endpoint(spec)?;
-    let (out_r, out_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let (out_r, out_w) = nix::sys::socket::socketpair(
+        nix::sys::socket::AddressFamily::Unix,
+        nix::sys::socket::SockType::Stream,
+        None,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC | nix::sys::socket::SockFlag::SOCK_NONBLOCK,
+    )?;
+    nix::sys::socket::setsockopt(&out_r, nix::sys::socket::sockopt::PassCred, &true)?;
+    // The child's end blocks, as a pipe would.
+    nix::fcntl::fcntl(std::os::fd::AsRawFd::as_raw_fd(&out_w), nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()))?;
+    let _ = nix::sys::socket::shutdown(std::os::fd::AsRawFd::as_raw_fd(&out_r), nix::sys::socket::Shutdown::Write);
     let out_w2 = out_w.try_clone()?;
 
     let mut cmd = Command::new(&spec.program);
@@ -173,4 +184,20 @@ fn spawn_child(spec: &ChildSpec) -> io::Result<Spawned> {
     // The reaper waits for the pid; std's Child is never waited on.
     drop(child);
     Ok(Spawned { pid, output: out_r })
+}
+
+/// Reads what children wrote on their stdout/stderr socket: the bytes and
+/// the pid of the process that wrote them (from `SCM_CREDENTIALS`; the
+/// kernel never merges two writers' bytes into one read). `Ok((0, _))`:
+/// every writer has closed it. Errors: `WouldBlock` when nothing is there.
+pub fn read_output(fd: std::os::fd::RawFd, buf: &mut [u8]) -> io::Result<(usize, Option<i32>)> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    let mut iov = [std::io::IoSliceMut::new(buf)];
+    let mut space = nix::cmsg_space!(libc::ucred);
+    let msg = recvmsg::<()>(fd, &mut iov, Some(&mut space), MsgFlags::MSG_DONTWAIT)?;
+    let pid = msg.cmsgs()?.find_map(|c| match c {
+        ControlMessageOwned::ScmCredentials(cred) => Some(cred.pid()),
+        _ => None,
+    });
+    Ok((msg.bytes, pid))
 }

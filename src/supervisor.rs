@@ -105,6 +105,32 @@ impl Worker {
         self.served = 0;
     }
 
+    /// False when the kept connection is known to be dead: the child closed
+    /// it (exited, was killed) while idle. One non-blocking peek.
+    pub fn conn_is_alive(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        let Some(conn) = &self.conn else { return true };
+        let fd = conn.reader.as_ref().as_raw_fd();
+        let mut byte = [0u8; 1];
+        let flags = nix::sys::socket::MsgFlags::MSG_PEEK | nix::sys::socket::MsgFlags::MSG_DONTWAIT;
+        matches!(nix::sys::socket::recv(fd, &mut byte, flags), Err(nix::errno::Errno::EAGAIN))
+    }
+
+    /// Prefork, pid not yet known: the connection's fd and the parent's pid
+    /// to look the child up with [`crate::peer::child_on_connection`].
+    pub fn pid_probe(&self) -> Option<(std::os::fd::RawFd, i32)> {
+        use std::os::fd::AsRawFd;
+        if !self.prefork || self.pid.is_some() {
+            return None;
+        }
+        self.conn.as_ref().map(|c| (c.writer.as_ref().as_raw_fd(), self.generation))
+    }
+
+    /// Records the pid learned by a probe.
+    pub fn set_pid(&mut self, pid: i32) {
+        self.pid = Some(pid);
+    }
+
     /// For logs: the child's pid, or the parent's while it is unknown.
     pub fn log_pid(&self) -> i32 {
         self.pid.unwrap_or(self.generation)
@@ -571,24 +597,58 @@ pub fn child_spec(config: &PoolConfig, endpoint: PathBuf) -> ChildSpec {
 }
 
 /// Logs what a child writes to its stdout/stderr outside FastCGI, a line at
-/// a time, with pool and pid (php-fpm's `catch_workers_output`).
-fn forward_output(pool: String, pid: i32, fd: std::os::fd::OwnedFd) {
-    use tokio::io::AsyncBufReadExt;
-    let rx = match tokio::net::unix::pipe::Receiver::from_owned_fd(fd) {
-        Ok(rx) => rx,
+/// a time, with pool and the pid of the process that wrote it (php-fpm's
+/// `catch_workers_output`). `spawned` is the pid fpmd started (named when
+/// the writer cannot be told).
+fn forward_output(pool: String, spawned: i32, fd: std::os::fd::OwnedFd) {
+    use std::os::fd::AsRawFd;
+    let fd = match tokio::net::UnixStream::from_std(std::os::unix::net::UnixStream::from(fd)) {
+        Ok(fd) => fd,
         Err(e) => {
-            warn!(pool = %pool, pid, "cannot read the child's output: {e}");
+            warn!(pool = %pool, pid = spawned, "cannot read the child's output: {e}");
             return;
         }
     };
     tokio::spawn(async move {
-        let mut lines = tokio::io::BufReader::new(rx).split(b'\n');
-        while let Ok(Some(line)) = lines.next_segment().await {
-            let text = String::from_utf8_lossy(&line);
+        const MAX_LINE: usize = 4096;
+        let mut partial: HashMap<i32, Vec<u8>> = HashMap::new();
+        let mut buf = vec![0u8; 8192];
+        let emit = |pid: i32, line: &[u8]| {
+            let text = String::from_utf8_lossy(line);
             let text = text.trim_end();
             if !text.is_empty() {
                 warn!(pool = %pool, pid, "child said into stderr: \"{text}\"");
             }
+        };
+        loop {
+            if fd.readable().await.is_err() {
+                break;
+            }
+            let (n, writer) = match fd.try_io(tokio::io::Interest::READABLE, || crate::spawn::read_output(fd.as_raw_fd(), &mut buf)) {
+                Ok(r) => r,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(_) => break,
+            };
+            if n == 0 {
+                break;
+            }
+            let pid = writer.unwrap_or(spawned);
+            let pending = partial.entry(pid).or_default();
+            pending.extend_from_slice(&buf[..n]);
+            while let Some(end) = pending.iter().position(|b| *b == b'\n') {
+                emit(pid, &pending[..end]);
+                pending.drain(..=end);
+            }
+            if pending.len() > MAX_LINE {
+                emit(pid, pending);
+                pending.clear();
+            }
+            if pending.is_empty() {
+                partial.remove(&pid);
+            }
+        }
+        for (pid, rest) in partial {
+            emit(pid, &rest);
         }
     });
 }

@@ -146,6 +146,11 @@ fn child_killed_while_idle_costs_nothing() {
         // the next request would go to it.
         let victim = pid_of(&get(&s.url("/pid.php")).text());
         kill(Pid::from_raw(victim), Signal::SIGKILL).unwrap();
+        // "Killed while idle": the child is dead before the next request
+        // arrives. (A request racing the kill by microseconds meets a child
+        // that has not died yet; fpmd cannot tell that case from a child
+        // killed mid-request, and answers 502 for it.)
+        wait_for(Duration::from_secs(5), "the killed child to be gone", || !procs::alive(victim));
         for i in 0..10 {
             let r = get(&s.url("/pid.php"));
             assert_eq!(r.status, 200, "round {round}, request {i} after killing idle child {victim}: {}", r.text());

@@ -102,6 +102,12 @@ impl Pool {
         writeln!(s, "pm.mode = \"static\"").unwrap();
         writeln!(s, "pm.max_children = {}", self.max_children).unwrap();
         writeln!(s, "pm.max_requests = {}", self.max_requests).unwrap();
+        // `make test` runs the suite once per spawn strategy.
+        if let Ok(spawn) = std::env::var("FPMD_TEST_SPAWN") {
+            if !spawn.is_empty() {
+                writeln!(s, "pm.spawn = {spawn:?}").unwrap();
+            }
+        }
         writeln!(s, "env.FPMD_TEST_TAG = {tag:?}").unwrap();
         for l in &self.lines {
             writeln!(s, "{l}").unwrap();

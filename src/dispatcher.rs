@@ -88,10 +88,10 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let mut conn = ClientConn { buf: BytesMut::with_capacity(16 * 1024), replies: Vec::new() };
+    let mut conn = ClientConn { buf: BytesMut::with_capacity(16 * 1024), replies: Vec::new(), spare: (Vec::new(), Vec::new()) };
     let name = pool.config.name.clone();
     loop {
-        let req = match conn.read_request(&mut reader, &mut writer, &mut shutdown).await {
+        let mut req = match conn.read_request(&mut reader, &mut writer, &mut shutdown).await {
             Ok(Some(req)) => req,
             Ok(None) => return,
             Err(e) => {
@@ -99,7 +99,10 @@ where
                 return;
             }
         };
-        match conn.dispatch(&pool, &mut reader, &mut writer, req).await {
+        let result = conn.dispatch(&pool, &mut reader, &mut writer, &mut req).await;
+        // The request's buffers serve the next request on this connection.
+        conn.spare = (std::mem::take(&mut req.head), std::mem::take(&mut req.params));
+        match result {
             Ok(true) => {}
             Ok(false) => {
                 let _ = writer.shutdown().await;
@@ -119,6 +122,8 @@ struct ClientConn {
     /// Management replies (GET_VALUES_RESULT, UNKNOWN_TYPE) owed to the web
     /// server, written at the next chance.
     replies: Vec<u8>,
+    /// Buffers of the previous request (head, params), reused.
+    spare: (Vec<u8>, Vec<u8>),
 }
 
 enum HeadState {
@@ -146,7 +151,10 @@ impl ClientConn {
         W: AsyncWrite + Unpin,
     {
         let mut state = HeadState::Idle;
-        let mut req = Request { id: 0, keep_conn: false, stdin_done: false, head: Vec::new(), params: Vec::new() };
+        let (mut head, mut params) = std::mem::take(&mut self.spare);
+        head.clear();
+        params.clear();
+        let mut req = Request { id: 0, keep_conn: false, stdin_done: false, head, params };
         let mut deadline = None;
         loop {
             while let Some(rec) = fastcgi::decode_record(&self.buf)? {
@@ -211,7 +219,11 @@ impl ClientConn {
                             return Ok(None);
                         }
                         state = HeadState::Idle;
-                        req = Request { id: 0, keep_conn: false, stdin_done: false, head: Vec::new(), params: Vec::new() };
+                        req.id = 0;
+                        req.keep_conn = false;
+                        req.stdin_done = false;
+                        req.head.clear();
+                        req.params.clear();
                         continue;
                     }
                     (_, None) => return Err(ClientError::UnknownType { kind: rec.header.kind, id }),
@@ -257,7 +269,7 @@ impl ClientConn {
 
     /// Gets a child for `req` and runs the exchange. `Ok(true)`: the
     /// connection may carry another request.
-    async fn dispatch<R, W>(&mut self, pool: &Pool, reader: &mut R, writer: &mut W, mut req: Request) -> Result<bool, ClientError>
+    async fn dispatch<R, W>(&mut self, pool: &Pool, reader: &mut R, writer: &mut W, req: &mut Request) -> Result<bool, ClientError>
     where
         R: AsyncRead + Unpin,
         W: AsyncWrite + Unpin,
@@ -280,12 +292,12 @@ impl ClientConn {
                 Acquired::QueueFull => {
                     warn!(pool = %pool.config.name, uri = %req.param("REQUEST_URI"),
                         "request queue full (listen.backlog = {}): answering 503", pool.config.listen.backlog);
-                    self.refuse(writer, &req, "503 Service Unavailable", "the server is overloaded; retry later").await?;
-                    self.skip_rest_of_stdin(&mut req);
+                    self.refuse(writer, req, "503 Service Unavailable", "the server is overloaded; retry later").await?;
+                    self.skip_rest_of_stdin(req);
                     return Ok(req.keep_conn && req.stdin_done);
                 }
                 Acquired::Closed => {
-                    self.refuse(writer, &req, "503 Service Unavailable", "the server is stopping").await?;
+                    self.refuse(writer, req, "503 Service Unavailable", "the server is stopping").await?;
                     return Ok(false);
                 }
             };
@@ -309,7 +321,7 @@ impl ClientConn {
                 continue;
             }
             let started = Instant::now();
-            let outcome = self.exchange(&mut worker, reader, writer, &req).await;
+            let outcome = self.exchange(&mut worker, reader, writer, req).await;
             let pid = worker.log_pid();
             let name = &pool.config.name;
             let keep = match outcome.child {
@@ -337,7 +349,7 @@ impl ClientConn {
             };
             if !keep && !outcome.sent_any && !outcome.client_gone {
                 // Nothing reached the web server yet: give it a real answer.
-                self.refuse(writer, &req, "502 Bad Gateway", "the PHP process serving this request died").await?;
+                self.refuse(writer, req, "502 Bad Gateway", "the PHP process serving this request died").await?;
                 return Ok(req.keep_conn && outcome.stdin_complete && outcome.client_error.is_none());
             }
             if let Some(e) = outcome.client_error {
@@ -352,7 +364,7 @@ impl ClientConn {
             return Ok(keep && req.keep_conn && outcome.stdin_complete);
         }
         warn!(pool = %pool.config.name, "request id {}: no child could take it after {attempts} tries: answering 503", req.id);
-        self.refuse(writer, &req, "503 Service Unavailable", "no PHP process could take the request").await?;
+        self.refuse(writer, req, "503 Service Unavailable", "no PHP process could take the request").await?;
         Ok(false)
     }
 

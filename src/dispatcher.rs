@@ -94,6 +94,11 @@ where
         let mut req = match conn.read_request(&mut reader, &mut writer, &mut shutdown).await {
             Ok(Some(req)) => req,
             Ok(None) => return,
+            Err(ClientError::Io(e)) if matches!(e.kind(), io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe) => {
+                // The web server gave up on the connection (its client left).
+                info!(pool = %name, peer = %peer, "web server reset the connection: {e}");
+                return;
+            }
             Err(e) => {
                 warn!(pool = %name, peer = %peer, "closing FastCGI connection: {e}");
                 return;
@@ -301,12 +306,6 @@ impl ClientConn {
                     return Ok(false);
                 }
             };
-            if !worker.conn_is_alive() {
-                info!(pool = %pool.config.name, pid = worker.log_pid(),
-                    "child closed its idle connection (it exited or was killed); giving the request to another child");
-                pool.discard(worker);
-                continue;
-            }
             let conn = match worker.connect().await {
                 Ok(c) => c,
                 Err(e) => {
@@ -315,8 +314,12 @@ impl ClientConn {
                     continue;
                 }
             };
+            // A child that died while idle has closed its end: the write
+            // fails at once (EPIPE) and nothing ran, so another child may
+            // take the request.
             if let Err(e) = conn.writer.write_all(&req.head).await {
-                debug!(pool = %pool.config.name, pid = worker.log_pid(), "child connection is dead ({e}); trying another");
+                info!(pool = %pool.config.name, pid = worker.log_pid(),
+                    "child closed its idle connection ({e}: it exited or was killed); giving the request to another child");
                 pool.discard(worker);
                 continue;
             }

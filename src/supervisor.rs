@@ -105,17 +105,6 @@ impl Worker {
         self.served = 0;
     }
 
-    /// False when the kept connection is known to be dead: the child closed
-    /// it (exited, was killed) while idle. One non-blocking peek.
-    pub fn conn_is_alive(&self) -> bool {
-        use std::os::fd::AsRawFd;
-        let Some(conn) = &self.conn else { return true };
-        let fd = conn.reader.as_ref().as_raw_fd();
-        let mut byte = [0u8; 1];
-        let flags = nix::sys::socket::MsgFlags::MSG_PEEK | nix::sys::socket::MsgFlags::MSG_DONTWAIT;
-        matches!(nix::sys::socket::recv(fd, &mut byte, flags), Err(nix::errno::Errno::EAGAIN))
-    }
-
     /// Prefork, pid not yet known: the connection's fd and the parent's pid
     /// to look the child up with [`crate::peer::child_on_connection`].
     pub fn pid_probe(&self) -> Option<(std::os::fd::RawFd, i32)> {
@@ -194,12 +183,15 @@ impl Pool {
             }
             let (tx, rx) = oneshot::channel();
             d.waiters.push_back(tx);
-            rx
+            Waiting { pool: self, rx: Some(rx) }
         };
-        match rx.await {
+        let mut waiting = rx;
+        let result = match waiting.rx.as_mut().expect("set").await {
             Ok(w) => Acquired::Worker(w),
             Err(_) => Acquired::Closed,
-        }
+        };
+        waiting.rx = None;
+        result
     }
 
     /// Gives a child back after a complete exchange (its END_REQUEST was
@@ -272,6 +264,25 @@ impl Pool {
         d.closed = true;
         d.waiters.clear();
         d.idle.clear();
+    }
+}
+
+/// A request's place in the queue. Dropped while a child is on its way to
+/// it (the web server left, in the same instant a child was handed over),
+/// it gives the child back instead of losing it.
+struct Waiting<'a> {
+    pool: &'a Pool,
+    rx: Option<oneshot::Receiver<Worker>>,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        if let Some(mut rx) = self.rx.take() {
+            rx.close();
+            if let Ok(w) = rx.try_recv() {
+                self.pool.offer(w);
+            }
+        }
     }
 }
 

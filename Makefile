@@ -14,10 +14,12 @@ build:
 demo: deps build
 	scripts/demo.sh
 
-# The integration tests run once per spawn strategy (pm.spawn).
+# The integration tests run once per spawn strategy (pm.spawn); then a
+# one-round smoke run of the benchmark, so that it cannot rot.
 test: deps
 	cargo test
 	FPMD_TEST_SPAWN=exec cargo test --test it
+	$(MAKE) bench-smoke
 
 clean:
 	cargo clean

@@ -14,6 +14,7 @@ port=8080
 while (echo >"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do port=$((port + 1)); done
 sock=$(sed -n 's/^listen.address *= *"\(.*\)"/\1/p' pool.d/www.toml)
 mkdir -p "$run"/{body,fastcgi,proxy,uwsgi,scgi}
+mkdir -p "$(dirname "$sock")"   # fpmd does not create the socket's directory
 cat >"$run/nginx.conf" <<NGINX
 daemon off;
 master_process off;

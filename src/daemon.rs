@@ -30,7 +30,13 @@ pub struct Prepared {
 /// cannot be bound (in use, permission); sockets bound before it are closed.
 pub fn prepare(config: Config) -> Result<Prepared, BindError> {
     let mut bound = Vec::with_capacity(config.pools.len());
-    for pool in &config.pools {
+    for (i, pool) in config.pools.iter().enumerate() {
+        if let Some(other) = config.pools[..i].iter().find(|p| p.listen.address == pool.listen.address) {
+            return Err(BindError::InUse {
+                address: pool.listen.address.to_string(),
+                detail: format!(": pools '{}' and '{}' both listen on it", other.name, pool.name),
+            });
+        }
         bound.push(listener::bind(pool)?);
     }
     Ok(Prepared { config, bound })

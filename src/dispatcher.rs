@@ -91,7 +91,7 @@ where
     let mut conn = ClientConn { buf: BytesMut::with_capacity(16 * 1024), replies: Vec::new(), spare: (Vec::new(), Vec::new()) };
     let name = pool.config.name.clone();
     loop {
-        let mut req = match conn.read_request(&mut reader, &mut writer, &mut shutdown).await {
+        let mut req = match conn.read_request(&name, &mut reader, &mut writer, &mut shutdown).await {
             Ok(Some(req)) => req,
             Ok(None) => return,
             Err(ClientError::Io(e)) if matches!(e.kind(), io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe) => {
@@ -150,7 +150,7 @@ impl HeadState {
 impl ClientConn {
     /// Reads records until a request is ready to dispatch. `Ok(None)`: the
     /// connection closed (or fpmd is stopping) between requests.
-    async fn read_request<R, W>(&mut self, reader: &mut R, writer: &mut W, shutdown: &mut watch::Receiver<bool>) -> Result<Option<Request>, ClientError>
+    async fn read_request<R, W>(&mut self, pool: &str, reader: &mut R, writer: &mut W, shutdown: &mut watch::Receiver<bool>) -> Result<Option<Request>, ClientError>
     where
         R: AsyncRead + Unpin,
         W: AsyncWrite + Unpin,
@@ -161,6 +161,7 @@ impl ClientConn {
         params.clear();
         let mut req = Request { id: 0, keep_conn: false, stdin_done: false, head, params };
         let mut deadline = None;
+        let mut rejected: Option<u16> = None;
         loop {
             while let Some(rec) = fastcgi::decode_record(&self.buf)? {
                 let len = rec.header.record_len();
@@ -174,6 +175,14 @@ impl ClientConn {
                     self.buf.advance(len);
                     continue;
                 }
+                if rejected == Some(id) && matches!(kind, Some(RecordType::Params | RecordType::Stdin | RecordType::Data)) {
+                    // The rest of a request refused for its role.
+                    if kind == Some(RecordType::Stdin) && rec.content.is_empty() {
+                        rejected = None;
+                    }
+                    self.buf.advance(len);
+                    continue;
+                }
                 match (&state, kind) {
                     (HeadState::Idle, Some(RecordType::BeginRequest)) => {
                         let begin = BeginRequest::decode(rec.content)?;
@@ -181,7 +190,8 @@ impl ClientConn {
                             // FCGI spec 5.5: reject the role, keep the connection.
                             let end = EndRequest { app_status: 0, protocol_status: ProtocolStatus::UnknownRole as u8 };
                             fastcgi::encode_end_request(&mut self.replies, id, end);
-                            info!("rejecting request id {id}: role {} is not RESPONDER", begin.role);
+                            info!(pool = %pool, "rejecting request id {id}: role {} is not RESPONDER (FCGI_UNKNOWN_ROLE)", begin.role);
+                            rejected = Some(id);
                             self.buf.advance(len);
                             continue;
                         }

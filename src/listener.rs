@@ -83,16 +83,21 @@ pub fn bind(pool: &PoolConfig) -> Result<Bound, BindError> {
         ListenAddress::Unix(path) => {
             let addr_for_err = address.clone();
             let err = io_err(&addr_for_err);
-            if path.exists() {
+            if let Ok(meta) = std::fs::symlink_metadata(path) {
+                use std::os::unix::fs::FileTypeExt;
+                if !meta.file_type().is_socket() {
+                    // Never delete what is not a socket (a typo in the path
+                    // must not cost a file).
+                    return Err(BindError::Io {
+                        address: address.to_string(),
+                        source: io::Error::new(io::ErrorKind::AlreadyExists, "the path exists and is not a socket"),
+                    });
+                }
                 if std::os::unix::net::UnixStream::connect(path).is_ok() {
                     return Err(BindError::InUse { address: address.to_string(), detail: ": another process accepts connections on it".into() });
                 }
+                // A stale socket left by a process that is gone.
                 std::fs::remove_file(path).map_err(&err)?;
-            }
-            if let Some(dir) = path.parent() {
-                if !dir.as_os_str().is_empty() && !dir.exists() {
-                    std::fs::create_dir_all(dir).map_err(&err)?;
-                }
             }
             let socket = Socket::new(Domain::UNIX, Type::STREAM, None).map_err(&err)?;
             socket.bind(&SockAddr::unix(path).map_err(&err)?).map_err(&err)?;

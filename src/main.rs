@@ -10,15 +10,23 @@ use fpmd::{config, control, daemon, log, EXIT_CONFIG};
 /// FastCGI process manager for PHP: runs stock php-cgi children behind
 /// nginx or Apache, configured with php-fpm's directive names.
 #[derive(Parser, Debug)]
-#[command(name = "fpmd", version, about)]
+#[command(name = "fpmd", version, about, disable_version_flag = true)]
 struct Cli {
     /// Configuration file (default: ./fpmd.toml, then /etc/fpmd/fpmd.toml).
-    #[arg(short = 'c', long = "config", value_name = "FILE")]
+    /// `-y`/`--fpm-config` is accepted too, as php-fpm spells it.
+    #[arg(short = 'c', long = "config", value_name = "FILE", visible_short_alias = 'y', visible_alias = "fpm-config")]
     config: Option<PathBuf>,
     /// Test the configuration, print the effective configuration, and exit
-    /// (0 when valid, 78 when not).
-    #[arg(short = 't', long = "test")]
-    test: bool,
+    /// (0 when valid, 78 when not). Given twice (`-tt`, as php-fpm), the same.
+    #[arg(short = 't', long = "test", action = clap::ArgAction::Count)]
+    test: u8,
+    /// Stay in the foreground: accepted for php-fpm compatibility; fpmd
+    /// always runs in the foreground (use systemd or another supervisor).
+    #[arg(short = 'F', long = "nodaemonize")]
+    _foreground: bool,
+    /// Print the version and exit.
+    #[arg(short = 'v', short_alias = 'V', long = "version", action = clap::ArgAction::Version)]
+    version: (),
 }
 
 fn main() -> ExitCode {
@@ -34,7 +42,7 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    if cli.test {
+    if cli.test > 0 {
         print!("{}", config.to_toml());
         eprintln!("fpmd: configuration file {} test is successful", path.display());
         return ExitCode::SUCCESS;
@@ -42,7 +50,11 @@ fn main() -> ExitCode {
     let log = match log::init(&config.global.error_log, &config.global.log_level) {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("fpmd: cannot open error_log: {e}");
+            let path = match &config.global.error_log {
+                config::LogTarget::File(p) => p.display().to_string(),
+                config::LogTarget::Stderr => "stderr".into(),
+            };
+            eprintln!("fpmd: {}: key 'global.error_log': cannot open {path}: {e}", config.file.display());
             return ExitCode::from(EXIT_CONFIG);
         }
     };

@@ -292,7 +292,8 @@ pub enum StopMode {
     /// No request is in flight any more: SIGTERM every child (idle php-cgi
     /// exits at once), SIGKILL after a grace period.
     Graceful,
-    /// SIGTERM, then SIGKILL after one second.
+    /// SIGKILL every child at once (in-flight requests are cut, as with
+    /// php-fpm's fast stop).
     Fast,
 }
 
@@ -383,7 +384,8 @@ impl Supervisor {
     }
 
     async fn run(mut self, mut events: mpsc::UnboundedReceiver<Event>, mut stop: watch::Receiver<Option<StopMode>>) {
-        info!(pool = %self.name(), "starting {} children (pm = static)", self.pool.config.pm.max_children);
+        info!(pool = %self.name(), "starting {} children (pm.mode = static, pm.spawn = {})",
+            self.pool.config.pm.max_children, self.pool.config.pm.spawn.as_str());
         self.fill().await;
         loop {
             if let Some((_, deadline)) = self.stopping {
@@ -427,7 +429,20 @@ impl Supervisor {
         self.stopping = Some((mode, tokio::time::Instant::now() + grace));
         for (pid, c) in self.children.iter_mut() {
             c.expected_exit = true;
-            let _ = kill(Pid::from_raw(*pid), Signal::SIGTERM);
+            match mode {
+                // Every child is idle by now: php-cgi exits at once on
+                // SIGTERM (a pre-fork parent passes it to its group).
+                StopMode::Graceful => {
+                    let _ = kill(Pid::from_raw(*pid), Signal::SIGTERM);
+                }
+                // php-cgi only finishes its script on SIGTERM (an
+                // interrupted sleep() even returns early and the script
+                // runs on): a fast stop kills, as php-fpm's does.
+                StopMode::Fast => {
+                    let target = if c.prefork { -*pid } else { *pid };
+                    let _ = kill(Pid::from_raw(target), Signal::SIGKILL);
+                }
+            }
         }
     }
 

@@ -202,6 +202,19 @@ pub struct PoolConfig {
     pub php_admin_values: BTreeMap<String, String>,
     /// `pm.*`.
     pub pm: ProcessManager,
+    /// `request_terminate_timeout`: a request running longer is ended by
+    /// fpmd (504 to the web server, the child is SIGTERMed then SIGKILLed);
+    /// `None` when unset or 0. php-fpm: same.
+    pub request_terminate_timeout: Option<std::time::Duration>,
+    /// `request_slowlog_timeout`: a request running longer gets one entry
+    /// in `slowlog` while it still runs; `None` when unset or 0.
+    pub request_slowlog_timeout: Option<std::time::Duration>,
+    /// `slowlog`: file of slow-request entries (relative to the pool's
+    /// file); `None`: entries go to fpmd's own log.
+    pub slowlog: Option<PathBuf>,
+    /// `request_queue_timeout` (fpmd only): a request that waited longer
+    /// for a child is answered 503 with `Retry-After`; `None`: it waits.
+    pub request_queue_timeout: Option<std::time::Duration>,
 }
 
 impl PoolConfig {
@@ -289,6 +302,11 @@ pub struct ProcessManager {
     pub max_requests: u32,
     /// `pm.spawn` (fpmd only): how children are started, see [`Spawn`].
     pub spawn: Spawn,
+    /// `pm.max_memory` (fpmd only), in bytes: a child whose resident
+    /// memory (RSS) exceeds it after a request is retired before it gets
+    /// another one. `None`: no limit. Written as PHP's shorthand
+    /// (`"64M"`, `"1G"`, `"512K"`, 1024-based) or a number of bytes.
+    pub max_memory: Option<u64>,
 }
 
 /// `pm.spawn`: how a pool's children are started.
@@ -325,6 +343,48 @@ impl PmMode {
         match self {
             PmMode::Static => "static",
         }
+    }
+}
+
+/// A size in bytes: PHP's ini shorthand (`"64M"`, `"1G"`, `"512K"`,
+/// 1024-based, case-insensitive) or a non-negative integer of bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteSize(pub u64);
+
+impl ByteSize {
+    fn parse(s: &str) -> Option<u64> {
+        let s = s.trim();
+        let (digits, shift) = match s.char_indices().last()? {
+            (i, 'k' | 'K') => (&s[..i], 10),
+            (i, 'm' | 'M') => (&s[..i], 20),
+            (i, 'g' | 'G') => (&s[..i], 30),
+            _ => (s, 0),
+        };
+        digits.trim().parse::<u64>().ok()?.checked_mul(1 << shift)
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = ByteSize;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a size such as \"64M\", \"1G\", \"512K\" or a number of bytes")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<ByteSize, E> {
+                ByteSize::parse(s)
+                    .map(ByteSize)
+                    .ok_or_else(|| E::custom(format!("invalid size \"{s}\" (expected e.g. \"64M\", \"1G\", \"512K\")")))
+            }
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<ByteSize, E> {
+                Ok(ByteSize(n))
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<ByteSize, E> {
+                u64::try_from(n).map(ByteSize).map_err(|_| E::custom(format!("invalid size {n}: must not be negative")))
+            }
+        }
+        d.deserialize_any(V)
     }
 }
 
@@ -509,6 +569,21 @@ impl PoolConfig {
         out.push_str(&format!("pm.max_children = {}\n", self.pm.max_children));
         out.push_str(&format!("pm.max_requests = {}\n", self.pm.max_requests));
         out.push_str(&format!("pm.spawn = {}\n", toml_str(self.pm.spawn.as_str())));
+        match self.pm.max_memory {
+            Some(n) => out.push_str(&format!("pm.max_memory = {n} # bytes\n")),
+            None => out.push_str("# pm.max_memory: no limit\n"),
+        }
+        let dur = |name: &str, d: Option<std::time::Duration>, out: &mut String| match d {
+            Some(d) => out.push_str(&format!("{name} = {}\n", toml_str(&humantime::format_duration(d).to_string()))),
+            None => out.push_str(&format!("# {name}: off\n")),
+        };
+        dur("request_terminate_timeout", self.request_terminate_timeout, out);
+        dur("request_slowlog_timeout", self.request_slowlog_timeout, out);
+        dur("request_queue_timeout", self.request_queue_timeout, out);
+        match &self.slowlog {
+            Some(p) => out.push_str(&format!("slowlog = {}\n", toml_str(&p.display().to_string()))),
+            None => out.push_str("# slowlog: entries go to fpmd's log\n"),
+        }
         for (name, value) in &self.env {
             out.push_str(&format!("env.{} = {}\n", toml_key(name), toml_str(value)));
         }
@@ -555,9 +630,6 @@ const UNSUPPORTED_POOL_KEYS: &[&str] = &[
     "pm.status_path",
     "ping.path",
     "ping.response",
-    "request_terminate_timeout",
-    "request_slowlog_timeout",
-    "slowlog",
     "access.log",
     "access.format",
     "security.limit_extensions",
@@ -579,6 +651,11 @@ const SUPPORTED_POOL_KEYS: &[&str] = &[
     "pm.max_children",
     "pm.max_requests",
     "pm.spawn",
+    "pm.max_memory",
+    "request_terminate_timeout",
+    "request_slowlog_timeout",
+    "slowlog",
+    "request_queue_timeout",
 ];
 
 /// Pool tables whose keys are free (`env.NAME`, `php_value.NAME`, …).
@@ -972,11 +1049,12 @@ struct RawPool {
     php_admin_flag: Option<IniTable>,
     #[serde(default)]
     pm: RawPm,
-    // Known but not supported yet:
-    chroot: Option<String>,
     request_terminate_timeout: Option<Duration>,
     request_slowlog_timeout: Option<Duration>,
     slowlog: Option<String>,
+    request_queue_timeout: Option<Duration>,
+    // Known but not supported yet:
+    chroot: Option<String>,
     #[serde(default)]
     ping: RawPing,
     #[serde(default)]
@@ -1003,6 +1081,7 @@ struct RawPm {
     max_children: Option<u32>,
     max_requests: Option<u32>,
     spawn: Option<Spawn>,
+    max_memory: Option<ByteSize>,
     start_servers: Option<u32>,
     min_spare_servers: Option<u32>,
     max_spare_servers: Option<u32>,
@@ -1614,7 +1693,7 @@ fn validate_pool(
     let ctx = PoolCtx { src, name };
 
     // Keys that are known but not implemented yet.
-    let unsupported: [(&str, bool); 15] = [
+    let unsupported: [(&str, bool); 12] = [
         ("chroot", raw.chroot.is_some()),
         ("pm.start_servers", raw.pm.start_servers.is_some()),
         ("pm.min_spare_servers", raw.pm.min_spare_servers.is_some()),
@@ -1627,15 +1706,6 @@ fn validate_pool(
         ("pm.status_path", raw.pm.status_path.is_some()),
         ("ping.path", raw.ping.path.is_some()),
         ("ping.response", raw.ping.response.is_some()),
-        (
-            "request_terminate_timeout",
-            raw.request_terminate_timeout.is_some(),
-        ),
-        (
-            "request_slowlog_timeout",
-            raw.request_slowlog_timeout.is_some(),
-        ),
-        ("slowlog", raw.slowlog.is_some()),
         ("access.log", raw.access.log.is_some()),
         ("access.format", raw.access.format.is_some()),
         (
@@ -1680,7 +1750,16 @@ fn validate_pool(
         max_children,
         max_requests: raw.pm.max_requests.unwrap_or(0),
         spawn: raw.pm.spawn.unwrap_or(Spawn::Prefork),
+        max_memory: match raw.pm.max_memory {
+            None | Some(ByteSize(0)) => None,
+            Some(ByteSize(n)) => Some(n),
+        },
     };
+    let nonzero = |d: Option<Duration>| d.map(|d| d.0).filter(|d| !d.is_zero());
+    let request_terminate_timeout = nonzero(raw.request_terminate_timeout);
+    let request_slowlog_timeout = nonzero(raw.request_slowlog_timeout);
+    let request_queue_timeout = nonzero(raw.request_queue_timeout);
+    let slowlog = raw.slowlog.as_deref().map(|p| src.resolve(p));
 
     // user, group
     let user = resolve_credentials(raw.user.as_ref(), raw.group.as_ref(), ids)
@@ -1810,6 +1889,10 @@ fn validate_pool(
         php_values,
         php_admin_values,
         pm,
+        request_terminate_timeout,
+        request_slowlog_timeout,
+        slowlog,
+        request_queue_timeout,
     })
 }
 
@@ -2287,7 +2370,12 @@ php_admin_flag.log_errors = true
                 max_children: 4,
                 max_requests: 500,
                 spawn: Spawn::Prefork,
+                max_memory: None,
             },
+            request_terminate_timeout: None,
+            request_slowlog_timeout: None,
+            slowlog: None,
+            request_queue_timeout: None,
         };
         assert_eq!(bbb, &expected);
         assert!(bbb.user.groups.contains(&gid));
@@ -2331,7 +2419,8 @@ php_admin_flag.log_errors = true
                 mode: PmMode::Static,
                 max_children: 3,
                 max_requests: 0,
-                spawn: Spawn::Prefork
+                spawn: Spawn::Prefork,
+                max_memory: None
             }
         );
         assert!(p.ini_args().is_empty());
@@ -3008,6 +3097,29 @@ php_admin_flag.display_errors = "off"
     }
 
     #[test]
+    fn timeouts_slowlog_and_max_memory() {
+        let (_dir, c) = load_ok(&pool(
+            "www",
+            "request_terminate_timeout = \"2s\"\nrequest_slowlog_timeout = 1\nslowlog = \"slow.log\"\nrequest_queue_timeout = \"250ms\"\npm.max_memory = \"64M\"\n",
+        ), &[]);
+        let p = &c.pools[0];
+        assert_eq!(p.request_terminate_timeout, Some(std::time::Duration::from_secs(2)));
+        assert_eq!(p.request_slowlog_timeout, Some(std::time::Duration::from_secs(1)));
+        assert_eq!(p.request_queue_timeout, Some(std::time::Duration::from_millis(250)));
+        assert!(p.slowlog.as_ref().unwrap().is_absolute());
+        assert!(p.slowlog.as_ref().unwrap().ends_with("slow.log"));
+        assert_eq!(p.pm.max_memory, Some(64 << 20));
+        let (_dir, c) = load_ok(&pool("www", "request_terminate_timeout = 0\npm.max_memory = 0\n"), &[]);
+        assert_eq!(c.pools[0].request_terminate_timeout, None);
+        assert_eq!(c.pools[0].pm.max_memory, None);
+        assert_eq!(ByteSize::parse("512k"), Some(512 << 10));
+        assert_eq!(ByteSize::parse("1G"), Some(1 << 30));
+        assert_eq!(ByteSize::parse("100"), Some(100));
+        assert_eq!(ByteSize::parse("64MB"), None);
+        assert_eq!(ByteSize::parse("M"), None);
+    }
+
+    #[test]
     fn unsupported_yet_keys() {
         for (key, value) in [
             ("chroot", "\"/srv/www\""),
@@ -3019,9 +3131,6 @@ php_admin_flag.display_errors = "off"
             ("pm.status_path", "\"/status\""),
             ("ping.path", "\"/ping\""),
             ("ping.response", "\"pong\""),
-            ("request_terminate_timeout", "60"),
-            ("request_slowlog_timeout", "\"5s\""),
-            ("slowlog", "\"/var/log/slow.log\""),
             ("access.log", "\"/var/log/access.log\""),
             ("access.format", "\"%R - %u\""),
             ("security.limit_extensions", "[\".php\"]"),

@@ -291,8 +291,19 @@ impl ClientConn {
     {
         let attempts = DISPATCH_ATTEMPTS + pool.config.pm.max_children as usize;
         for _ in 0..attempts {
+            let queue_deadline = pool.config.request_queue_timeout.map(|d| tokio::time::Instant::now() + d);
             let acquired = tokio::select! {
+                // An idle child is taken without touching the timers.
+                biased;
                 a = pool.acquire() => a,
+                _ = sleep_until_opt(queue_deadline), if queue_deadline.is_some() => {
+                    warn!(pool = %pool.config.name, uri = %req.param("REQUEST_URI"),
+                        "request waited {:.1} s for a child (request_queue_timeout): answering 503",
+                        pool.config.request_queue_timeout.unwrap_or_default().as_secs_f64());
+                    self.refuse(writer, req, "503 Service Unavailable", "every PHP process is busy; retry later").await?;
+                    self.skip_rest_of_stdin(req);
+                    return Ok(req.keep_conn && req.stdin_done);
+                }
                 gone = watch_eof(reader, &mut self.buf) => {
                     // Never dispatch a request whose web server already left.
                     if gone? {
@@ -334,9 +345,10 @@ impl ClientConn {
                 continue;
             }
             let started = Instant::now();
-            let outcome = self.exchange(&mut worker, reader, writer, req).await;
+            let outcome = self.exchange(pool, &mut worker, reader, writer, req).await;
             let pid = worker.log_pid();
             let name = &pool.config.name;
+            let terminated = matches!(outcome.child, ChildEnd::Terminated);
             let keep = match outcome.child {
                 ChildEnd::Ended => {
                     if outcome.stdin_complete {
@@ -359,9 +371,20 @@ impl ClientConn {
                     pool.discard(worker);
                     false
                 }
+                ChildEnd::Terminated => {
+                    worker.learn_pid();
+                    warn!(pool = %name, pid = worker.log_pid(), script = %req.param("SCRIPT_FILENAME"), uri = %req.param("REQUEST_URI"),
+                        "request ran {:.3} s, over request_terminate_timeout: terminating the child", started.elapsed().as_secs_f64());
+                    pool.terminate(worker);
+                    false
+                }
             };
             if !keep && !outcome.sent_any && !outcome.client_gone {
                 // Nothing reached the web server yet: give it a real answer.
+                if terminated {
+                    self.refuse(writer, req, "504 Gateway Timeout", "the script ran longer than request_terminate_timeout").await?;
+                    return Ok(req.keep_conn && outcome.stdin_complete && outcome.client_error.is_none());
+                }
                 self.refuse(writer, req, "502 Bad Gateway", "the PHP process serving this request died").await?;
                 return Ok(req.keep_conn && outcome.stdin_complete && outcome.client_error.is_none());
             }
@@ -412,7 +435,7 @@ impl ClientConn {
     /// Pumps the rest of STDIN from the web server to the child and the
     /// response from the child to the web server, concurrently (a script may
     /// write before it reads its input), until the child's END_REQUEST.
-    async fn exchange<R, W>(&mut self, worker: &mut Worker, reader: &mut R, writer: &mut W, req: &Request) -> Outcome
+    async fn exchange<R, W>(&mut self, pool: &Pool, worker: &mut Worker, reader: &mut R, writer: &mut W, req: &Request) -> Outcome
     where
         R: AsyncRead + Unpin,
         W: AsyncWrite + Unpin,
@@ -420,6 +443,7 @@ impl ClientConn {
         // Prefork: which child took this connection is learned while the
         // request runs, so that logs and kills name the right pid.
         let probe = worker.pid_probe();
+        let known_pid = worker.log_pid();
         let mut learned = None;
         let ChildConn { reader: child_r, writer: child_w, buf: child_buf } = worker.conn.as_mut().expect("connected");
         let id = req.id;
@@ -429,6 +453,10 @@ impl ClientConn {
         // upstream pump, read after the response).
         let stdin_sent = AtomicBool::new(req.stdin_done);
         let stdin_sent = &stdin_sent;
+        // Whether any response bytes reached the web server (read after a
+        // terminate timeout abandons the downstream pump).
+        let sent = AtomicBool::new(false);
+        let sent = &sent;
         let up = async move {
             let mut stdin_done = req.stdin_done;
             let mut extra = 0usize;
@@ -522,6 +550,7 @@ impl ClientConn {
                             client_gone = true;
                         } else {
                             sent_any = true;
+                            sent.store(true, Ordering::Relaxed);
                         }
                     }
                     child_buf.advance(end);
@@ -552,10 +581,31 @@ impl ClientConn {
             let mut probe_delay = Duration::from_millis(1);
             let probe_timer = tokio::time::sleep(probe_delay);
             tokio::pin!(probe_timer);
+            // request_slowlog_timeout and request_terminate_timeout.
+            let now = tokio::time::Instant::now();
+            let slow_at = pool.config.request_slowlog_timeout.map(|d| now + d);
+            let slow_timer = sleep_until_opt(slow_at);
+            tokio::pin!(slow_timer);
+            let mut slow_logged = false;
+            let term_at = pool.config.request_terminate_timeout.map(|d| now + d);
+            let term_timer = sleep_until_opt(term_at);
+            tokio::pin!(term_timer);
             let (child, sent_any, client_gone) = loop {
                 tokio::select! {
                     r = &mut up, if up_end.is_none() => up_end = Some(r),
                     d = &mut down => break d,
+                    _ = &mut term_timer, if term_at.is_some() => {
+                        break (ChildEnd::Terminated, sent.load(Ordering::Relaxed), false);
+                    }
+                    _ = &mut slow_timer, if slow_at.is_some() && !slow_logged => {
+                        slow_logged = true;
+                        if learned.is_none() {
+                            if let Some((fd, parent)) = probe {
+                                learned = crate::peer::child_on_connection(fd, parent);
+                            }
+                        }
+                        write_slowlog(pool, learned.unwrap_or(known_pid), req, now.elapsed());
+                    }
                     _ = &mut probe_timer, if probe.is_some() && learned.is_none() => {
                         let (fd, parent) = probe.expect("guarded");
                         learned = crate::peer::child_on_connection(fd, parent);
@@ -595,6 +645,8 @@ enum ChildEnd {
     Ended,
     Died,
     Garbage(String),
+    /// `request_terminate_timeout` passed; the exchange was abandoned.
+    Terminated,
 }
 
 struct Outcome {
@@ -625,6 +677,29 @@ fn management(replies: &mut Vec<u8>, rec: fastcgi::Record<'_>) {
             body[0] = rec.header.kind;
             fastcgi::encode_record(replies, RecordType::UnknownType, 0, &body);
         }
+    }
+}
+
+/// Writes one slowlog entry (php-fpm's `slowlog`, without the backtrace:
+/// php-cgi cannot be traced without ptrace, and fpmd does not need it to
+/// know the script, the URI and the time). Appends to the pool's `slowlog`
+/// file, or logs to fpmd's log when none is set.
+fn write_slowlog(pool: &Pool, pid: i32, req: &Request, elapsed: Duration) {
+    use std::io::Write;
+    let name = &pool.config.name;
+    let script = req.param("SCRIPT_FILENAME");
+    let uri = req.param("REQUEST_URI");
+    let method = req.param("REQUEST_METHOD");
+    warn!(pool = %name, pid, script = %script, uri = %uri, "slow request: running for {:.3} s (request_slowlog_timeout)", elapsed.as_secs_f64());
+    let Some(path) = &pool.config.slowlog else { return };
+    let entry = format!(
+        "\n[{}] [pool {name}] pid {pid}\nscript_filename = {script}\nrequest_uri = {uri}\nrequest_method = {method}\nelapsed = {:.3} s\n",
+        humantime::format_rfc3339_seconds(std::time::SystemTime::now()),
+        elapsed.as_secs_f64()
+    );
+    let written = std::fs::OpenOptions::new().create(true).append(true).open(path).and_then(|mut f| f.write_all(entry.as_bytes()));
+    if let Err(e) = written {
+        warn!(pool = %name, "cannot write slowlog {}: {e}", path.display());
     }
 }
 

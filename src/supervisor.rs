@@ -31,6 +31,10 @@ use crate::spawn::{ChildSpec, Spawned, Spawner};
 const BACKOFF_FIRST: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 const QUICK_DEATH: Duration = Duration::from_secs(1);
+/// Grace between SIGTERM and SIGKILL for a child stopped by
+/// `request_terminate_timeout` (php-cgi finishes its script on SIGTERM; a
+/// script may even catch it).
+pub const TERMINATE_GRACE: Duration = Duration::from_secs(1);
 /// How long a stopping pool waits for SIGTERMed children before SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(3);
 /// Read buffer of a child connection, in bytes: one whole record fits.
@@ -88,7 +92,7 @@ impl Worker {
     }
 
     /// Prefork: finds which child of the parent holds this connection.
-    fn learn_pid(&mut self) {
+    pub fn learn_pid(&mut self) {
         if self.pid.is_none() && self.prefork {
             if let Some(conn) = &self.conn {
                 use std::os::fd::AsRawFd;
@@ -154,6 +158,11 @@ enum Event {
     Retire(i32, i32, Option<ChildConn>),
     /// The connection to this child broke or carried garbage: kill it.
     Broken(i32, i32, Option<ChildConn>),
+    /// `request_terminate_timeout`: SIGTERM now, SIGKILL after
+    /// [`TERMINATE_GRACE`] if it is still there.
+    Terminate(i32, i32, Option<ChildConn>),
+    /// The grace period of a [`Event::Terminate`] is over.
+    KillIfAlive(i32, i32),
 }
 
 /// A pool: shared by its listener's connection tasks and its supervisor.
@@ -201,7 +210,18 @@ impl Pool {
         w.served += 1;
         w.learn_pid();
         let max = self.config.pm.max_requests;
-        if max > 0 && w.served >= max {
+        let over_memory = match (self.config.pm.max_memory, w.pid) {
+            (Some(limit), Some(pid)) => match resident_bytes(pid) {
+                Some(rss) if rss > limit => {
+                    info!(pool = %self.config.name, pid, "child uses {:.1} MiB (RSS) after a request, over pm.max_memory = {:.1} MiB: retiring it",
+                        rss as f64 / 1048576.0, limit as f64 / 1048576.0);
+                    true
+                }
+                _ => false,
+            },
+            _ => false,
+        };
+        if over_memory || (max > 0 && w.served >= max) {
             debug!(pool = %self.config.name, pid = w.log_pid(), "child served {} requests (pm.max_requests): retiring it", w.served);
             match w.pid {
                 Some(pid) => {
@@ -216,6 +236,23 @@ impl Pool {
             return;
         }
         self.offer(w);
+    }
+
+    /// Ends the request a child is running (`request_terminate_timeout`):
+    /// the child is SIGTERMed, then SIGKILLed after [`TERMINATE_GRACE`];
+    /// its connection is never reused.
+    pub fn terminate(&self, mut w: Worker) {
+        w.learn_pid();
+        match w.pid {
+            Some(pid) => {
+                let _ = self.events.send(Event::Terminate(w.generation, pid, w.conn.take()));
+            }
+            None => warn!(pool = %self.config.name, "cannot tell which child runs the request to terminate; closing its connection only"),
+        }
+        if w.prefork {
+            w.reset_slot();
+            self.offer(w);
+        }
     }
 
     /// Drops a child whose connection can no longer be trusted; the
@@ -453,6 +490,26 @@ impl Supervisor {
                 self.stop_child(generation, pid, Signal::SIGTERM);
                 drop(conn);
             }
+            Event::Terminate(generation, pid, conn) => {
+                self.stop_child(generation, pid, Signal::SIGTERM);
+                drop(conn);
+                let events = self.pool.events.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(TERMINATE_GRACE).await;
+                    let _ = events.send(Event::KillIfAlive(generation, pid));
+                });
+            }
+            Event::KillIfAlive(generation, pid) => {
+                let alive = if generation == pid {
+                    self.children.contains_key(&pid)
+                } else {
+                    parent_of(pid) == Some(generation)
+                };
+                if alive {
+                    warn!(pool = %self.name(), pid, "child still running {:.1} s after SIGTERM: SIGKILL", TERMINATE_GRACE.as_secs_f64());
+                    self.stop_child(generation, pid, Signal::SIGKILL);
+                }
+            }
             Event::Broken(generation, pid, conn) => {
                 debug!(pool = %self.name(), pid, "killing child: its connection broke or carried invalid records");
                 self.stop_child(generation, pid, Signal::SIGKILL);
@@ -567,6 +624,14 @@ impl Supervisor {
         }
         Ok(())
     }
+}
+
+/// Resident memory of `pid` in bytes (`/proc/PID/statm`, RSS pages).
+fn resident_bytes(pid: i32) -> Option<u64> {
+    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE).ok().flatten().unwrap_or(4096) as u64;
+    Some(pages * page)
 }
 
 /// The parent pid of `pid`, from `/proc/PID/stat`.

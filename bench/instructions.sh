@@ -5,6 +5,7 @@
 # totals divided by N2-N1 is the per-request cost of the hop (parsing,
 # dispatch, forwarding, syscalls issued), start-up excluded.
 # Usage: bench/instructions.sh [N1] [N2]      (defaults 300 1300)
+# KEEPALIVE=0 drops nginx's upstream keepalive (a connection per request).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n1=${1:-300}
@@ -30,15 +31,17 @@ listen.address = "$dir/fpmd.sock"
 pm.max_children = 4
 ${FPMD_SPAWN:+pm.spawn = \"$FPMD_SPAWN\"}
 TOML
+ka_upstream="keepalive 8;"; ka_location="fastcgi_keep_conn on;"
+if [ "${KEEPALIVE:-1}" = 0 ]; then ka_upstream=""; ka_location=""; fi
 cat >"$dir/nginx.conf" <<NGINX
 daemon off; master_process off; worker_processes 1; pid $dir/nginx.pid; error_log $dir/nginx.err;
 events { worker_connections 256; }
 http { access_log off; client_body_temp_path $dir/body; fastcgi_temp_path $dir/fastcgi; proxy_temp_path $dir/proxy;
   uwsgi_temp_path $dir/uwsgi; scgi_temp_path $dir/scgi;
-  upstream php { server unix:$dir/fpmd.sock; keepalive 8; }
+  upstream php { server unix:$dir/fpmd.sock; ${ka_upstream} }
   server { listen 127.0.0.1:$port; root $dir/www;
     location ~ \.php\$ { include /etc/nginx/fastcgi_params; fastcgi_param SCRIPT_FILENAME \$document_root\$fastcgi_script_name;
-      fastcgi_keep_conn on; fastcgi_pass php; } } }
+      ${ka_location} fastcgi_pass php; } } }
 NGINX
 nginx -p "$dir" -c "$dir/nginx.conf" &
 run() {

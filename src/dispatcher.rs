@@ -88,7 +88,7 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let mut conn = ClientConn { buf: BytesMut::with_capacity(16 * 1024), replies: Vec::new(), spare: (Vec::new(), Vec::new()) };
+    let mut conn = ClientConn { buf: BytesMut::with_capacity(4 * 1024), replies: Vec::new(), spare: (Vec::new(), Vec::new()) };
     let name = pool.config.name.clone();
     loop {
         let mut req = match conn.read_request(&name, &mut reader, &mut writer, &mut shutdown).await {
@@ -109,10 +109,9 @@ where
         conn.spare = (std::mem::take(&mut req.head), std::mem::take(&mut req.params));
         match result {
             Ok(true) => {}
-            Ok(false) => {
-                let _ = writer.shutdown().await;
-                return;
-            }
+            // Dropping both halves closes the connection (one close(2), no
+            // separate shutdown(2)).
+            Ok(false) => return,
             Err(e) => {
                 warn!(pool = %name, peer = %peer, "closing FastCGI connection: {e}");
                 return;

@@ -10,6 +10,7 @@ mod children;
 mod config_errors;
 mod dokuwiki;
 mod http;
+mod limits;
 mod listen;
 mod pool_settings;
 mod signals;

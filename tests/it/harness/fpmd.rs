@@ -34,6 +34,8 @@ pub struct Pool {
     pub group: String,
     pub max_children: u32,
     pub max_requests: u32,
+    /// `php_cgi`; default: the system's php-cgi (`php_cgi_bin()`).
+    pub php_cgi: Option<PathBuf>,
     /// Raw TOML lines appended inside the pool table.
     pub lines: Vec<String>,
 }
@@ -47,6 +49,7 @@ impl Pool {
             group: "www-data".into(),
             max_children: 4,
             max_requests: 0,
+            php_cgi: None,
             lines: Vec::new(),
         }
     }
@@ -74,6 +77,11 @@ impl Pool {
         self.max_requests = n;
         self
     }
+    /// The pool's `php_cgi` binary (e.g. a script standing in for php-cgi).
+    pub fn php_cgi(mut self, path: impl Into<PathBuf>) -> Pool {
+        self.php_cgi = Some(path.into());
+        self
+    }
     /// A raw TOML line inside the pool table, e.g. `php_admin_value.memory_limit = "96M"`.
     pub fn line(mut self, l: impl Into<String>) -> Pool {
         self.lines.push(l.into());
@@ -97,7 +105,8 @@ impl Pool {
         writeln!(s, "[{}]", self.name).unwrap();
         writeln!(s, "user = {:?}", self.user).unwrap();
         writeln!(s, "group = {:?}", self.group).unwrap();
-        writeln!(s, "php_cgi = {:?}", php_cgi_bin().display().to_string()).unwrap();
+        let php_cgi = self.php_cgi.clone().unwrap_or_else(php_cgi_bin);
+        writeln!(s, "php_cgi = {:?}", php_cgi.display().to_string()).unwrap();
         writeln!(s, "listen.address = {:?}", self.address(dir)).unwrap();
         writeln!(s, "pm.mode = \"static\"").unwrap();
         writeln!(s, "pm.max_children = {}", self.max_children).unwrap();

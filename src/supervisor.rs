@@ -151,11 +151,12 @@ struct DispatchState {
 /// Messages to the supervisor task.
 enum Event {
     Exited(Exit),
-    /// Stop this child: it answered its last request (max_requests).
+    /// Stop this child: it answered its last request (max_requests) or
+    /// is over pm.max_memory; with the signal to send.
     /// (generation, child pid, its connection: closed only after the
     /// signal, so that a pre-forked child never goes back to accept() and
     /// takes a new connection on its way out).
-    Retire(i32, i32, Option<ChildConn>),
+    Retire(i32, i32, Signal, Option<ChildConn>),
     /// The connection to this child broke or carried garbage: kill it.
     Broken(i32, i32, Option<ChildConn>),
     /// `request_terminate_timeout`: SIGTERM now, SIGKILL after
@@ -225,7 +226,11 @@ impl Pool {
             debug!(pool = %self.config.name, pid = w.log_pid(), "child served {} requests (pm.max_requests): retiring it", w.served);
             match w.pid {
                 Some(pid) => {
-                    let _ = self.events.send(Event::Retire(w.generation, pid, w.conn.take()));
+                    // Over the memory limit: SIGKILL (the child is idle, its
+                    // request is complete), so it does not grow further on
+                    // its way out; otherwise a graceful SIGTERM.
+                    let sig = if over_memory { Signal::SIGKILL } else { Signal::SIGTERM };
+                    let _ = self.events.send(Event::Retire(w.generation, pid, sig, w.conn.take()));
                 }
                 None => warn!(pool = %self.config.name, "cannot tell which child served the last {} requests: not retiring it", w.served),
             }
@@ -486,8 +491,8 @@ impl Supervisor {
     async fn handle(&mut self, ev: Event) {
         match ev {
             Event::Exited(exit) => self.on_exit(exit).await,
-            Event::Retire(generation, pid, conn) => {
-                self.stop_child(generation, pid, Signal::SIGTERM);
+            Event::Retire(generation, pid, sig, conn) => {
+                self.stop_child(generation, pid, sig);
                 drop(conn);
             }
             Event::Terminate(generation, pid, conn) => {
@@ -559,12 +564,17 @@ impl Supervisor {
             return;
         }
         if !child.expected_exit && lived < QUICK_DEATH {
+            if self.respawn_at.is_some() {
+                // Another child of the same round of spawns: the back-off
+                // step is already counted and announced.
+                debug!(pool = %name, pid = exit.pid, "child died {:.3} s after start", lived.as_secs_f64());
+                return;
+            }
             self.quick_deaths += 1;
             let delay = BACKOFF_FIRST.saturating_mul(1 << (self.quick_deaths - 1).min(16)).min(BACKOFF_MAX);
             warn!(pool = %name, pid = exit.pid, "child died {:.3} s after start ({} in a row): next spawn in {:.1} s",
                 lived.as_secs_f64(), self.quick_deaths, delay.as_secs_f64());
-            let at = tokio::time::Instant::now() + delay;
-            self.respawn_at = Some(self.respawn_at.map_or(at, |t| t.max(at)));
+            self.respawn_at = Some(tokio::time::Instant::now() + delay);
             return;
         }
         if lived >= QUICK_DEATH {

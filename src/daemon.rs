@@ -142,7 +142,11 @@ fn release_startup_pages() {
         let (Ok(start), Ok(end)) = (usize::from_str_radix(start, 16), usize::from_str_radix(end, 16)) else { continue };
         // SAFETY: advice on a read-only mapping of our own executable; the
         // kernel keeps the mapping and refaults pages on use.
+        // MADV_RANDOM also turns off fault-around for these mappings, so a
+        // page of code that runs again brings back that page only, not the
+        // 64 KiB around it.
         unsafe {
+            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_RANDOM);
             libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_PAGEOUT);
         }
     }

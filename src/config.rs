@@ -753,8 +753,8 @@ impl SourceFile {
                 pool: None,
                 key: None,
                 message: match col {
-                    Some(c) => format!("syntax error at column {c}: {msg}"),
-                    None => format!("syntax error: {msg}"),
+                    Some(c) => format!("syntax error at column {c}: {msg}{}", php_fpm_hint(&text)),
+                    None => format!("syntax error: {msg}{}", php_fpm_hint(&text)),
                 },
             }
         })?;
@@ -792,6 +792,29 @@ impl SourceFile {
     fn resolve(&self, p: &str) -> PathBuf {
         normalize(&self.dir.join(p))
     }
+}
+
+/// For a file that does not parse: the first line written in php-fpm's ini
+/// syntax rather than fpmd's TOML, with how to write it (empty if none).
+fn php_fpm_hint(text: &str) -> String {
+    for (i, line) in text.lines().enumerate() {
+        let t = line.trim_start();
+        let key = t.split(['=', '[', ' ', '\t']).next().unwrap_or("");
+        let hint = if t.starts_with(';') {
+            Some("comments start with '#' in TOML, not ';'".to_string())
+        } else if (key == "pm" || key == "listen") && t[key.len()..].trim_start().starts_with('=') {
+            let new = if key == "pm" { "pm.mode" } else { "listen.address" };
+            Some(format!("php-fpm's bare '{key}' is written '{new}' in fpmd"))
+        } else if ["php_value", "php_flag", "php_admin_value", "php_admin_flag", "env"].contains(&key) && t[key.len()..].starts_with('[') {
+            Some(format!("php-fpm's '{key}[name]' is written '{key}.name' in fpmd (quote a name with dots: {key}.\"session.save_path\")"))
+        } else {
+            None
+        };
+        if let Some(h) = hint {
+            return format!(" (line {} looks like php-fpm syntax: {h}; values are TOML: strings in quotes)", i + 1);
+        }
+    }
+    String::new()
 }
 
 /// 1-based line and column of a byte offset.
@@ -3094,6 +3117,15 @@ php_admin_flag.display_errors = "off"
             Some("pm.mode"),
             "pm.mode = \"ondemand\" is not supported yet; use \"static\"",
         );
+    }
+
+    #[test]
+    fn php_fpm_syntax_gets_a_hint() {
+        assert!(php_fpm_hint("[www]\npm = dynamic\n").contains("line 2 looks like php-fpm syntax: php-fpm's bare 'pm' is written 'pm.mode'"));
+        assert!(php_fpm_hint("listen = /run/x.sock").contains("'listen.address'"));
+        assert!(php_fpm_hint("php_admin_value[memory_limit] = 128M").contains("'php_admin_value.name'"));
+        assert!(php_fpm_hint("; a comment").contains("'#'"));
+        assert_eq!(php_fpm_hint("[www]\npm.mode = \"static\"\nlisten.address = \"9000\"\n"), "");
     }
 
     #[test]

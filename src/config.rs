@@ -336,12 +336,23 @@ impl Spawn {
 pub enum PmMode {
     /// A fixed number of children (`pm.max_children`).
     Static,
+    /// php-fpm's `pm = dynamic`: `start_servers` at start; a request that
+    /// finds no idle child makes fpmd spawn at once (up to `max_children`,
+    /// at most `max_spawn_rate` at a time); idle children are kept between
+    /// `min_spare_servers` and `max_spare_servers` (the least recently used
+    /// is retired first, one per second).
+    Dynamic { start_servers: u32, min_spare_servers: u32, max_spare_servers: u32, max_spawn_rate: u32 },
+    /// php-fpm's `pm = ondemand`: no child at start; spawned per queued
+    /// request; a child idle longer than `process_idle_timeout` is retired.
+    Ondemand { process_idle_timeout: std::time::Duration, max_spawn_rate: u32 },
 }
 
 impl PmMode {
     pub fn as_str(self) -> &'static str {
         match self {
             PmMode::Static => "static",
+            PmMode::Dynamic { .. } => "dynamic",
+            PmMode::Ondemand { .. } => "ondemand",
         }
     }
 }
@@ -566,6 +577,17 @@ impl PoolConfig {
         ));
         out.push_str(&format!("clear_env = {}\n", self.clear_env));
         out.push_str(&format!("pm.mode = {}\n", toml_str(self.pm.mode.as_str())));
+        match self.pm.mode {
+            PmMode::Static => {}
+            PmMode::Dynamic { start_servers, min_spare_servers, max_spare_servers, max_spawn_rate } => {
+                out.push_str(&format!("pm.start_servers = {start_servers}\npm.min_spare_servers = {min_spare_servers}\n"));
+                out.push_str(&format!("pm.max_spare_servers = {max_spare_servers}\npm.max_spawn_rate = {max_spawn_rate}\n"));
+            }
+            PmMode::Ondemand { process_idle_timeout, max_spawn_rate } => {
+                out.push_str(&format!("pm.process_idle_timeout = {}\n", toml_str(&humantime::format_duration(process_idle_timeout).to_string())));
+                out.push_str(&format!("pm.max_spawn_rate = {max_spawn_rate}\n"));
+            }
+        }
         out.push_str(&format!("pm.max_children = {}\n", self.pm.max_children));
         out.push_str(&format!("pm.max_requests = {}\n", self.pm.max_requests));
         out.push_str(&format!("pm.spawn = {}\n", toml_str(self.pm.spawn.as_str())));
@@ -622,11 +644,6 @@ const GLOBAL_KEYS: &[&str] = &["pid", "error_log", "log_level", "include"];
 /// not "unknown") but rejects when set.
 const UNSUPPORTED_POOL_KEYS: &[&str] = &[
     "chroot",
-    "pm.start_servers",
-    "pm.min_spare_servers",
-    "pm.max_spare_servers",
-    "pm.max_spawn_rate",
-    "pm.process_idle_timeout",
     "pm.status_path",
     "ping.path",
     "ping.response",
@@ -652,6 +669,11 @@ const SUPPORTED_POOL_KEYS: &[&str] = &[
     "pm.max_requests",
     "pm.spawn",
     "pm.max_memory",
+    "pm.start_servers",
+    "pm.min_spare_servers",
+    "pm.max_spare_servers",
+    "pm.max_spawn_rate",
+    "pm.process_idle_timeout",
     "request_terminate_timeout",
     "request_slowlog_timeout",
     "slowlog",
@@ -1716,16 +1738,8 @@ fn validate_pool(
     let ctx = PoolCtx { src, name };
 
     // Keys that are known but not implemented yet.
-    let unsupported: [(&str, bool); 12] = [
+    let unsupported: [(&str, bool); 7] = [
         ("chroot", raw.chroot.is_some()),
-        ("pm.start_servers", raw.pm.start_servers.is_some()),
-        ("pm.min_spare_servers", raw.pm.min_spare_servers.is_some()),
-        ("pm.max_spare_servers", raw.pm.max_spare_servers.is_some()),
-        ("pm.max_spawn_rate", raw.pm.max_spawn_rate.is_some()),
-        (
-            "pm.process_idle_timeout",
-            raw.pm.process_idle_timeout.is_some(),
-        ),
         ("pm.status_path", raw.pm.status_path.is_some()),
         ("ping.path", raw.ping.path.is_some()),
         ("ping.response", raw.ping.response.is_some()),
@@ -1743,21 +1757,6 @@ fn validate_pool(
     }
 
     // pm.*
-    let mode = match raw.pm.mode.unwrap_or(RawPmMode::Static) {
-        RawPmMode::Static => PmMode::Static,
-        RawPmMode::Dynamic => {
-            return Err(ctx.err(
-                &["pm", "mode"],
-                "pm.mode = \"dynamic\" is not supported yet; use \"static\"",
-            ))
-        }
-        RawPmMode::Ondemand => {
-            return Err(ctx.err(
-                &["pm", "mode"],
-                "pm.mode = \"ondemand\" is not supported yet; use \"static\"",
-            ))
-        }
-    };
     let max_children = match raw.pm.max_children {
         None => return Err(ctx.err(&["pm", "max_children"], "required key is missing")),
         Some(0) => {
@@ -1767,6 +1766,48 @@ fn validate_pool(
             ))
         }
         Some(n) => n,
+    };
+    let max_spawn_rate = match raw.pm.max_spawn_rate {
+        Some(0) => return Err(ctx.err(&["pm", "max_spawn_rate"], "pm.max_spawn_rate must be at least 1")),
+        Some(n) => n,
+        None => 32,
+    };
+    // Checks and defaults as php-fpm's fpm_conf.c.
+    let mode = match raw.pm.mode.unwrap_or(RawPmMode::Static) {
+        RawPmMode::Static => PmMode::Static,
+        RawPmMode::Dynamic => {
+            let min = match raw.pm.min_spare_servers {
+                None => return Err(ctx.err(&["pm", "min_spare_servers"], "required with pm.mode = \"dynamic\"")),
+                Some(0) => return Err(ctx.err(&["pm", "min_spare_servers"], "pm.min_spare_servers must be at least 1")),
+                Some(n) => n,
+            };
+            let max = match raw.pm.max_spare_servers {
+                None => return Err(ctx.err(&["pm", "max_spare_servers"], "required with pm.mode = \"dynamic\"")),
+                Some(0) => return Err(ctx.err(&["pm", "max_spare_servers"], "pm.max_spare_servers must be at least 1")),
+                Some(n) => n,
+            };
+            if max > max_children {
+                return Err(ctx.err(&["pm", "max_spare_servers"],
+                    format!("pm.max_spare_servers ({max}) must not be greater than pm.max_children ({max_children})")));
+            }
+            if min > max {
+                return Err(ctx.err(&["pm", "min_spare_servers"],
+                    format!("pm.min_spare_servers ({min}) must not be greater than pm.max_spare_servers ({max})")));
+            }
+            let start = raw.pm.start_servers.unwrap_or(min + (max - min) / 2);
+            if start < min || start > max {
+                return Err(ctx.err(&["pm", "start_servers"],
+                    format!("pm.start_servers ({start}) must be between pm.min_spare_servers ({min}) and pm.max_spare_servers ({max})")));
+            }
+            PmMode::Dynamic { start_servers: start, min_spare_servers: min, max_spare_servers: max, max_spawn_rate }
+        }
+        RawPmMode::Ondemand => {
+            let idle = raw.pm.process_idle_timeout.map(|d| d.0).unwrap_or(std::time::Duration::from_secs(10));
+            if idle.is_zero() {
+                return Err(ctx.err(&["pm", "process_idle_timeout"], "pm.process_idle_timeout must be more than 0"));
+            }
+            PmMode::Ondemand { process_idle_timeout: idle, max_spawn_rate }
+        }
     };
     let pm = ProcessManager {
         mode,
@@ -3093,30 +3134,24 @@ php_admin_flag.display_errors = "off"
     }
 
     #[test]
-    fn unsupported_pm_mode() {
+    fn pm_modes_checked_as_php_fpm_does() {
+        // pool(): [www] on line 1, pm.max_children = 5, extra lines from 7.
         let (dir, e) = load_err(&pool("www", "pm.mode = \"dynamic\"\n"), &[]);
-        assert_err(
-            &dir,
-            &e,
-            "fpmd.toml",
-            Some(7),
-            Some("www"),
-            Some("pm.mode"),
-            "pm.mode = \"dynamic\" is not supported yet; use \"static\"",
-        );
-        let (dir, e) = load_err(
-            "[www]\nuser = \"nobody\"\n\n[www.pm]\nmode = \"ondemand\"\n",
-            &[],
-        );
-        assert_err(
-            &dir,
-            &e,
-            "fpmd.toml",
-            Some(5),
-            Some("www"),
-            Some("pm.mode"),
-            "pm.mode = \"ondemand\" is not supported yet; use \"static\"",
-        );
+        assert_err(&dir, &e, "fpmd.toml", Some(1), Some("www"), Some("pm.min_spare_servers"),
+            "required with pm.mode = \"dynamic\"");
+        let (dir, e) = load_err(&pool("www", "pm.mode = \"dynamic\"\npm.min_spare_servers = 1\npm.max_spare_servers = 10\n"), &[]);
+        assert_err(&dir, &e, "fpmd.toml", Some(9), Some("www"), Some("pm.max_spare_servers"),
+            "pm.max_spare_servers (10) must not be greater than pm.max_children (5)");
+        let (dir, e) = load_err(&pool("www", "pm.mode = \"dynamic\"\npm.min_spare_servers = 3\npm.max_spare_servers = 4\npm.start_servers = 2\n"), &[]);
+        assert_err(&dir, &e, "fpmd.toml", Some(10), Some("www"), Some("pm.start_servers"),
+            "pm.start_servers (2) must be between pm.min_spare_servers (3) and pm.max_spare_servers (4)");
+        let (_dir, c) = load_ok(&pool("www", "pm.mode = \"dynamic\"\npm.min_spare_servers = 1\npm.max_spare_servers = 3\n"), &[]);
+        assert_eq!(c.pools[0].pm.mode, PmMode::Dynamic { start_servers: 2, min_spare_servers: 1, max_spare_servers: 3, max_spawn_rate: 32 });
+        let (_dir, c) = load_ok("[www]\nuser = \"nobody\"\ngroup = \"nogroup\"\nphp_cgi = \"/bin/sh\"\nlisten.address = \"/run/fpmd/www.sock\"\n\n[www.pm]\nmode = \"ondemand\"\nmax_children = 8\n", &[]);
+        assert_eq!(c.pools[0].pm.mode, PmMode::Ondemand { process_idle_timeout: std::time::Duration::from_secs(10), max_spawn_rate: 32 });
+        let (dir, e) = load_err(&pool("www", "pm.mode = \"ondemand\"\npm.process_idle_timeout = 0\n"), &[]);
+        assert_err(&dir, &e, "fpmd.toml", Some(8), Some("www"), Some("pm.process_idle_timeout"),
+            "pm.process_idle_timeout must be more than 0");
     }
 
     #[test]
@@ -3155,11 +3190,6 @@ php_admin_flag.display_errors = "off"
     fn unsupported_yet_keys() {
         for (key, value) in [
             ("chroot", "\"/srv/www\""),
-            ("pm.start_servers", "2"),
-            ("pm.min_spare_servers", "1"),
-            ("pm.max_spare_servers", "3"),
-            ("pm.max_spawn_rate", "32"),
-            ("pm.process_idle_timeout", "\"10s\""),
             ("pm.status_path", "\"/status\""),
             ("ping.path", "\"/ping\""),
             ("ping.response", "\"pong\""),

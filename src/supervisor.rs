@@ -22,7 +22,7 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, error, info, warn};
 
-use crate::config::{PoolConfig, Spawn};
+use crate::config::{PmMode, PoolConfig, Spawn};
 use crate::reap::{Exit, ExitKind};
 use crate::spawn::{ChildSpec, Spawned, Spawner};
 
@@ -73,6 +73,8 @@ pub struct Worker {
     /// Requests this child has answered (for `pm.max_requests`).
     pub served: u32,
     alive: Arc<AtomicBool>,
+    /// When it last became idle (for the process manager's scale-down).
+    idle_since: Instant,
 }
 
 impl Worker {
@@ -164,6 +166,8 @@ enum Event {
     Terminate(i32, i32, Option<ChildConn>),
     /// The grace period of a [`Event::Terminate`] is over.
     KillIfAlive(i32, i32),
+    /// A request found no idle child (dynamic, ondemand): spawn now.
+    Demand,
 }
 
 /// A pool: shared by its listener's connection tasks and its supervisor.
@@ -193,6 +197,10 @@ impl Pool {
             }
             let (tx, rx) = oneshot::channel();
             d.waiters.push_back(tx);
+            if self.config.pm.mode != PmMode::Static {
+                // Scale up now, not at the next tick.
+                let _ = self.events.send(Event::Demand);
+            }
             Waiting { pool: self, rx: Some(rx) }
         };
         let mut waiting = rx;
@@ -290,7 +298,63 @@ impl Pool {
                 Err(back) => w = back,
             }
         }
+        w.idle_since = Instant::now();
         d.idle.push(w);
+    }
+
+    /// Returns workers taken with [`Pool::take_idle`] to the bottom of the
+    /// idle stack (least recently used end), keeping their idle time.
+    fn put_back_idle(&self, w: Worker) {
+        if !w.is_alive() {
+            return;
+        }
+        let mut d = self.dispatch.lock().unwrap();
+        if d.closed {
+            return;
+        }
+        if let Some(tx) = d.waiters.pop_front() {
+            if let Err(w) = tx.send(w) {
+                d.idle.insert(0, w);
+            }
+            return;
+        }
+        d.idle.insert(0, w);
+    }
+
+    /// Idle children now, and requests waiting for one.
+    fn idle_and_waiting(&self) -> (usize, usize) {
+        let mut d = self.dispatch.lock().unwrap();
+        d.waiters.retain(|s| !s.is_closed());
+        (d.idle.len(), d.waiters.len())
+    }
+
+    /// Takes up to `limit` idle workers for which `pick` holds, least
+    /// recently used first.
+    fn take_idle(&self, limit: usize, pick: impl Fn(&Worker) -> bool) -> Vec<Worker> {
+        let mut d = self.dispatch.lock().unwrap();
+        let mut taken = Vec::new();
+        let mut i = 0;
+        while i < d.idle.len() && taken.len() < limit {
+            if pick(&d.idle[i]) {
+                taken.push(d.idle.remove(i));
+            } else {
+                i += 1;
+            }
+        }
+        taken
+    }
+
+    /// Prefork ondemand: takes every slot of `generation` when all `slots`
+    /// are idle and have been since before `before`; otherwise nothing.
+    fn take_idle_generation(&self, generation: i32, slots: usize, before: Instant) -> Option<Vec<Worker>> {
+        let mut d = self.dispatch.lock().unwrap();
+        let mine = d.idle.iter().filter(|w| w.generation == generation).count();
+        if mine < slots || d.idle.iter().any(|w| w.generation == generation && w.idle_since > before) {
+            return None;
+        }
+        let (taken, kept) = std::mem::take(&mut d.idle).into_iter().partition(|w| w.generation == generation);
+        d.idle = kept;
+        Some(taken)
     }
 
     /// Drops the idle workers of a generation that is gone.
@@ -426,9 +490,15 @@ impl Supervisor {
     }
 
     async fn run(mut self, mut events: mpsc::UnboundedReceiver<Event>, mut stop: watch::Receiver<Option<StopMode>>) {
-        info!(pool = %self.name(), "starting {} children (pm.mode = static, pm.spawn = {})",
-            self.pool.config.pm.max_children, self.pool.config.pm.spawn.as_str());
+        let pm = self.pool.config.pm.clone();
+        info!(pool = %self.name(), "starting (pm.mode = {}, pm.max_children = {}, pm.spawn = {})",
+            pm.mode.as_str(), pm.max_children, pm.spawn.as_str());
         self.fill().await;
+        // The process manager's scale-down pass (dynamic, ondemand); scale-up
+        // is driven by queued requests (Event::Demand), not by this tick.
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let ticking = pm.mode != PmMode::Static;
         loop {
             if let Some((_, deadline)) = self.stopping {
                 if self.children.is_empty() {
@@ -458,7 +528,84 @@ impl Supervisor {
                     self.respawn_at = None;
                     self.fill().await;
                 }
+                _ = tick.tick(), if ticking => self.scale_down().await,
             }
+        }
+    }
+
+    /// Retires idle children the process manager no longer wants: under
+    /// ondemand those idle longer than `pm.process_idle_timeout`, under
+    /// dynamic the least recently used one while more than
+    /// `pm.max_spare_servers` are idle (one per tick, as php-fpm). Under
+    /// prefork a retired child is replaced by a fresh fork of the parent
+    /// (its memory comes back; the process count stays), and an ondemand
+    /// pool whose children are all idle past the timeout stops its parent.
+    async fn scale_down(&mut self) {
+        let prefork = self.pool.config.pm.spawn == Spawn::Prefork;
+        let now = Instant::now();
+        match self.pool.config.pm.mode {
+            PmMode::Static => {}
+            PmMode::Ondemand { process_idle_timeout, .. } => {
+                let before = now.checked_sub(process_idle_timeout).unwrap_or(now);
+                if prefork {
+                    let slots = self.pool.config.pm.max_children as usize;
+                    let active: Vec<i32> = self.children.iter().filter(|(_, c)| !c.expected_exit).map(|(p, _)| *p).collect();
+                    for generation in active {
+                        if let Some(workers) = self.pool.take_idle_generation(generation, slots, before) {
+                            info!(pool = %self.name(), pid = generation, "every child idle for {:.1} s (pm.process_idle_timeout): stopping the php-cgi parent",
+                                process_idle_timeout.as_secs_f64());
+                            drop(workers);
+                            self.stop_child(generation, generation, Signal::SIGTERM);
+                        }
+                    }
+                }
+                let idle = self.pool.take_idle(usize::MAX, |w| w.idle_since <= before && (!w.prefork || w.conn.is_some()));
+                for w in idle {
+                    info!(pool = %self.name(), pid = w.log_pid(), "child idle for {:.1} s (pm.process_idle_timeout): retiring it", process_idle_timeout.as_secs_f64());
+                    self.retire_idle(w);
+                }
+            }
+            PmMode::Dynamic { max_spare_servers, .. } => {
+                let max = max_spare_servers as usize;
+                let (idle, _) = self.pool.idle_and_waiting();
+                if prefork {
+                    // Idle children that served requests, beyond max_spare.
+                    let used = self.pool.take_idle(usize::MAX, |w| w.conn.is_some());
+                    let surplus = used.len().saturating_sub(max);
+                    let mut used = used.into_iter();
+                    for w in used.by_ref().take(surplus.min(1)) {
+                        info!(pool = %self.name(), pid = w.log_pid(), "more than pm.max_spare_servers = {max} idle children: recycling the least recently used");
+                        self.retire_idle(w);
+                    }
+                    for w in used {
+                        self.pool.put_back_idle(w);
+                    }
+                } else if idle > max {
+                    for w in self.pool.take_idle(1, |_| true) {
+                        info!(pool = %self.name(), pid = w.log_pid(), "{idle} idle children, over pm.max_spare_servers = {max}: retiring the least recently used");
+                        self.retire_idle(w);
+                    }
+                }
+                self.fill().await;
+            }
+        }
+    }
+
+    /// Retires an idle worker taken out of the idle stack: SIGTERM (the
+    /// child is idle and exits at once), then its connection is closed.
+    fn retire_idle(&mut self, mut w: Worker) {
+        if w.prefork {
+            if w.conn.is_some() {
+                w.learn_pid();
+                if let Some(pid) = w.pid {
+                    self.stop_child(w.generation, pid, Signal::SIGTERM);
+                }
+            }
+            w.reset_slot();
+            self.pool.put_back_idle(w);
+        } else {
+            self.stop_child(w.generation, w.generation, Signal::SIGTERM);
+            drop(w);
         }
     }
 
@@ -515,6 +662,7 @@ impl Supervisor {
                     self.stop_child(generation, pid, Signal::SIGKILL);
                 }
             }
+            Event::Demand => self.fill().await,
             Event::Broken(generation, pid, conn) => {
                 debug!(pool = %self.name(), pid, "killing child: its connection broke or carried invalid records");
                 self.stop_child(generation, pid, Signal::SIGKILL);
@@ -580,19 +728,40 @@ impl Supervisor {
         if lived >= QUICK_DEATH {
             self.quick_deaths = 0;
         }
-        if self.respawn_at.is_none() {
-            self.fill().await;
-        }
+        self.fill().await;
     }
 
     /// Spawns children until the pool has `pm.max_children` (exec: that
     /// many processes; prefork: one parent that keeps that many forked).
     async fn fill(&mut self) {
-        let want = match self.pool.config.pm.spawn {
-            Spawn::Exec => self.pool.config.pm.max_children as usize,
-            Spawn::Prefork => 1,
+        if self.stopping.is_some() || self.respawn_at.is_some() {
+            return;
+        }
+        let pm = &self.pool.config.pm;
+        let max = pm.max_children as usize;
+        let active = self.children.values().filter(|c| !c.expected_exit).count();
+        let (idle, waiting) = self.pool.idle_and_waiting();
+        let spawns = match (pm.spawn, pm.mode) {
+            (Spawn::Exec, PmMode::Static) => max.saturating_sub(self.children.len()),
+            (Spawn::Exec, PmMode::Dynamic { start_servers, min_spare_servers, max_spawn_rate, .. }) => {
+                let min_idle = min_spare_servers as usize;
+                // At start: start_servers; then enough for the waiting
+                // requests plus the idle children min_spare_servers asks for.
+                let want = if self.serial == 0 { start_servers as usize } else { waiting + min_idle.saturating_sub(idle) };
+                want.min(max.saturating_sub(self.children.len())).min(max_spawn_rate as usize)
+            }
+            (Spawn::Exec, PmMode::Ondemand { max_spawn_rate, .. }) => {
+                waiting.min(max.saturating_sub(self.children.len())).min(max_spawn_rate as usize)
+            }
+            // One parent keeps all children forked; ondemand starts it only
+            // for a request.
+            (Spawn::Prefork, PmMode::Ondemand { .. }) => usize::from(active == 0 && waiting > 0),
+            (Spawn::Prefork, _) => usize::from(active == 0),
         };
-        while self.children.len() < want && self.stopping.is_none() {
+        for _ in 0..spawns {
+            if self.stopping.is_some() {
+                return;
+            }
             if let Err(e) = self.spawn_one().await {
                 self.quick_deaths += 1;
                 let delay = BACKOFF_FIRST.saturating_mul(1 << (self.quick_deaths - 1).min(16)).min(BACKOFF_MAX);
@@ -630,6 +799,7 @@ impl Supervisor {
                 conn: None,
                 served: 0,
                 alive: alive.clone(),
+                idle_since: Instant::now(),
             });
         }
         Ok(())

@@ -118,8 +118,15 @@ fn missing_php_cgi_binary() {
 }
 
 #[test]
-fn other_pm_modes_are_rejected_for_now() {
-    invalid_pool_key("pm.mode", "\"dynamic\"", &[]);
+fn dynamic_spare_servers_are_checked() {
+    let t = TestDir::new();
+    let mut p = PoolFile::new(&t);
+    p.set("pm.mode", "\"dynamic\"");
+    p.set("pm.min_spare_servers", "1");
+    let line = p.set("pm.max_spare_servers", "64");
+    let cfg = FpmdConfig::new().raw_pool_file("www.toml", p.text());
+    let extra = vec!["must not be greater than pm.max_children".to_string()];
+    expect_invalid(&t, cfg, Expect::FileLineKey { file: "www.toml", line, key: "pm.max_spare_servers".into(), extra }, true);
 }
 
 #[test]

@@ -12,5 +12,6 @@ mod dokuwiki;
 mod http;
 mod limits;
 mod listen;
+mod pm_modes;
 mod pool_settings;
 mod signals;

@@ -108,7 +108,9 @@ impl Pool {
         let php_cgi = self.php_cgi.clone().unwrap_or_else(php_cgi_bin);
         writeln!(s, "php_cgi = {:?}", php_cgi.display().to_string()).unwrap();
         writeln!(s, "listen.address = {:?}", self.address(dir)).unwrap();
-        writeln!(s, "pm.mode = \"static\"").unwrap();
+        if !self.lines.iter().any(|l| l.trim_start().starts_with("pm.mode")) {
+            writeln!(s, "pm.mode = \"static\"").unwrap();
+        }
         writeln!(s, "pm.max_children = {}", self.max_children).unwrap();
         writeln!(s, "pm.max_requests = {}", self.max_requests).unwrap();
         // `make test` runs the suite once per spawn strategy.

@@ -128,6 +128,11 @@ pub struct Global {
     /// `log_level`: `alert`, `error`, `warning`, `notice` (default), `debug`.
     /// php-fpm: `log_level`.
     pub log_level: LogLevel,
+    /// `emergency_restart_threshold` + `emergency_restart_interval`: when
+    /// this many children of one pool die unexpectedly within the interval,
+    /// that pool's children are all restarted (php-fpm restarts the whole
+    /// master; fpmd only the affected pool). `None`: off (either is 0).
+    pub emergency_restart: Option<(u32, std::time::Duration)>,
 }
 
 /// Where fpmd writes its own log.
@@ -501,6 +506,13 @@ impl Config {
             "log_level = {}\n",
             toml_str(self.global.log_level.as_str())
         ));
+        match self.global.emergency_restart {
+            Some((n, d)) => out.push_str(&format!(
+                "emergency_restart_threshold = {n}\nemergency_restart_interval = {}\n",
+                toml_str(&humantime::format_duration(d).to_string())
+            )),
+            None => out.push_str("# emergency_restart_threshold: off\n"),
+        }
         for pool in &self.pools {
             out.push('\n');
             pool.write_toml(&mut out);
@@ -638,7 +650,7 @@ fn toml_key(s: &str) -> String {
 // Known keys
 // ---------------------------------------------------------------------------
 
-const GLOBAL_KEYS: &[&str] = &["pid", "error_log", "log_level", "include"];
+const GLOBAL_KEYS: &[&str] = &["pid", "error_log", "log_level", "include", "emergency_restart_threshold", "emergency_restart_interval"];
 
 /// Keys design.md lists that this version parses (so they type-check and are
 /// not "unknown") but rejects when set.
@@ -1075,6 +1087,8 @@ struct RawGlobal {
     error_log: Option<String>,
     log_level: Option<LogLevel>,
     include: Option<StrList>,
+    emergency_restart_threshold: Option<u32>,
+    emergency_restart_interval: Option<Duration>,
 }
 
 #[derive(Deserialize, Default)]
@@ -1643,11 +1657,16 @@ fn validate_global(src: &SourceFile, raw: RawGlobal) -> Result<(Global, Vec<Stri
     if includes.iter().any(|p| p.is_empty()) {
         return Err(err("include", "include must not be empty".into()));
     }
+    let emergency_restart = match (raw.emergency_restart_threshold, raw.emergency_restart_interval) {
+        (Some(n), Some(d)) if n > 0 && !d.0.is_zero() => Some((n, d.0)),
+        _ => None,
+    };
     Ok((
         Global {
             pid,
             error_log,
             log_level,
+            emergency_restart,
         },
         includes,
     ))
@@ -2362,7 +2381,8 @@ php_admin_flag.log_errors = true
             Global {
                 pid: Some(d.join("run/fpmd.pid")),
                 error_log: LogTarget::File(d.join("log/fpmd.log")),
-                log_level: LogLevel::Debug
+                log_level: LogLevel::Debug,
+                emergency_restart: None
             }
         );
         let names: Vec<&str> = c.pools.iter().map(|p| p.name.as_str()).collect();
@@ -2454,7 +2474,8 @@ php_admin_flag.log_errors = true
             Global {
                 pid: None,
                 error_log: LogTarget::Stderr,
-                log_level: LogLevel::Notice
+                log_level: LogLevel::Notice,
+                emergency_restart: None
             }
         );
         let p = &c.pools[0];
@@ -3034,7 +3055,7 @@ php_admin_flag.display_errors = "off"
             Some(2),
             None,
             Some("global.daemonize"),
-            "unknown key (global keys are: pid, error_log, log_level, include)",
+            "unknown key (global keys are: pid, error_log, log_level, include, emergency_restart_threshold, emergency_restart_interval)",
         );
         let (dir, e) = load_err("pid = \"/run/fpmd.pid\"\n", &[]);
         assert_err(&dir, &e, "fpmd.toml", Some(1), None, Some("pid"), "unknown top-level key (did you mean 'global.pid'? global keys go in the [global] table)");

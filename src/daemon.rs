@@ -63,7 +63,7 @@ pub async fn run(prepared: Prepared, mut intents: mpsc::UnboundedReceiver<Intent
     let (in_flight_tx, mut in_flight_rx) = mpsc::channel::<()>(1);
     let mut pools = Vec::new();
     for (pool_config, bound) in config.pools.iter().zip(bound) {
-        let handle = supervisor::start_pool(Arc::new(pool_config.clone()), spawner.clone(), runtime_dir.path());
+        let handle = supervisor::start_pool(Arc::new(pool_config.clone()), spawner.clone(), runtime_dir.path(), config.global.emergency_restart);
         info!(pool = %pool_config.name, "listening on {}", bound.address);
         tokio::spawn(listener::accept_loop(bound, handle.pool.clone(), shutdown_rx.clone(), in_flight_tx.clone()));
         pools.push(handle);

@@ -362,6 +362,7 @@ impl ClientConn {
                 ChildEnd::Died => {
                     warn!(pool = %name, pid, script = %req.param("SCRIPT_FILENAME"), uri = %req.param("REQUEST_URI"),
                         "child closed its connection {:.3} s into the request (it exited or was killed)", started.elapsed().as_secs_f64());
+                    pool.died_mid_request(&worker);
                     pool.discard(worker);
                     false
                 }

@@ -168,6 +168,10 @@ enum Event {
     KillIfAlive(i32, i32),
     /// A request found no idle child (dynamic, ondemand): spawn now.
     Demand,
+    /// A pre-forked child died in the middle of a request (its parent reaps
+    /// it, so this is how fpmd learns of it): counts for
+    /// `emergency_restart_threshold`.
+    Crashed,
 }
 
 /// A pool: shared by its listener's connection tasks and its supervisor.
@@ -265,6 +269,15 @@ impl Pool {
         if w.prefork {
             w.reset_slot();
             self.offer(w);
+        }
+    }
+
+    /// A child died in the middle of a request. Under prefork this is the
+    /// only sign fpmd gets of a crash (the php-cgi parent reaps it); under
+    /// exec the reaper's exit status is counted instead.
+    pub fn died_mid_request(&self, w: &Worker) {
+        if w.prefork {
+            let _ = self.events.send(Event::Crashed);
         }
     }
 
@@ -433,7 +446,9 @@ impl PoolHandle {
 /// Starts a pool's supervisor: spawns `pm.max_children` children (static)
 /// and keeps that many alive. `runtime_dir` is fpmd's private 0700
 /// directory for the children's sockets.
-pub fn start_pool(config: Arc<PoolConfig>, spawner: Spawner, runtime_dir: &Path) -> PoolHandle {
+/// `emergency_restart` is the global (threshold, interval), applied to this
+/// pool alone.
+pub fn start_pool(config: Arc<PoolConfig>, spawner: Spawner, runtime_dir: &Path, emergency_restart: Option<(u32, Duration)>) -> PoolHandle {
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let pool = Arc::new(Pool {
         config: config.clone(),
@@ -451,6 +466,8 @@ pub fn start_pool(config: Arc<PoolConfig>, spawner: Spawner, runtime_dir: &Path)
         quick_deaths: 0,
         respawn_at: None,
         stopping: None,
+        emergency_restart,
+        crashes: VecDeque::new(),
     };
     let done = tokio::spawn(sup.run(events_rx, stop_rx));
     PoolHandle { pool, stop: stop_tx, done: Some(done) }
@@ -482,6 +499,9 @@ struct Supervisor {
     /// When the back-off allows the next spawn.
     respawn_at: Option<tokio::time::Instant>,
     stopping: Option<(StopMode, tokio::time::Instant)>,
+    emergency_restart: Option<(u32, Duration)>,
+    /// Recent unexpected deaths (for `emergency_restart_threshold`).
+    crashes: VecDeque<Instant>,
 }
 
 impl Supervisor {
@@ -591,6 +611,28 @@ impl Supervisor {
         }
     }
 
+    /// Counts an unexpected child death; past `emergency_restart_threshold`
+    /// within `emergency_restart_interval`, restarts every child of this
+    /// pool (php-fpm restarts its whole master; other pools go on here).
+    fn note_crash(&mut self) {
+        let Some((threshold, interval)) = self.emergency_restart else { return };
+        let now = Instant::now();
+        self.crashes.push_back(now);
+        while self.crashes.front().is_some_and(|t| now.duration_since(*t) > interval) {
+            self.crashes.pop_front();
+        }
+        if self.crashes.len() < threshold as usize {
+            return;
+        }
+        error!(pool = %self.name(), "{} children died within {:.0} s (emergency_restart_threshold = {threshold}): restarting the pool's children",
+            self.crashes.len(), interval.as_secs_f64());
+        self.crashes.clear();
+        for (pid, c) in self.children.iter_mut() {
+            c.expected_exit = true;
+            let _ = kill(Pid::from_raw(*pid), Signal::SIGTERM);
+        }
+    }
+
     /// Retires an idle worker taken out of the idle stack: SIGTERM (the
     /// child is idle and exits at once), then its connection is closed.
     fn retire_idle(&mut self, mut w: Worker) {
@@ -663,6 +705,7 @@ impl Supervisor {
                 }
             }
             Event::Demand => self.fill().await,
+            Event::Crashed => self.note_crash(),
             Event::Broken(generation, pid, conn) => {
                 debug!(pool = %self.name(), pid, "killing child: its connection broke or carried invalid records");
                 self.stop_child(generation, pid, Signal::SIGKILL);
@@ -710,6 +753,11 @@ impl Supervisor {
         }
         if self.stopping.is_some() {
             return;
+        }
+        // fpmd never sends these, so they count even when fpmd had already
+        // asked the child to go (its broken connection is often seen first).
+        if matches!(exit.kind, ExitKind::Signal(Signal::SIGSEGV | Signal::SIGBUS)) {
+            self.note_crash();
         }
         if !child.expected_exit && lived < QUICK_DEATH {
             if self.respawn_at.is_some() {

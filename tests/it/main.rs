@@ -9,6 +9,7 @@ mod bad_fastcgi;
 mod children;
 mod config_errors;
 mod dokuwiki;
+mod emergency;
 mod http;
 mod limits;
 mod listen;

@@ -29,7 +29,7 @@ clean:
 #                     (more options: make bench BENCH_ARGS="--fpmd-variants exec,prefork")
 #   make bench-smoke  1 round of 1 s per workload into a temp dir, which is removed when it
 #                     passes: proves the bench still works (the test suite runs it); < 1 min
-.PHONY: bench-deps bench-smoke
+.PHONY: bench-deps bench-smoke bench-pm
 BENCH_ARGS ?=
 
 bench-deps:
@@ -42,3 +42,11 @@ bench-smoke: bench-deps build
 	@d=$$(mktemp -d /tmp/fpmd-bench-smoke.XXXXXX); \
 	if /usr/bin/python3 bench/bench.py --smoke --out $$d/smoke.json --chart $$d/smoke.png $(BENCH_ARGS); \
 	then rm -rf $$d; else echo "bench-smoke FAILED (result and chart kept in $$d)" >&2; exit 1; fi
+
+# The process-manager scenarios of issue 4 (dynamic scale-up, ondemand idle
+# and cold start, backpressure) against php-fpm: one markdown table per
+# scenario on stdout, bench/results/pm-scenarios.json; about 2 minutes.
+BENCH_PM_ARGS ?=
+
+bench-pm: bench-deps build
+	/usr/bin/python3 bench/pm_scenarios.py $(BENCH_PM_ARGS)

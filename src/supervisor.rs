@@ -629,6 +629,9 @@ impl Supervisor {
         self.crashes.clear();
         for (pid, c) in self.children.iter_mut() {
             c.expected_exit = true;
+            // No new request goes to a child on its way out; requests wait
+            // for the replacements.
+            self.pool.forget_idle(*pid);
             let _ = kill(Pid::from_raw(*pid), Signal::SIGTERM);
         }
     }

@@ -2110,6 +2110,22 @@ fn resolve_gid(g: &IdOrName) -> Result<u32, String> {
     lookup_group(g).map(|(_, gid)| gid)
 }
 
+/// The children's `user` or `group` (`key`, with `label` uid/gid): never id
+/// 0 (as php-fpm without -R), and only fpmd's own id when fpmd is not root
+/// (`hint` says what to do then).
+fn check_pool_id(key: &'static str, label: &str, name: &str, id: u32, root: bool, own: u32, hint: &str) -> Result<(), (&'static str, String)> {
+    if root && id == 0 {
+        return Err((key, format!("{key} '{name}' ({label} 0) is not allowed: pool children must not run as root")));
+    }
+    if !root && id != own {
+        return Err((
+            key,
+            format!("cannot run the pool as {key} '{name}' ({label} {id}): fpmd is not running as root (it runs as {label} {own}); {hint}"),
+        ));
+    }
+    Ok(())
+}
+
 /// Resolves `user`/`group` into credentials; on error returns the key
 /// (`"user"` or `"group"`) and the message.
 fn resolve_credentials(
@@ -2129,23 +2145,7 @@ fn resolve_credentials(
     let user_name = entry
         .as_ref()
         .map_or_else(|| uid.to_string(), |u| u.name.clone());
-    if root && uid == 0 {
-        return Err((
-            "user",
-            format!(
-                "user '{user_name}' (uid 0) is not allowed: pool children must not run as root"
-            ),
-        ));
-    }
-    if !root && uid != ids.euid {
-        return Err((
-            "user",
-            format!(
-                "cannot run the pool as user '{user_name}' (uid {uid}): fpmd is not running as root (it runs as uid {}); remove 'user' to run the pool as fpmd's own user",
-                ids.euid
-            ),
-        ));
-    }
+    check_pool_id("user", "uid", &user_name, uid, root, ids.euid, "remove 'user' to run the pool as fpmd's own user")?;
     let (group_name, gid) = match group {
         Some(g) => lookup_group(g).map_err(|m| ("group", m))?,
         None => {
@@ -2165,23 +2165,7 @@ fn resolve_credentials(
             }
         }
     };
-    if root && gid == 0 {
-        return Err((
-            "group",
-            format!(
-                "group '{group_name}' (gid 0) is not allowed: pool children must not run as root"
-            ),
-        ));
-    }
-    if !root && gid != ids.egid {
-        return Err((
-            "group",
-            format!(
-                "cannot run the pool as group '{group_name}' (gid {gid}): fpmd is not running as root (it runs as gid {}); remove 'group'",
-                ids.egid
-            ),
-        ));
-    }
+    check_pool_id("group", "gid", &group_name, gid, root, ids.egid, "remove 'group'")?;
     let mut groups: Vec<u32> = match entry
         .as_ref()
         .and_then(|u| CString::new(u.name.as_bytes()).ok())

@@ -508,12 +508,11 @@ impl ClientConn {
                 // that it finishes (with a short body) and stays usable.
                 let mut term = Vec::with_capacity(HEADER_LEN);
                 fastcgi::encode_record(&mut term, RecordType::Stdin, id, &[]);
-                stdin_done = child_w.write_all(&term).await.is_ok();
+                stdin_sent.store(child_w.write_all(&term).await.is_ok(), Ordering::Relaxed);
             }
-            (end, stdin_done)
+            end
         };
         let down = async move {
-            let mut sent_any = false;
             let mut client_gone = false;
             let end = loop {
                 // Forward every complete record in the buffer, in one write.
@@ -549,7 +548,6 @@ impl ClientConn {
                         if writer.write_all(&child_buf[..end]).await.is_err() {
                             client_gone = true;
                         } else {
-                            sent_any = true;
                             sent.store(true, Ordering::Relaxed);
                         }
                     }
@@ -572,12 +570,12 @@ impl ClientConn {
                     Ok(_) => {}
                 }
             };
-            (end, sent_any, client_gone)
+            (end, client_gone)
         };
-        let (child, sent_any, client_gone, up_end) = {
+        let (child, client_gone, up_end) = {
             tokio::pin!(up);
             tokio::pin!(down);
-            let mut up_end: Option<(UpEnd, bool)> = None;
+            let mut up_end: Option<UpEnd> = None;
             let mut probe_delay = Duration::from_millis(1);
             let probe_timer = tokio::time::sleep(probe_delay);
             tokio::pin!(probe_timer);
@@ -590,12 +588,12 @@ impl ClientConn {
             let term_at = pool.config.request_terminate_timeout.map(|d| now + d);
             let term_timer = sleep_until_opt(term_at);
             tokio::pin!(term_timer);
-            let (child, sent_any, client_gone) = loop {
+            let (child, client_gone) = loop {
                 tokio::select! {
                     r = &mut up, if up_end.is_none() => up_end = Some(r),
                     d = &mut down => break d,
                     _ = &mut term_timer, if term_at.is_some() => {
-                        break (ChildEnd::Terminated, sent.load(Ordering::Relaxed), false);
+                        break (ChildEnd::Terminated, false);
                     }
                     _ = &mut slow_timer, if slow_at.is_some() && !slow_logged => {
                         slow_logged = true;
@@ -614,7 +612,7 @@ impl ClientConn {
                     }
                 }
             };
-            (child, sent_any, client_gone, up_end)
+            (child, client_gone, up_end)
         };
         if let Some(pid) = learned {
             worker.set_pid(pid);
@@ -622,12 +620,13 @@ impl ClientConn {
         // The response is complete. While the upstream pump still runs with
         // STDIN unfinished, the child answered before reading all of it: the
         // connection may hold half a record, so it is not reused.
-        let (stdin_complete, client_error, gone) = match up_end {
-            None => (stdin_sent.load(Ordering::Relaxed), None, false),
-            Some((UpEnd::ClientGone, s)) => (s, None, true),
-            Some((UpEnd::Client(e), s)) => (s, Some(e), false),
-            Some((UpEnd::ChildGone, _)) => (false, None, false),
+        let stdin_complete = stdin_sent.load(Ordering::Relaxed);
+        let (client_error, gone) = match up_end {
+            None | Some(UpEnd::ChildGone) => (None, false),
+            Some(UpEnd::ClientGone) => (None, true),
+            Some(UpEnd::Client(e)) => (Some(e), false),
         };
+        let sent_any = sent.load(Ordering::Relaxed);
         Outcome { child, sent_any, client_gone: client_gone || gone, stdin_complete, client_error }
     }
 }

@@ -27,8 +27,6 @@ use crate::reap::{Exit, Reaper};
 /// that only async-signal-safe calls run between fork and exec.
 #[derive(Debug, Clone)]
 pub struct ChildSpec {
-    /// The pool the child belongs to (for the reaper and logs).
-    pub pool: String,
     /// Absolute path of the php-cgi binary.
     pub program: PathBuf,
     /// Arguments after argv[0]: `-d name=value` pairs.

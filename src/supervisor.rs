@@ -235,7 +235,9 @@ impl Pool {
             _ => false,
         };
         if over_memory || (max > 0 && w.served >= max) {
-            debug!(pool = %self.config.name, pid = w.log_pid(), "child served {} requests (pm.max_requests): retiring it", w.served);
+            if !over_memory {
+                debug!(pool = %self.config.name, pid = w.log_pid(), "child served {} requests (pm.max_requests): retiring it", w.served);
+            }
             match w.pid {
                 Some(pid) => {
                     // Over the memory limit: SIGKILL (the child is idle, its
@@ -339,6 +341,11 @@ impl Pool {
         let mut d = self.dispatch.lock().unwrap();
         d.waiters.retain(|s| !s.is_closed());
         (d.idle.len(), d.waiters.len())
+    }
+
+    /// Idle workers for which `pick` holds.
+    fn count_idle(&self, pick: impl Fn(&Worker) -> bool) -> usize {
+        self.dispatch.lock().unwrap().idle.iter().filter(|w| pick(w)).count()
     }
 
     /// Takes up to `limit` idle workers for which `pick` holds, least
@@ -587,21 +594,12 @@ impl Supervisor {
             }
             PmMode::Dynamic { max_spare_servers, .. } => {
                 let max = max_spare_servers as usize;
-                let (idle, _) = self.pool.idle_and_waiting();
-                if prefork {
-                    // Idle children that served requests, beyond max_spare.
-                    let used = self.pool.take_idle(usize::MAX, |w| w.conn.is_some());
-                    let surplus = used.len().saturating_sub(max);
-                    let mut used = used.into_iter();
-                    for w in used.by_ref().take(surplus.min(1)) {
-                        info!(pool = %self.name(), pid = w.log_pid(), "more than pm.max_spare_servers = {max} idle children: recycling the least recently used");
-                        self.retire_idle(w);
-                    }
-                    for w in used {
-                        self.pool.put_back_idle(w);
-                    }
-                } else if idle > max {
-                    for w in self.pool.take_idle(1, |_| true) {
+                // Under prefork only children that served requests count:
+                // a cold fork costs next to nothing and is not retired.
+                let warm = |w: &Worker| !w.prefork || w.conn.is_some();
+                let idle = self.pool.count_idle(warm);
+                if idle > max {
+                    for w in self.pool.take_idle(1, warm) {
                         info!(pool = %self.name(), pid = w.log_pid(), "{idle} idle children, over pm.max_spare_servers = {max}: retiring the least recently used");
                         self.retire_idle(w);
                     }
@@ -904,7 +902,6 @@ pub fn child_spec(config: &PoolConfig, endpoint: PathBuf) -> ChildSpec {
     env.push(("PHP_FCGI_CHILDREN".into(), children.to_string().into()));
     env.push(("PHP_FCGI_MAX_REQUESTS".into(), "0".into()));
     ChildSpec {
-        pool: config.name.clone(),
         program: config.php_cgi.clone(),
         args: config.ini_args(),
         env,

@@ -346,10 +346,18 @@ pub enum PmMode {
     /// at most `max_spawn_rate` at a time); idle children are kept between
     /// `min_spare_servers` and `max_spare_servers` (the least recently used
     /// is retired first, one per second).
-    Dynamic { start_servers: u32, min_spare_servers: u32, max_spare_servers: u32, max_spawn_rate: u32 },
+    Dynamic {
+        start_servers: u32,
+        min_spare_servers: u32,
+        max_spare_servers: u32,
+        max_spawn_rate: u32,
+    },
     /// php-fpm's `pm = ondemand`: no child at start; spawned per queued
     /// request; a child idle longer than `process_idle_timeout` is retired.
-    Ondemand { process_idle_timeout: std::time::Duration, max_spawn_rate: u32 },
+    Ondemand {
+        process_idle_timeout: std::time::Duration,
+        max_spawn_rate: u32,
+    },
 }
 
 impl PmMode {
@@ -389,15 +397,19 @@ impl<'de> Deserialize<'de> for ByteSize {
                 f.write_str("a size such as \"64M\", \"1G\", \"512K\" or a number of bytes")
             }
             fn visit_str<E: de::Error>(self, s: &str) -> Result<ByteSize, E> {
-                ByteSize::parse(s)
-                    .map(ByteSize)
-                    .ok_or_else(|| E::custom(format!("invalid size \"{s}\" (expected e.g. \"64M\", \"1G\", \"512K\")")))
+                ByteSize::parse(s).map(ByteSize).ok_or_else(|| {
+                    E::custom(format!(
+                        "invalid size \"{s}\" (expected e.g. \"64M\", \"1G\", \"512K\")"
+                    ))
+                })
             }
             fn visit_u64<E: de::Error>(self, n: u64) -> Result<ByteSize, E> {
                 Ok(ByteSize(n))
             }
             fn visit_i64<E: de::Error>(self, n: i64) -> Result<ByteSize, E> {
-                u64::try_from(n).map(ByteSize).map_err(|_| E::custom(format!("invalid size {n}: must not be negative")))
+                u64::try_from(n)
+                    .map(ByteSize)
+                    .map_err(|_| E::custom(format!("invalid size {n}: must not be negative")))
             }
         }
         d.deserialize_any(V)
@@ -591,31 +603,55 @@ impl PoolConfig {
         out.push_str(&format!("pm.mode = {}\n", toml_str(self.pm.mode.as_str())));
         match self.pm.mode {
             PmMode::Static => {}
-            PmMode::Dynamic { start_servers, min_spare_servers, max_spare_servers, max_spawn_rate } => {
+            PmMode::Dynamic {
+                start_servers,
+                min_spare_servers,
+                max_spare_servers,
+                max_spawn_rate,
+            } => {
                 out.push_str(&format!("pm.start_servers = {start_servers}\npm.min_spare_servers = {min_spare_servers}\n"));
                 out.push_str(&format!("pm.max_spare_servers = {max_spare_servers}\npm.max_spawn_rate = {max_spawn_rate}\n"));
             }
-            PmMode::Ondemand { process_idle_timeout, max_spawn_rate } => {
-                out.push_str(&format!("pm.process_idle_timeout = {}\n", toml_str(&humantime::format_duration(process_idle_timeout).to_string())));
+            PmMode::Ondemand {
+                process_idle_timeout,
+                max_spawn_rate,
+            } => {
+                out.push_str(&format!(
+                    "pm.process_idle_timeout = {}\n",
+                    toml_str(&humantime::format_duration(process_idle_timeout).to_string())
+                ));
                 out.push_str(&format!("pm.max_spawn_rate = {max_spawn_rate}\n"));
             }
         }
         out.push_str(&format!("pm.max_children = {}\n", self.pm.max_children));
         out.push_str(&format!("pm.max_requests = {}\n", self.pm.max_requests));
-        out.push_str(&format!("pm.spawn = {}\n", toml_str(self.pm.spawn.as_str())));
+        out.push_str(&format!(
+            "pm.spawn = {}\n",
+            toml_str(self.pm.spawn.as_str())
+        ));
         match self.pm.max_memory {
             Some(n) => out.push_str(&format!("pm.max_memory = {n} # bytes\n")),
             None => out.push_str("# pm.max_memory: no limit\n"),
         }
         let dur = |name: &str, d: Option<std::time::Duration>, out: &mut String| match d {
-            Some(d) => out.push_str(&format!("{name} = {}\n", toml_str(&humantime::format_duration(d).to_string()))),
+            Some(d) => out.push_str(&format!(
+                "{name} = {}\n",
+                toml_str(&humantime::format_duration(d).to_string())
+            )),
             None => out.push_str(&format!("# {name}: off\n")),
         };
-        dur("request_terminate_timeout", self.request_terminate_timeout, out);
+        dur(
+            "request_terminate_timeout",
+            self.request_terminate_timeout,
+            out,
+        );
         dur("request_slowlog_timeout", self.request_slowlog_timeout, out);
         dur("request_queue_timeout", self.request_queue_timeout, out);
         match &self.slowlog {
-            Some(p) => out.push_str(&format!("slowlog = {}\n", toml_str(&p.display().to_string()))),
+            Some(p) => out.push_str(&format!(
+                "slowlog = {}\n",
+                toml_str(&p.display().to_string())
+            )),
             None => out.push_str("# slowlog: entries go to fpmd's log\n"),
         }
         for (name, value) in &self.env {
@@ -650,7 +686,14 @@ fn toml_key(s: &str) -> String {
 // Known keys
 // ---------------------------------------------------------------------------
 
-const GLOBAL_KEYS: &[&str] = &["pid", "error_log", "log_level", "include", "emergency_restart_threshold", "emergency_restart_interval"];
+const GLOBAL_KEYS: &[&str] = &[
+    "pid",
+    "error_log",
+    "log_level",
+    "include",
+    "emergency_restart_threshold",
+    "emergency_restart_interval",
+];
 
 /// Keys design.md lists that this version parses (so they type-check and are
 /// not "unknown") but rejects when set.
@@ -837,15 +880,31 @@ fn php_fpm_hint(text: &str) -> String {
         let hint = if t.starts_with(';') {
             Some("comments start with '#' in TOML, not ';'".to_string())
         } else if (key == "pm" || key == "listen") && t[key.len()..].trim_start().starts_with('=') {
-            let new = if key == "pm" { "pm.mode" } else { "listen.address" };
+            let new = if key == "pm" {
+                "pm.mode"
+            } else {
+                "listen.address"
+            };
             Some(format!("php-fpm's bare '{key}' is written '{new}' in fpmd"))
-        } else if ["php_value", "php_flag", "php_admin_value", "php_admin_flag", "env"].contains(&key) && t[key.len()..].starts_with('[') {
+        } else if [
+            "php_value",
+            "php_flag",
+            "php_admin_value",
+            "php_admin_flag",
+            "env",
+        ]
+        .contains(&key)
+            && t[key.len()..].starts_with('[')
+        {
             Some(format!("php-fpm's '{key}[name]' is written '{key}.name' in fpmd (quote a name with dots: {key}.\"session.save_path\")"))
         } else {
             None
         };
         if let Some(h) = hint {
-            return format!(" (line {} looks like php-fpm syntax: {h}; values are TOML: strings in quotes)", i + 1);
+            return format!(
+                " (line {} looks like php-fpm syntax: {h}; values are TOML: strings in quotes)",
+                i + 1
+            );
         }
     }
     String::new()
@@ -1657,7 +1716,10 @@ fn validate_global(src: &SourceFile, raw: RawGlobal) -> Result<(Global, Vec<Stri
     if includes.iter().any(|p| p.is_empty()) {
         return Err(err("include", "include must not be empty".into()));
     }
-    let emergency_restart = match (raw.emergency_restart_threshold, raw.emergency_restart_interval) {
+    let emergency_restart = match (
+        raw.emergency_restart_threshold,
+        raw.emergency_restart_interval,
+    ) {
         (Some(n), Some(d)) if n > 0 && !d.0.is_zero() => Some((n, d.0)),
         _ => None,
     };
@@ -1787,7 +1849,12 @@ fn validate_pool(
         Some(n) => n,
     };
     let max_spawn_rate = match raw.pm.max_spawn_rate {
-        Some(0) => return Err(ctx.err(&["pm", "max_spawn_rate"], "pm.max_spawn_rate must be at least 1")),
+        Some(0) => {
+            return Err(ctx.err(
+                &["pm", "max_spawn_rate"],
+                "pm.max_spawn_rate must be at least 1",
+            ))
+        }
         Some(n) => n,
         None => 32,
     };
@@ -1796,13 +1863,33 @@ fn validate_pool(
         RawPmMode::Static => PmMode::Static,
         RawPmMode::Dynamic => {
             let min = match raw.pm.min_spare_servers {
-                None => return Err(ctx.err(&["pm", "min_spare_servers"], "required with pm.mode = \"dynamic\"")),
-                Some(0) => return Err(ctx.err(&["pm", "min_spare_servers"], "pm.min_spare_servers must be at least 1")),
+                None => {
+                    return Err(ctx.err(
+                        &["pm", "min_spare_servers"],
+                        "required with pm.mode = \"dynamic\"",
+                    ))
+                }
+                Some(0) => {
+                    return Err(ctx.err(
+                        &["pm", "min_spare_servers"],
+                        "pm.min_spare_servers must be at least 1",
+                    ))
+                }
                 Some(n) => n,
             };
             let max = match raw.pm.max_spare_servers {
-                None => return Err(ctx.err(&["pm", "max_spare_servers"], "required with pm.mode = \"dynamic\"")),
-                Some(0) => return Err(ctx.err(&["pm", "max_spare_servers"], "pm.max_spare_servers must be at least 1")),
+                None => {
+                    return Err(ctx.err(
+                        &["pm", "max_spare_servers"],
+                        "required with pm.mode = \"dynamic\"",
+                    ))
+                }
+                Some(0) => {
+                    return Err(ctx.err(
+                        &["pm", "max_spare_servers"],
+                        "pm.max_spare_servers must be at least 1",
+                    ))
+                }
                 Some(n) => n,
             };
             if max > max_children {
@@ -1818,14 +1905,29 @@ fn validate_pool(
                 return Err(ctx.err(&["pm", "start_servers"],
                     format!("pm.start_servers ({start}) must be between pm.min_spare_servers ({min}) and pm.max_spare_servers ({max})")));
             }
-            PmMode::Dynamic { start_servers: start, min_spare_servers: min, max_spare_servers: max, max_spawn_rate }
+            PmMode::Dynamic {
+                start_servers: start,
+                min_spare_servers: min,
+                max_spare_servers: max,
+                max_spawn_rate,
+            }
         }
         RawPmMode::Ondemand => {
-            let idle = raw.pm.process_idle_timeout.map(|d| d.0).unwrap_or(std::time::Duration::from_secs(10));
+            let idle = raw
+                .pm
+                .process_idle_timeout
+                .map(|d| d.0)
+                .unwrap_or(std::time::Duration::from_secs(10));
             if idle.is_zero() {
-                return Err(ctx.err(&["pm", "process_idle_timeout"], "pm.process_idle_timeout must be more than 0"));
+                return Err(ctx.err(
+                    &["pm", "process_idle_timeout"],
+                    "pm.process_idle_timeout must be more than 0",
+                ));
             }
-            PmMode::Ondemand { process_idle_timeout: idle, max_spawn_rate }
+            PmMode::Ondemand {
+                process_idle_timeout: idle,
+                max_spawn_rate,
+            }
         }
     };
     let pm = ProcessManager {
@@ -2113,9 +2215,22 @@ fn resolve_gid(g: &IdOrName) -> Result<u32, String> {
 /// The children's `user` or `group` (`key`, with `label` uid/gid): never id
 /// 0 (as php-fpm without -R), and only fpmd's own id when fpmd is not root
 /// (`hint` says what to do then).
-fn check_pool_id(key: &'static str, label: &str, name: &str, id: u32, root: bool, own: u32, hint: &str) -> Result<(), (&'static str, String)> {
+fn check_pool_id(
+    key: &'static str,
+    label: &str,
+    name: &str,
+    id: u32,
+    root: bool,
+    own: u32,
+    hint: &str,
+) -> Result<(), (&'static str, String)> {
     if root && id == 0 {
-        return Err((key, format!("{key} '{name}' ({label} 0) is not allowed: pool children must not run as root")));
+        return Err((
+            key,
+            format!(
+                "{key} '{name}' ({label} 0) is not allowed: pool children must not run as root"
+            ),
+        ));
     }
     if !root && id != own {
         return Err((
@@ -2145,7 +2260,15 @@ fn resolve_credentials(
     let user_name = entry
         .as_ref()
         .map_or_else(|| uid.to_string(), |u| u.name.clone());
-    check_pool_id("user", "uid", &user_name, uid, root, ids.euid, "remove 'user' to run the pool as fpmd's own user")?;
+    check_pool_id(
+        "user",
+        "uid",
+        &user_name,
+        uid,
+        root,
+        ids.euid,
+        "remove 'user' to run the pool as fpmd's own user",
+    )?;
     let (group_name, gid) = match group {
         Some(g) => lookup_group(g).map_err(|m| ("group", m))?,
         None => {
@@ -2165,7 +2288,15 @@ fn resolve_credentials(
             }
         }
     };
-    check_pool_id("group", "gid", &group_name, gid, root, ids.egid, "remove 'group'")?;
+    check_pool_id(
+        "group",
+        "gid",
+        &group_name,
+        gid,
+        root,
+        ids.egid,
+        "remove 'group'",
+    )?;
     let mut groups: Vec<u32> = match entry
         .as_ref()
         .and_then(|u| CString::new(u.name.as_bytes()).ok())
@@ -3142,30 +3273,90 @@ php_admin_flag.display_errors = "off"
     fn pm_modes_checked_as_php_fpm_does() {
         // pool(): [www] on line 1, pm.max_children = 5, extra lines from 7.
         let (dir, e) = load_err(&pool("www", "pm.mode = \"dynamic\"\n"), &[]);
-        assert_err(&dir, &e, "fpmd.toml", Some(1), Some("www"), Some("pm.min_spare_servers"),
-            "required with pm.mode = \"dynamic\"");
-        let (dir, e) = load_err(&pool("www", "pm.mode = \"dynamic\"\npm.min_spare_servers = 1\npm.max_spare_servers = 10\n"), &[]);
-        assert_err(&dir, &e, "fpmd.toml", Some(9), Some("www"), Some("pm.max_spare_servers"),
-            "pm.max_spare_servers (10) must not be greater than pm.max_children (5)");
+        assert_err(
+            &dir,
+            &e,
+            "fpmd.toml",
+            Some(1),
+            Some("www"),
+            Some("pm.min_spare_servers"),
+            "required with pm.mode = \"dynamic\"",
+        );
+        let (dir, e) = load_err(
+            &pool(
+                "www",
+                "pm.mode = \"dynamic\"\npm.min_spare_servers = 1\npm.max_spare_servers = 10\n",
+            ),
+            &[],
+        );
+        assert_err(
+            &dir,
+            &e,
+            "fpmd.toml",
+            Some(9),
+            Some("www"),
+            Some("pm.max_spare_servers"),
+            "pm.max_spare_servers (10) must not be greater than pm.max_children (5)",
+        );
         let (dir, e) = load_err(&pool("www", "pm.mode = \"dynamic\"\npm.min_spare_servers = 3\npm.max_spare_servers = 4\npm.start_servers = 2\n"), &[]);
         assert_err(&dir, &e, "fpmd.toml", Some(10), Some("www"), Some("pm.start_servers"),
             "pm.start_servers (2) must be between pm.min_spare_servers (3) and pm.max_spare_servers (4)");
-        let (_dir, c) = load_ok(&pool("www", "pm.mode = \"dynamic\"\npm.min_spare_servers = 1\npm.max_spare_servers = 3\n"), &[]);
-        assert_eq!(c.pools[0].pm.mode, PmMode::Dynamic { start_servers: 2, min_spare_servers: 1, max_spare_servers: 3, max_spawn_rate: 32 });
+        let (_dir, c) = load_ok(
+            &pool(
+                "www",
+                "pm.mode = \"dynamic\"\npm.min_spare_servers = 1\npm.max_spare_servers = 3\n",
+            ),
+            &[],
+        );
+        assert_eq!(
+            c.pools[0].pm.mode,
+            PmMode::Dynamic {
+                start_servers: 2,
+                min_spare_servers: 1,
+                max_spare_servers: 3,
+                max_spawn_rate: 32
+            }
+        );
         let (_dir, c) = load_ok("[www]\nuser = \"nobody\"\ngroup = \"nogroup\"\nphp_cgi = \"/bin/sh\"\nlisten.address = \"/run/fpmd/www.sock\"\n\n[www.pm]\nmode = \"ondemand\"\nmax_children = 8\n", &[]);
-        assert_eq!(c.pools[0].pm.mode, PmMode::Ondemand { process_idle_timeout: std::time::Duration::from_secs(10), max_spawn_rate: 32 });
-        let (dir, e) = load_err(&pool("www", "pm.mode = \"ondemand\"\npm.process_idle_timeout = 0\n"), &[]);
-        assert_err(&dir, &e, "fpmd.toml", Some(8), Some("www"), Some("pm.process_idle_timeout"),
-            "pm.process_idle_timeout must be more than 0");
+        assert_eq!(
+            c.pools[0].pm.mode,
+            PmMode::Ondemand {
+                process_idle_timeout: std::time::Duration::from_secs(10),
+                max_spawn_rate: 32
+            }
+        );
+        let (dir, e) = load_err(
+            &pool(
+                "www",
+                "pm.mode = \"ondemand\"\npm.process_idle_timeout = 0\n",
+            ),
+            &[],
+        );
+        assert_err(
+            &dir,
+            &e,
+            "fpmd.toml",
+            Some(8),
+            Some("www"),
+            Some("pm.process_idle_timeout"),
+            "pm.process_idle_timeout must be more than 0",
+        );
     }
 
     #[test]
     fn php_fpm_syntax_gets_a_hint() {
-        assert!(php_fpm_hint("[www]\npm = dynamic\n").contains("line 2 looks like php-fpm syntax: php-fpm's bare 'pm' is written 'pm.mode'"));
+        assert!(php_fpm_hint("[www]\npm = dynamic\n").contains(
+            "line 2 looks like php-fpm syntax: php-fpm's bare 'pm' is written 'pm.mode'"
+        ));
         assert!(php_fpm_hint("listen = /run/x.sock").contains("'listen.address'"));
-        assert!(php_fpm_hint("php_admin_value[memory_limit] = 128M").contains("'php_admin_value.name'"));
+        assert!(
+            php_fpm_hint("php_admin_value[memory_limit] = 128M").contains("'php_admin_value.name'")
+        );
         assert!(php_fpm_hint("; a comment").contains("'#'"));
-        assert_eq!(php_fpm_hint("[www]\npm.mode = \"static\"\nlisten.address = \"9000\"\n"), "");
+        assert_eq!(
+            php_fpm_hint("[www]\npm.mode = \"static\"\nlisten.address = \"9000\"\n"),
+            ""
+        );
     }
 
     #[test]
@@ -3175,13 +3366,25 @@ php_admin_flag.display_errors = "off"
             "request_terminate_timeout = \"2s\"\nrequest_slowlog_timeout = 1\nslowlog = \"slow.log\"\nrequest_queue_timeout = \"250ms\"\npm.max_memory = \"64M\"\n",
         ), &[]);
         let p = &c.pools[0];
-        assert_eq!(p.request_terminate_timeout, Some(std::time::Duration::from_secs(2)));
-        assert_eq!(p.request_slowlog_timeout, Some(std::time::Duration::from_secs(1)));
-        assert_eq!(p.request_queue_timeout, Some(std::time::Duration::from_millis(250)));
+        assert_eq!(
+            p.request_terminate_timeout,
+            Some(std::time::Duration::from_secs(2))
+        );
+        assert_eq!(
+            p.request_slowlog_timeout,
+            Some(std::time::Duration::from_secs(1))
+        );
+        assert_eq!(
+            p.request_queue_timeout,
+            Some(std::time::Duration::from_millis(250))
+        );
         assert!(p.slowlog.as_ref().unwrap().is_absolute());
         assert!(p.slowlog.as_ref().unwrap().ends_with("slow.log"));
         assert_eq!(p.pm.max_memory, Some(64 << 20));
-        let (_dir, c) = load_ok(&pool("www", "request_terminate_timeout = 0\npm.max_memory = 0\n"), &[]);
+        let (_dir, c) = load_ok(
+            &pool("www", "request_terminate_timeout = 0\npm.max_memory = 0\n"),
+            &[],
+        );
         assert_eq!(c.pools[0].request_terminate_timeout, None);
         assert_eq!(c.pools[0].pm.max_memory, None);
         assert_eq!(ByteSize::parse("512k"), Some(512 << 10));

@@ -31,10 +31,16 @@ pub struct Prepared {
 pub fn prepare(config: Config) -> Result<Prepared, BindError> {
     let mut bound = Vec::with_capacity(config.pools.len());
     for (i, pool) in config.pools.iter().enumerate() {
-        if let Some(other) = config.pools[..i].iter().find(|p| p.listen.address == pool.listen.address) {
+        if let Some(other) = config.pools[..i]
+            .iter()
+            .find(|p| p.listen.address == pool.listen.address)
+        {
             return Err(BindError::InUse {
                 address: pool.listen.address.to_string(),
-                detail: format!(": pools '{}' and '{}' both listen on it", other.name, pool.name),
+                detail: format!(
+                    ": pools '{}' and '{}' both listen on it",
+                    other.name, pool.name
+                ),
             });
         }
         bound.push(listener::bind(pool)?);
@@ -44,7 +50,11 @@ pub fn prepare(config: Config) -> Result<Prepared, BindError> {
 
 /// Runs until a stop intent; returns once every child is reaped. Must run
 /// inside a tokio runtime with I/O, time and signals enabled.
-pub async fn run(prepared: Prepared, mut intents: mpsc::UnboundedReceiver<Intent>, log: LogWriter) -> anyhow::Result<()> {
+pub async fn run(
+    prepared: Prepared,
+    mut intents: mpsc::UnboundedReceiver<Intent>,
+    log: LogWriter,
+) -> anyhow::Result<()> {
     let Prepared { config, bound } = prepared;
     // Orphans of our children (a pre-fork parent's children, processes a
     // script started) are reparented to fpmd and reaped here, not left as
@@ -63,12 +73,26 @@ pub async fn run(prepared: Prepared, mut intents: mpsc::UnboundedReceiver<Intent
     let (in_flight_tx, mut in_flight_rx) = mpsc::channel::<()>(1);
     let mut pools = Vec::new();
     for (pool_config, bound) in config.pools.iter().zip(bound) {
-        let handle = supervisor::start_pool(Arc::new(pool_config.clone()), spawner.clone(), runtime_dir.path(), config.global.emergency_restart);
+        let handle = supervisor::start_pool(
+            Arc::new(pool_config.clone()),
+            spawner.clone(),
+            runtime_dir.path(),
+            config.global.emergency_restart,
+        );
         info!(pool = %pool_config.name, "listening on {}", bound.address);
-        tokio::spawn(listener::accept_loop(bound, handle.pool.clone(), shutdown_rx.clone(), in_flight_tx.clone()));
+        tokio::spawn(listener::accept_loop(
+            bound,
+            handle.pool.clone(),
+            shutdown_rx.clone(),
+            in_flight_tx.clone(),
+        ));
         pools.push(handle);
     }
-    info!("fpmd {} ready to handle connections ({} pools)", env!("CARGO_PKG_VERSION"), pools.len());
+    info!(
+        "fpmd {} ready to handle connections ({} pools)",
+        env!("CARGO_PKG_VERSION"),
+        pools.len()
+    );
     // Start-up code (configuration parsing, command line) is not needed
     // again: let the kernel take back fpmd's own code pages; the request
     // path faults its few pages back in. Less of fpmd counts in each pool.
@@ -120,9 +144,15 @@ pub async fn run(prepared: Prepared, mut intents: mpsc::UnboundedReceiver<Intent
 }
 
 fn write_pid_file(config: &Config) -> std::io::Result<Option<PathBuf>> {
-    let Some(path) = &config.global.pid else { return Ok(None) };
-    std::fs::write(path, format!("{}\n", std::process::id()))
-        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot write pid file {}: {e}", path.display())))?;
+    let Some(path) = &config.global.pid else {
+        return Ok(None);
+    };
+    std::fs::write(path, format!("{}\n", std::process::id())).map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!("cannot write pid file {}: {e}", path.display()),
+        )
+    })?;
     Ok(Some(path.clone()))
 }
 
@@ -130,16 +160,29 @@ fn write_pid_file(config: &Config) -> std::io::Result<Option<PathBuf>> {
 /// a no-op elsewhere). Clean file pages only: nothing is lost, a page that
 /// is used again is read back from the page cache.
 fn release_startup_pages() {
-    let Ok(exe) = std::fs::read_link("/proc/self/exe") else { return };
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return };
+    let Ok(exe) = std::fs::read_link("/proc/self/exe") else {
+        return;
+    };
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return;
+    };
     for line in maps.lines() {
         let mut fields = line.split_whitespace();
-        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else { continue };
+        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else {
+            continue;
+        };
         if perms.contains('w') || !line.ends_with(exe.to_string_lossy().as_ref()) {
             continue;
         }
-        let Some((start, end)) = range.split_once('-') else { continue };
-        let (Ok(start), Ok(end)) = (usize::from_str_radix(start, 16), usize::from_str_radix(end, 16)) else { continue };
+        let Some((start, end)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(start), Ok(end)) = (
+            usize::from_str_radix(start, 16),
+            usize::from_str_radix(end, 16),
+        ) else {
+            continue;
+        };
         // SAFETY: advice on a read-only mapping of our own executable; the
         // kernel keeps the mapping and refaults pages on use.
         // MADV_RANDOM also turns off fault-around for these mappings, so a

@@ -44,7 +44,11 @@ pub enum ClientError {
     #[error("unknown record type {kind} for request id {id}")]
     UnknownType { kind: u8, id: u16 },
     #[error("unexpected {kind} record for request id {id} (state: {state})")]
-    Unexpected { kind: String, id: u16, state: &'static str },
+    Unexpected {
+        kind: String,
+        id: u16,
+        state: &'static str,
+    },
     #[error("second BEGIN_REQUEST (request id {new}) while request id {busy} is in flight; FCGI_MPXS_CONNS is 0")]
     SecondBegin { new: u16, busy: u16 },
     #[error("PARAMS of request id {id} exceed {MAX_PARAMS} bytes")]
@@ -83,18 +87,35 @@ impl Request {
 /// Serves one web-server connection until it closes, fpmd stops, or it
 /// breaks the protocol. Errors are logged here with the pool and the peer;
 /// nothing escapes to other connections.
-pub async fn serve_connection<R, W>(pool: Arc<Pool>, mut reader: R, mut writer: W, peer: String, mut shutdown: watch::Receiver<bool>)
-where
+pub async fn serve_connection<R, W>(
+    pool: Arc<Pool>,
+    mut reader: R,
+    mut writer: W,
+    peer: String,
+    mut shutdown: watch::Receiver<bool>,
+) where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let mut conn = ClientConn { buf: BytesMut::with_capacity(4 * 1024), replies: Vec::new(), spare: (Vec::new(), Vec::new()) };
+    let mut conn = ClientConn {
+        buf: BytesMut::with_capacity(4 * 1024),
+        replies: Vec::new(),
+        spare: (Vec::new(), Vec::new()),
+    };
     let name = pool.config.name.clone();
     loop {
-        let mut req = match conn.read_request(&name, &mut reader, &mut writer, &mut shutdown).await {
+        let mut req = match conn
+            .read_request(&name, &mut reader, &mut writer, &mut shutdown)
+            .await
+        {
             Ok(Some(req)) => req,
             Ok(None) => return,
-            Err(ClientError::Io(e)) if matches!(e.kind(), io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe) => {
+            Err(ClientError::Io(e))
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe
+                ) =>
+            {
                 // The web server gave up on the connection (its client left).
                 info!(pool = %name, peer = %peer, "web server reset the connection: {e}");
                 return;
@@ -104,9 +125,14 @@ where
                 return;
             }
         };
-        let result = conn.dispatch(&pool, &mut reader, &mut writer, &mut req).await;
+        let result = conn
+            .dispatch(&pool, &mut reader, &mut writer, &mut req)
+            .await;
         // The request's buffers serve the next request on this connection.
-        conn.spare = (std::mem::take(&mut req.head), std::mem::take(&mut req.params));
+        conn.spare = (
+            std::mem::take(&mut req.head),
+            std::mem::take(&mut req.params),
+        );
         match result {
             Ok(true) => {}
             // Dropping both halves closes the connection (one close(2), no
@@ -149,7 +175,13 @@ impl HeadState {
 impl ClientConn {
     /// Reads records until a request is ready to dispatch. `Ok(None)`: the
     /// connection closed (or fpmd is stopping) between requests.
-    async fn read_request<R, W>(&mut self, pool: &str, reader: &mut R, writer: &mut W, shutdown: &mut watch::Receiver<bool>) -> Result<Option<Request>, ClientError>
+    async fn read_request<R, W>(
+        &mut self,
+        pool: &str,
+        reader: &mut R,
+        writer: &mut W,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<Option<Request>, ClientError>
     where
         R: AsyncRead + Unpin,
         W: AsyncWrite + Unpin,
@@ -158,7 +190,13 @@ impl ClientConn {
         let (mut head, mut params) = std::mem::take(&mut self.spare);
         head.clear();
         params.clear();
-        let mut req = Request { id: 0, keep_conn: false, stdin_done: false, head, params };
+        let mut req = Request {
+            id: 0,
+            keep_conn: false,
+            stdin_done: false,
+            head,
+            params,
+        };
         let mut deadline = None;
         let mut rejected: Option<u16> = None;
         loop {
@@ -168,13 +206,22 @@ impl ClientConn {
                 let kind = rec.header.record_type();
                 if id == fastcgi::NULL_REQUEST_ID {
                     if kind == Some(RecordType::BeginRequest) {
-                        return Err(ClientError::Unexpected { kind: "BEGIN_REQUEST".into(), id, state: "request id 0 is reserved" });
+                        return Err(ClientError::Unexpected {
+                            kind: "BEGIN_REQUEST".into(),
+                            id,
+                            state: "request id 0 is reserved",
+                        });
                     }
                     management(&mut self.replies, rec);
                     self.buf.advance(len);
                     continue;
                 }
-                if rejected == Some(id) && matches!(kind, Some(RecordType::Params | RecordType::Stdin | RecordType::Data)) {
+                if rejected == Some(id)
+                    && matches!(
+                        kind,
+                        Some(RecordType::Params | RecordType::Stdin | RecordType::Data)
+                    )
+                {
                     // The rest of a request refused for its role.
                     if kind == Some(RecordType::Stdin) && rec.content.is_empty() {
                         rejected = None;
@@ -187,7 +234,10 @@ impl ClientConn {
                         let begin = BeginRequest::decode(rec.content)?;
                         if begin.role != fastcgi::ROLE_RESPONDER {
                             // FCGI spec 5.5: reject the role, keep the connection.
-                            let end = EndRequest { app_status: 0, protocol_status: ProtocolStatus::UnknownRole as u8 };
+                            let end = EndRequest {
+                                app_status: 0,
+                                protocol_status: ProtocolStatus::UnknownRole as u8,
+                            };
                             fastcgi::encode_end_request(&mut self.replies, id, end);
                             info!(pool = %pool, "rejecting request id {id}: role {} is not RESPONDER (FCGI_UNKNOWN_ROLE)", begin.role);
                             rejected = Some(id);
@@ -196,8 +246,16 @@ impl ClientConn {
                         }
                         req.id = id;
                         req.keep_conn = begin.keep_conn();
-                        let child_begin = BeginRequest { role: begin.role, flags: begin.flags | fastcgi::KEEP_CONN };
-                        fastcgi::encode_record(&mut req.head, RecordType::BeginRequest, id, &child_begin.encode());
+                        let child_begin = BeginRequest {
+                            role: begin.role,
+                            flags: begin.flags | fastcgi::KEEP_CONN,
+                        };
+                        fastcgi::encode_record(
+                            &mut req.head,
+                            RecordType::BeginRequest,
+                            id,
+                            &child_begin.encode(),
+                        );
                         state = HeadState::Params;
                         deadline = Some(tokio::time::Instant::now() + HEAD_TIMEOUT);
                     }
@@ -220,12 +278,20 @@ impl ClientConn {
                         }
                     }
                     (HeadState::Params | HeadState::Stdin, Some(RecordType::BeginRequest)) => {
-                        return Err(ClientError::SecondBegin { new: id, busy: req.id });
+                        return Err(ClientError::SecondBegin {
+                            new: id,
+                            busy: req.id,
+                        });
                     }
-                    (HeadState::Params | HeadState::Stdin, Some(RecordType::AbortRequest)) if id == req.id => {
+                    (HeadState::Params | HeadState::Stdin, Some(RecordType::AbortRequest))
+                        if id == req.id =>
+                    {
                         // Not dispatched yet: nothing ran, just end it.
                         debug!("request id {id} aborted by the web server before dispatch");
-                        let end = EndRequest { app_status: 0, protocol_status: ProtocolStatus::RequestComplete as u8 };
+                        let end = EndRequest {
+                            app_status: 0,
+                            protocol_status: ProtocolStatus::RequestComplete as u8,
+                        };
                         fastcgi::encode_end_request(&mut self.replies, id, end);
                         self.buf.advance(len);
                         self.flush_replies(writer).await?;
@@ -240,11 +306,24 @@ impl ClientConn {
                         req.params.clear();
                         continue;
                     }
-                    (_, None) => return Err(ClientError::UnknownType { kind: rec.header.kind, id }),
-                    (s, Some(k)) => return Err(ClientError::Unexpected { kind: k.to_string(), id, state: s.name() }),
+                    (_, None) => {
+                        return Err(ClientError::UnknownType {
+                            kind: rec.header.kind,
+                            id,
+                        })
+                    }
+                    (s, Some(k)) => {
+                        return Err(ClientError::Unexpected {
+                            kind: k.to_string(),
+                            id,
+                            state: s.name(),
+                        })
+                    }
                 }
                 self.buf.advance(len);
-                if req.stdin_done || (matches!(state, HeadState::Stdin) && req.head.len() >= DISPATCH_BUFFER) {
+                if req.stdin_done
+                    || (matches!(state, HeadState::Stdin) && req.head.len() >= DISPATCH_BUFFER)
+                {
                     self.flush_replies(writer).await?;
                     return Ok(Some(req));
                 }
@@ -283,14 +362,23 @@ impl ClientConn {
 
     /// Gets a child for `req` and runs the exchange. `Ok(true)`: the
     /// connection may carry another request.
-    async fn dispatch<R, W>(&mut self, pool: &Pool, reader: &mut R, writer: &mut W, req: &mut Request) -> Result<bool, ClientError>
+    async fn dispatch<R, W>(
+        &mut self,
+        pool: &Pool,
+        reader: &mut R,
+        writer: &mut W,
+        req: &mut Request,
+    ) -> Result<bool, ClientError>
     where
         R: AsyncRead + Unpin,
         W: AsyncWrite + Unpin,
     {
         let attempts = DISPATCH_ATTEMPTS + pool.config.pm.max_children as usize;
         for _ in 0..attempts {
-            let queue_deadline = pool.config.request_queue_timeout.map(|d| tokio::time::Instant::now() + d);
+            let queue_deadline = pool
+                .config
+                .request_queue_timeout
+                .map(|d| tokio::time::Instant::now() + d);
             let acquired = tokio::select! {
                 // An idle child is taken without touching the timers.
                 biased;
@@ -317,12 +405,24 @@ impl ClientConn {
                 Acquired::QueueFull => {
                     warn!(pool = %pool.config.name, uri = %req.param("REQUEST_URI"),
                         "request queue full (listen.backlog = {}): answering 503", pool.config.listen.backlog);
-                    self.refuse(writer, req, "503 Service Unavailable", "the server is overloaded; retry later").await?;
+                    self.refuse(
+                        writer,
+                        req,
+                        "503 Service Unavailable",
+                        "the server is overloaded; retry later",
+                    )
+                    .await?;
                     self.skip_rest_of_stdin(req);
                     return Ok(req.keep_conn && req.stdin_done);
                 }
                 Acquired::Closed => {
-                    self.refuse(writer, req, "503 Service Unavailable", "the server is stopping").await?;
+                    self.refuse(
+                        writer,
+                        req,
+                        "503 Service Unavailable",
+                        "the server is stopping",
+                    )
+                    .await?;
                     return Ok(false);
                 }
             };
@@ -382,11 +482,27 @@ impl ClientConn {
             if !keep && !outcome.sent_any && !outcome.client_gone {
                 // Nothing reached the web server yet: give it a real answer.
                 if terminated {
-                    self.refuse(writer, req, "504 Gateway Timeout", "the script ran longer than request_terminate_timeout").await?;
-                    return Ok(req.keep_conn && outcome.stdin_complete && outcome.client_error.is_none());
+                    self.refuse(
+                        writer,
+                        req,
+                        "504 Gateway Timeout",
+                        "the script ran longer than request_terminate_timeout",
+                    )
+                    .await?;
+                    return Ok(req.keep_conn
+                        && outcome.stdin_complete
+                        && outcome.client_error.is_none());
                 }
-                self.refuse(writer, req, "502 Bad Gateway", "the PHP process serving this request died").await?;
-                return Ok(req.keep_conn && outcome.stdin_complete && outcome.client_error.is_none());
+                self.refuse(
+                    writer,
+                    req,
+                    "502 Bad Gateway",
+                    "the PHP process serving this request died",
+                )
+                .await?;
+                return Ok(req.keep_conn
+                    && outcome.stdin_complete
+                    && outcome.client_error.is_none());
             }
             if let Some(e) = outcome.client_error {
                 warn!(pool = %name, pid, "closing FastCGI connection after request id {}: {e}", req.id);
@@ -400,7 +516,13 @@ impl ClientConn {
             return Ok(keep && req.keep_conn && outcome.stdin_complete);
         }
         warn!(pool = %pool.config.name, "request id {}: no child could take it after {attempts} tries: answering 503", req.id);
-        self.refuse(writer, req, "503 Service Unavailable", "no PHP process could take the request").await?;
+        self.refuse(
+            writer,
+            req,
+            "503 Service Unavailable",
+            "no PHP process could take the request",
+        )
+        .await?;
         Ok(false)
     }
 
@@ -409,7 +531,10 @@ impl ClientConn {
     fn skip_rest_of_stdin(&mut self, req: &mut Request) {
         while !req.stdin_done {
             match fastcgi::decode_record(&self.buf) {
-                Ok(Some(rec)) if rec.header.request_id == req.id && rec.header.record_type() == Some(RecordType::Stdin) => {
+                Ok(Some(rec))
+                    if rec.header.request_id == req.id
+                        && rec.header.record_type() == Some(RecordType::Stdin) =>
+                {
                     req.stdin_done = rec.content.is_empty();
                     let len = rec.header.record_len();
                     self.buf.advance(len);
@@ -420,12 +545,25 @@ impl ClientConn {
     }
 
     /// Answers `req` from fpmd itself with a short CGI response.
-    async fn refuse<W: AsyncWrite + Unpin>(&mut self, writer: &mut W, req: &Request, status: &str, text: &str) -> io::Result<()> {
+    async fn refuse<W: AsyncWrite + Unpin>(
+        &mut self,
+        writer: &mut W,
+        req: &Request,
+        status: &str,
+        text: &str,
+    ) -> io::Result<()> {
         let body = format!("Status: {status}\r\nContent-Type: text/plain\r\nRetry-After: 1\r\n\r\n{status}: {text}\n");
         let mut out = std::mem::take(&mut self.replies);
         fastcgi::encode_stream(&mut out, RecordType::Stdout, req.id, body.as_bytes());
         fastcgi::encode_record(&mut out, RecordType::Stdout, req.id, &[]);
-        fastcgi::encode_end_request(&mut out, req.id, EndRequest { app_status: 0, protocol_status: 0 });
+        fastcgi::encode_end_request(
+            &mut out,
+            req.id,
+            EndRequest {
+                app_status: 0,
+                protocol_status: 0,
+            },
+        );
         let r = writer.write_all(&out).await;
         out.clear();
         self.replies = out;
@@ -435,7 +573,14 @@ impl ClientConn {
     /// Pumps the rest of STDIN from the web server to the child and the
     /// response from the child to the web server, concurrently (a script may
     /// write before it reads its input), until the child's END_REQUEST.
-    async fn exchange<R, W>(&mut self, pool: &Pool, worker: &mut Worker, reader: &mut R, writer: &mut W, req: &Request) -> Outcome
+    async fn exchange<R, W>(
+        &mut self,
+        pool: &Pool,
+        worker: &mut Worker,
+        reader: &mut R,
+        writer: &mut W,
+        req: &Request,
+    ) -> Outcome
     where
         R: AsyncRead + Unpin,
         W: AsyncWrite + Unpin,
@@ -445,7 +590,11 @@ impl ClientConn {
         let probe = worker.pid_probe();
         let known_pid = worker.log_pid();
         let mut learned = None;
-        let ChildConn { reader: child_r, writer: child_w, buf: child_buf } = worker.conn.as_mut().expect("connected");
+        let ChildConn {
+            reader: child_r,
+            writer: child_w,
+            buf: child_buf,
+        } = worker.conn.as_mut().expect("connected");
         let id = req.id;
         let buf = &mut self.buf;
         let replies = &mut self.replies;
@@ -482,11 +631,29 @@ impl ClientConn {
                             // php-cgi cannot be interrupted; the response still ends with END_REQUEST.
                             debug!("web server sent ABORT_REQUEST for request id {id}; the script runs to its end");
                         }
-                        Some(RecordType::BeginRequest) => break 'pump UpEnd::Client(ClientError::SecondBegin { new: rid, busy: id }),
-                        None => break 'pump UpEnd::Client(ClientError::UnknownType { kind: rec.header.kind, id: rid }),
+                        Some(RecordType::BeginRequest) => {
+                            break 'pump UpEnd::Client(ClientError::SecondBegin {
+                                new: rid,
+                                busy: id,
+                            })
+                        }
+                        None => {
+                            break 'pump UpEnd::Client(ClientError::UnknownType {
+                                kind: rec.header.kind,
+                                id: rid,
+                            })
+                        }
                         Some(k) => {
-                            let state = if stdin_done { "request in flight" } else { "reading STDIN" };
-                            break 'pump UpEnd::Client(ClientError::Unexpected { kind: k.to_string(), id: rid, state });
+                            let state = if stdin_done {
+                                "request in flight"
+                            } else {
+                                "reading STDIN"
+                            };
+                            break 'pump UpEnd::Client(ClientError::Unexpected {
+                                kind: k.to_string(),
+                                id: rid,
+                                state,
+                            });
                         }
                     }
                     buf.advance(len);
@@ -495,7 +662,11 @@ impl ClientConn {
                     }
                 }
                 if extra > MAX_IN_FLIGHT_EXTRA {
-                    let e = ClientError::Unexpected { kind: "more than 64 KiB of records".into(), id, state: "request in flight" };
+                    let e = ClientError::Unexpected {
+                        kind: "more than 64 KiB of records".into(),
+                        id,
+                        state: "request in flight",
+                    };
                     break 'pump UpEnd::Client(e);
                 }
                 match reader.read_buf(buf).await {
@@ -523,14 +694,18 @@ impl ClientConn {
                     match fastcgi::decode_record(&child_buf[end..]) {
                         Ok(Some(rec)) => {
                             if rec.header.request_id != id {
-                                bad = Some(format!("record for request id {} instead of {id}", rec.header.request_id));
+                                bad = Some(format!(
+                                    "record for request id {} instead of {id}",
+                                    rec.header.request_id
+                                ));
                                 break;
                             }
                             match rec.header.record_type() {
                                 Some(RecordType::Stdout) | Some(RecordType::Stderr) => {}
                                 Some(RecordType::EndRequest) => ended = true,
                                 _ => {
-                                    bad = Some(format!("unexpected record type {}", rec.header.kind));
+                                    bad =
+                                        Some(format!("unexpected record type {}", rec.header.kind));
                                     break;
                                 }
                             }
@@ -558,7 +733,10 @@ impl ClientConn {
                 }
                 if ended {
                     if !child_buf.is_empty() {
-                        break ChildEnd::Garbage(format!("{} bytes after END_REQUEST", child_buf.len()));
+                        break ChildEnd::Garbage(format!(
+                            "{} bytes after END_REQUEST",
+                            child_buf.len()
+                        ));
                     }
                     break ChildEnd::Ended;
                 }
@@ -627,7 +805,13 @@ impl ClientConn {
             Some(UpEnd::Client(e)) => (Some(e), false),
         };
         let sent_any = sent.load(Ordering::Relaxed);
-        Outcome { child, sent_any, client_gone: client_gone || gone, stdin_complete, client_error }
+        Outcome {
+            child,
+            sent_any,
+            client_gone: client_gone || gone,
+            stdin_complete,
+            client_error,
+        }
     }
 }
 
@@ -690,13 +874,19 @@ fn write_slowlog(pool: &Pool, pid: i32, req: &Request, elapsed: Duration) {
     let uri = req.param("REQUEST_URI");
     let method = req.param("REQUEST_METHOD");
     warn!(pool = %name, pid, script = %script, uri = %uri, "slow request: running for {:.3} s (request_slowlog_timeout)", elapsed.as_secs_f64());
-    let Some(path) = &pool.config.slowlog else { return };
+    let Some(path) = &pool.config.slowlog else {
+        return;
+    };
     let entry = format!(
         "\n[{}] [pool {name}] pid {pid}\nscript_filename = {script}\nrequest_uri = {uri}\nrequest_method = {method}\nelapsed = {:.3} s\n",
         humantime::format_rfc3339_seconds(std::time::SystemTime::now()),
         elapsed.as_secs_f64()
     );
-    let written = std::fs::OpenOptions::new().create(true).append(true).open(path).and_then(|mut f| f.write_all(entry.as_bytes()));
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .and_then(|mut f| f.write_all(entry.as_bytes()));
     if let Err(e) = written {
         warn!(pool = %name, "cannot write slowlog {}: {e}", path.display());
     }

@@ -114,7 +114,16 @@ impl Header {
     pub fn encode(&self) -> [u8; HEADER_LEN] {
         let id = self.request_id.to_be_bytes();
         let len = self.content_length.to_be_bytes();
-        [VERSION_1, self.kind, id[0], id[1], len[0], len[1], self.padding_length, 0]
+        [
+            VERSION_1,
+            self.kind,
+            id[0],
+            id[1],
+            len[0],
+            len[1],
+            self.padding_length,
+            0,
+        ]
     }
 
     /// Bytes of the whole record: header + content + padding.
@@ -150,7 +159,10 @@ pub fn decode_record(buf: &[u8]) -> Result<Option<Record<'_>>, ProtocolError> {
     }
     let start = HEADER_LEN;
     let end = start + header.content_length as usize;
-    Ok(Some(Record { header, content: &buf[start..end] }))
+    Ok(Some(Record {
+        header,
+        content: &buf[start..end],
+    }))
 }
 
 /// Errors a peer's bytes can cause. Each one closes the connection that
@@ -180,7 +192,10 @@ impl BeginRequest {
         if content.len() != 8 {
             return Err(ProtocolError::BadBeginRequest(content.len()));
         }
-        Ok(BeginRequest { role: u16::from_be_bytes([content[0], content[1]]), flags: content[2] })
+        Ok(BeginRequest {
+            role: u16::from_be_bytes([content[0], content[1]]),
+            flags: content[2],
+        })
     }
 
     /// True when the web server asked to keep the connection open.
@@ -226,7 +241,10 @@ impl EndRequest {
 /// (panics otherwise: callers split streams with [`encode_stream`]). No
 /// padding is written (padding is optional, FCGI spec 3.3).
 pub fn encode_record(out: &mut Vec<u8>, kind: RecordType, request_id: u16, content: &[u8]) {
-    assert!(content.len() <= MAX_CONTENT_LEN, "record content over 65,535 bytes");
+    assert!(
+        content.len() <= MAX_CONTENT_LEN,
+        "record content over 65,535 bytes"
+    );
     let header = Header {
         kind: kind as u8,
         request_id,
@@ -277,7 +295,10 @@ pub struct Pairs<'a> {
 /// Iterates the name-value pairs (FCGI spec 3.4) of `stream`, the
 /// concatenated content of a PARAMS stream's records.
 pub fn pairs(stream: &[u8]) -> Pairs<'_> {
-    Pairs { rest: stream, failed: false }
+    Pairs {
+        rest: stream,
+        failed: false,
+    }
 }
 
 fn read_len(buf: &[u8]) -> Option<(usize, usize)> {
@@ -286,7 +307,10 @@ fn read_len(buf: &[u8]) -> Option<(usize, usize)> {
         Some((first as usize, 1))
     } else {
         let b = buf.get(..4)?;
-        Some(((u32::from_be_bytes([b[0], b[1], b[2], b[3]]) & 0x7fff_ffff) as usize, 4))
+        Some((
+            (u32::from_be_bytes([b[0], b[1], b[2], b[3]]) & 0x7fff_ffff) as usize,
+            4,
+        ))
     }
 }
 
@@ -325,7 +349,10 @@ impl<'a> Iterator for Pairs<'a> {
 /// Finds the value of `name` in a complete PARAMS stream; `None` when it is
 /// absent or the stream is malformed before it.
 pub fn find_param<'a>(stream: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
-    pairs(stream).map_while(Result::ok).find(|(n, _)| *n == name).map(|(_, v)| v)
+    pairs(stream)
+        .map_while(Result::ok)
+        .find(|(n, _)| *n == name)
+        .map(|(_, v)| v)
 }
 
 /// Builds the content of a `GET_VALUES_RESULT` answering the names asked in a
@@ -367,7 +394,12 @@ mod tests {
 
     #[test]
     fn header_round_trip_bytes() {
-        let h = Header { kind: 6, request_id: 0x0102, content_length: 0x0304, padding_length: 5 };
+        let h = Header {
+            kind: 6,
+            request_id: 0x0102,
+            content_length: 0x0304,
+            padding_length: 5,
+        };
         assert_eq!(h.encode(), [1, 6, 1, 2, 3, 4, 5, 0]);
         assert_eq!(Header::decode(&h.encode()).unwrap(), Some(h));
         assert_eq!(h.record_len(), 8 + 0x0304 + 5);
@@ -376,13 +408,20 @@ mod tests {
     #[test]
     fn header_incomplete_and_bad_version() {
         assert_eq!(Header::decode(&[1, 1, 0, 1, 0, 8, 0]).unwrap(), None);
-        assert_eq!(Header::decode(&[2, 1, 0, 1, 0, 8, 0, 0]), Err(ProtocolError::BadVersion(2)));
+        assert_eq!(
+            Header::decode(&[2, 1, 0, 1, 0, 8, 0, 0]),
+            Err(ProtocolError::BadVersion(2))
+        );
     }
 
     #[test]
     fn record_needs_content_and_padding() {
         let mut buf = vec![1, 5, 0, 1, 0, 3, 2, 0, b'a', b'b', b'c', 0];
-        assert_eq!(decode_record(&buf).unwrap(), None, "one padding byte missing");
+        assert_eq!(
+            decode_record(&buf).unwrap(),
+            None,
+            "one padding byte missing"
+        );
         buf.push(0);
         let rec = decode_record(&buf).unwrap().unwrap();
         assert_eq!(rec.header.record_type(), Some(RecordType::Stdin));
@@ -411,21 +450,35 @@ mod tests {
 
     #[test]
     fn begin_request_body() {
-        let b = BeginRequest { role: ROLE_RESPONDER, flags: KEEP_CONN };
+        let b = BeginRequest {
+            role: ROLE_RESPONDER,
+            flags: KEEP_CONN,
+        };
         assert_eq!(b.encode(), [0, 1, 1, 0, 0, 0, 0, 0]);
         let d = BeginRequest::decode(&b.encode()).unwrap();
         assert!(d.keep_conn());
         assert_eq!(d.role, ROLE_RESPONDER);
-        assert!(!BeginRequest::decode(&[0, 2, 0, 0, 0, 0, 0, 0]).unwrap().keep_conn());
-        assert_eq!(BeginRequest::decode(&[0, 1]), Err(ProtocolError::BadBeginRequest(2)));
+        assert!(!BeginRequest::decode(&[0, 2, 0, 0, 0, 0, 0, 0])
+            .unwrap()
+            .keep_conn());
+        assert_eq!(
+            BeginRequest::decode(&[0, 1]),
+            Err(ProtocolError::BadBeginRequest(2))
+        );
     }
 
     #[test]
     fn end_request_body() {
-        let e = EndRequest { app_status: 0x01020304, protocol_status: ProtocolStatus::Overloaded as u8 };
+        let e = EndRequest {
+            app_status: 0x01020304,
+            protocol_status: ProtocolStatus::Overloaded as u8,
+        };
         assert_eq!(e.encode(), [1, 2, 3, 4, 2, 0, 0, 0]);
         assert_eq!(EndRequest::decode(&e.encode()).unwrap(), e);
-        assert_eq!(EndRequest::decode(&[0; 9]), Err(ProtocolError::BadEndRequest(9)));
+        assert_eq!(
+            EndRequest::decode(&[0; 9]),
+            Err(ProtocolError::BadEndRequest(9))
+        );
         let mut out = Vec::new();
         encode_end_request(&mut out, 3, e);
         assert_eq!(&out[..8], &[1, 3, 0, 3, 0, 8, 0, 0]);
@@ -444,7 +497,10 @@ mod tests {
         assert_eq!(got.len(), 3);
         assert_eq!(got[1].1.len(), 300);
         assert_eq!(find_param(&s, b"EMPTY"), Some(&b""[..]));
-        assert_eq!(find_param(&s, b"SCRIPT_FILENAME"), Some(&b"/srv/index.php"[..]));
+        assert_eq!(
+            find_param(&s, b"SCRIPT_FILENAME"),
+            Some(&b"/srv/index.php"[..])
+        );
         assert_eq!(find_param(&s, b"NOPE"), None);
         // the 4-byte form of 300 has the high bit set
         let pos = 2 + 15 + 14;
@@ -460,7 +516,10 @@ mod tests {
         let got: Vec<_> = pairs(&s).collect();
         assert_eq!(got.len(), 2);
         assert_eq!(got[1], Err(ProtocolError::TruncatedPair));
-        assert_eq!(pairs(&[0x80, 0]).collect::<Vec<_>>(), vec![Err(ProtocolError::TruncatedPair)]);
+        assert_eq!(
+            pairs(&[0x80, 0]).collect::<Vec<_>>(),
+            vec![Err(ProtocolError::TruncatedPair)]
+        );
     }
 
     #[test]
@@ -480,7 +539,9 @@ mod tests {
         encode_stream(&mut out, RecordType::Stdout, 1, &data);
         let first = decode_record(&out).unwrap().unwrap();
         assert_eq!(first.content.len(), 65_535);
-        let second = decode_record(&out[first.header.record_len()..]).unwrap().unwrap();
+        let second = decode_record(&out[first.header.record_len()..])
+            .unwrap()
+            .unwrap();
         assert_eq!(second.content.len(), 1);
         let mut none = Vec::new();
         encode_stream(&mut none, RecordType::Stdout, 1, &[]);

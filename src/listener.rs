@@ -40,16 +40,26 @@ pub enum BindError {
 fn io_err(address: &ListenAddress) -> impl Fn(io::Error) -> BindError + '_ {
     move |source| {
         if source.kind() == io::ErrorKind::AddrInUse {
-            BindError::InUse { address: address.to_string(), detail: String::new() }
+            BindError::InUse {
+                address: address.to_string(),
+                detail: String::new(),
+            }
         } else {
-            BindError::Io { address: address.to_string(), source }
+            BindError::Io {
+                address: address.to_string(),
+                source,
+            }
         }
     }
 }
 
 /// The kernel's cap on listen backlogs (`net.core.somaxconn`).
 pub fn somaxconn() -> Option<u32> {
-    std::fs::read_to_string("/proc/sys/net/core/somaxconn").ok()?.trim().parse().ok()
+    std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// Binds the listening socket of `pool` with its `listen.backlog` (warning
@@ -69,7 +79,11 @@ pub fn bind(pool: &PoolConfig) -> Result<Bound, BindError> {
         ListenAddress::Tcp(addr) => {
             let addr_for_err = address.clone();
             let err = io_err(&addr_for_err);
-            let domain = if addr.is_ipv6() { Domain::IPV6 } else { Domain::IPV4 };
+            let domain = if addr.is_ipv6() {
+                Domain::IPV6
+            } else {
+                Domain::IPV4
+            };
             let socket = Socket::new(domain, Type::STREAM, None).map_err(&err)?;
             socket.set_reuse_address(true).map_err(&err)?;
             if addr.is_ipv6() {
@@ -78,7 +92,11 @@ pub fn bind(pool: &PoolConfig) -> Result<Bound, BindError> {
             socket.bind(&SockAddr::from(*addr)).map_err(&err)?;
             socket.listen(backlog).map_err(&err)?;
             socket.set_nonblocking(true).map_err(&err)?;
-            Ok(Bound { socket, path: None, address })
+            Ok(Bound {
+                socket,
+                path: None,
+                address,
+            })
         }
         ListenAddress::Unix(path) => {
             let addr_for_err = address.clone();
@@ -90,18 +108,30 @@ pub fn bind(pool: &PoolConfig) -> Result<Bound, BindError> {
                     // must not cost a file).
                     return Err(BindError::Io {
                         address: address.to_string(),
-                        source: io::Error::new(io::ErrorKind::AlreadyExists, "the path exists and is not a socket"),
+                        source: io::Error::new(
+                            io::ErrorKind::AlreadyExists,
+                            "the path exists and is not a socket",
+                        ),
                     });
                 }
                 if std::os::unix::net::UnixStream::connect(path).is_ok() {
-                    return Err(BindError::InUse { address: address.to_string(), detail: ": another process accepts connections on it".into() });
+                    return Err(BindError::InUse {
+                        address: address.to_string(),
+                        detail: ": another process accepts connections on it".into(),
+                    });
                 }
                 // A stale socket left by a process that is gone.
                 std::fs::remove_file(path).map_err(&err)?;
             }
             let socket = Socket::new(Domain::UNIX, Type::STREAM, None).map_err(&err)?;
-            socket.bind(&SockAddr::unix(path).map_err(&err)?).map_err(&err)?;
-            let bound = Bound { socket, path: Some(path.clone()), address: address.clone() };
+            socket
+                .bind(&SockAddr::unix(path).map_err(&err)?)
+                .map_err(&err)?;
+            let bound = Bound {
+                socket,
+                path: Some(path.clone()),
+                address: address.clone(),
+            };
             set_owner_mode(path, pool).map_err(&err)?;
             bound.socket.listen(backlog).map_err(&err)?;
             bound.socket.set_nonblocking(true).map_err(&err)?;
@@ -132,7 +162,12 @@ impl Drop for Bound {
 /// Accepts connections on `bound` until `shutdown` turns true, spawning a
 /// dispatcher task for each. Every task holds a clone of `in_flight`, so
 /// the daemon knows when they have all finished.
-pub async fn accept_loop(bound: Bound, pool: Arc<Pool>, mut shutdown: watch::Receiver<bool>, in_flight: mpsc::Sender<()>) {
+pub async fn accept_loop(
+    bound: Bound,
+    pool: Arc<Pool>,
+    mut shutdown: watch::Receiver<bool>,
+    in_flight: mpsc::Sender<()>,
+) {
     let name = pool.config.name.clone();
     let allowed: Option<Vec<IpAddr>> = pool.config.listen.allowed_clients.clone();
     enum L {
@@ -142,7 +177,9 @@ pub async fn accept_loop(bound: Bound, pool: Arc<Pool>, mut shutdown: watch::Rec
     let std_socket = bound.socket.try_clone();
     let listener = match (&bound.address, std_socket) {
         (ListenAddress::Tcp(_), Ok(s)) => tokio::net::TcpListener::from_std(s.into()).map(L::Tcp),
-        (ListenAddress::Unix(_), Ok(s)) => tokio::net::UnixListener::from_std(s.into()).map(L::Unix),
+        (ListenAddress::Unix(_), Ok(s)) => {
+            tokio::net::UnixListener::from_std(s.into()).map(L::Unix)
+        }
         (_, Err(e)) => Err(e),
     };
     let listener = match listener {
@@ -212,7 +249,10 @@ enum Conn {
 fn client_allowed(allowed: &Option<Vec<IpAddr>>, peer: &SocketAddr) -> bool {
     let Some(list) = allowed else { return true };
     let ip = match peer.ip() {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(IpAddr::V6(v6)),
+        IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .map(IpAddr::V4)
+            .unwrap_or(IpAddr::V6(v6)),
         v4 => v4,
     };
     list.iter().any(|a| *a == ip)
@@ -226,9 +266,18 @@ mod tests {
     fn allowed_clients() {
         let peer: SocketAddr = "127.0.0.1:5000".parse().unwrap();
         assert!(client_allowed(&None, &peer));
-        assert!(client_allowed(&Some(vec!["127.0.0.1".parse().unwrap()]), &peer));
-        assert!(!client_allowed(&Some(vec!["127.0.0.2".parse().unwrap()]), &peer));
+        assert!(client_allowed(
+            &Some(vec!["127.0.0.1".parse().unwrap()]),
+            &peer
+        ));
+        assert!(!client_allowed(
+            &Some(vec!["127.0.0.2".parse().unwrap()]),
+            &peer
+        ));
         let mapped: SocketAddr = "[::ffff:127.0.0.1]:5000".parse().unwrap();
-        assert!(client_allowed(&Some(vec!["127.0.0.1".parse().unwrap()]), &mapped));
+        assert!(client_allowed(
+            &Some(vec!["127.0.0.1".parse().unwrap()]),
+            &mapped
+        ));
     }
 }

@@ -82,7 +82,9 @@ pub fn level_filter(level: &LogLevel) -> tracing::level_filters::LevelFilter {
 pub fn init(target: &LogTarget, level: &LogLevel) -> io::Result<LogWriter> {
     let writer = match target {
         LogTarget::Stderr => LogWriter { file: None },
-        LogTarget::File(p) => LogWriter { file: Some(Arc::new((p.clone(), Mutex::new(open_append(p)?)))) },
+        LogTarget::File(p) => LogWriter {
+            file: Some(Arc::new((p.clone(), Mutex::new(open_append(p)?)))),
+        },
     };
     let _ = tracing_subscriber::fmt()
         .with_max_level(level_filter(level))

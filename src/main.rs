@@ -14,7 +14,13 @@ use fpmd::{config, control, daemon, log, EXIT_CONFIG};
 struct Cli {
     /// Configuration file (default: ./fpmd.toml, then /etc/fpmd/fpmd.toml).
     /// `-y`/`--fpm-config` is accepted too, as php-fpm spells it.
-    #[arg(short = 'c', long = "config", value_name = "FILE", visible_short_alias = 'y', visible_alias = "fpm-config")]
+    #[arg(
+        short = 'c',
+        long = "config",
+        value_name = "FILE",
+        visible_short_alias = 'y',
+        visible_alias = "fpm-config"
+    )]
     config: Option<PathBuf>,
     /// Test the configuration, print the effective configuration, and exit
     /// (0 when valid, 78 when not). Given twice (`-tt`, as php-fpm), the same.
@@ -44,7 +50,10 @@ fn main() -> ExitCode {
     };
     if cli.test > 0 {
         print!("{}", config.to_toml());
-        eprintln!("fpmd: configuration file {} test is successful", path.display());
+        eprintln!(
+            "fpmd: configuration file {} test is successful",
+            path.display()
+        );
         return ExitCode::SUCCESS;
     }
     let log = match log::init(&config.global.error_log, &config.global.log_level) {
@@ -54,13 +63,19 @@ fn main() -> ExitCode {
                 config::LogTarget::File(p) => p.display().to_string(),
                 config::LogTarget::Stderr => "stderr".into(),
             };
-            eprintln!("fpmd: {}: key 'global.error_log': cannot open {path}: {e}", config.file.display());
+            eprintln!(
+                "fpmd: {}: key 'global.error_log': cannot open {path}: {e}",
+                config.file.display()
+            );
             return ExitCode::from(EXIT_CONFIG);
         }
     };
     // One thread: the FastCGI hop is I/O-bound, and on small machines the
     // cores belong to php-cgi and the web server.
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("fpmd: cannot start the runtime: {e}");

@@ -29,7 +29,13 @@ pub fn socket_inode(fd: RawFd) -> io::Result<u64> {
 /// unknown, or it has no peer.
 pub fn peer_inode(inode: u64) -> io::Result<u64> {
     // SAFETY: plain socket(2); the fd is owned by `sock` right away.
-    let raw = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::NETLINK_SOCK_DIAG) };
+    let raw = unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            libc::NETLINK_SOCK_DIAG,
+        )
+    };
     if raw < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -43,7 +49,7 @@ pub fn peer_inode(inode: u64) -> io::Result<u64> {
     req.extend_from_slice(&(libc::NLM_F_REQUEST as u16).to_ne_bytes());
     req.extend_from_slice(&1u32.to_ne_bytes()); // seq
     req.extend_from_slice(&0u32.to_ne_bytes()); // port id: the kernel
-    // struct unix_diag_req
+                                                // struct unix_diag_req
     req.push(libc::AF_UNIX as u8);
     req.push(0);
     req.extend_from_slice(&0u16.to_ne_bytes());
@@ -97,13 +103,18 @@ fn parse_peer_reply(b: &[u8]) -> io::Result<u64> {
         }
         at += (rta_len + 3) & !3;
     }
-    Err(io::Error::new(io::ErrorKind::NotFound, "socket has no peer"))
+    Err(io::Error::new(
+        io::ErrorKind::NotFound,
+        "socket has no peer",
+    ))
 }
 
 /// The children of `pid` (from `/proc/PID/task/*/children`).
 pub fn children_of(pid: i32) -> Vec<i32> {
     let mut out = Vec::new();
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return out };
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
     for task in tasks.flatten() {
         if let Ok(s) = std::fs::read_to_string(task.path().join("children")) {
             out.extend(s.split_whitespace().filter_map(|p| p.parse::<i32>().ok()));
@@ -116,8 +127,14 @@ pub fn children_of(pid: i32) -> Vec<i32> {
 pub fn holder_of(candidates: &[i32], inode: u64) -> Option<i32> {
     let want = format!("socket:[{inode}]");
     candidates.iter().copied().find(|pid| {
-        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return false };
-        fds.flatten().any(|fd| std::fs::read_link(fd.path()).map(|l| l.as_os_str() == want.as_str()).unwrap_or(false))
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            return false;
+        };
+        fds.flatten().any(|fd| {
+            std::fs::read_link(fd.path())
+                .map(|l| l.as_os_str() == want.as_str())
+                .unwrap_or(false)
+        })
     })
 }
 

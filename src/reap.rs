@@ -76,8 +76,14 @@ impl Reaper {
                 Ok(s) => s,
             };
             let exit = match status {
-                WaitStatus::Exited(pid, code) => Exit { pid: pid.as_raw(), kind: ExitKind::Code(code) },
-                WaitStatus::Signaled(pid, sig, _) => Exit { pid: pid.as_raw(), kind: ExitKind::Signal(sig) },
+                WaitStatus::Exited(pid, code) => Exit {
+                    pid: pid.as_raw(),
+                    kind: ExitKind::Code(code),
+                },
+                WaitStatus::Signaled(pid, sig, _) => Exit {
+                    pid: pid.as_raw(),
+                    kind: ExitKind::Signal(sig),
+                },
                 _ => continue,
             };
             let mut o = self.owners.lock().unwrap();

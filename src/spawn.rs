@@ -79,33 +79,40 @@ impl Spawner {
     /// that comes before the caller hears of the pid is not lost.
     pub fn start(reaper: std::sync::Arc<Reaper>) -> io::Result<Spawner> {
         let (tx, rx) = std_mpsc::channel::<Job>();
-        std::thread::Builder::new().name("fpmd-spawner".into()).spawn(move || {
-            // Keep the thread alive for the whole life of the daemon, even
-            // when every sender is gone, so that PDEATHSIG does not fire
-            // early: it only returns when the process exits.
-            while let Ok(job) = rx.recv() {
-                let result = spawn_child(&job.spec);
-                if let Ok(child) = &result {
-                    reaper.register(child.pid, job.owner.clone());
+        std::thread::Builder::new()
+            .name("fpmd-spawner".into())
+            .spawn(move || {
+                // Keep the thread alive for the whole life of the daemon, even
+                // when every sender is gone, so that PDEATHSIG does not fire
+                // early: it only returns when the process exits.
+                while let Ok(job) = rx.recv() {
+                    let result = spawn_child(&job.spec);
+                    if let Ok(child) = &result {
+                        reaper.register(child.pid, job.owner.clone());
+                    }
+                    let _ = job.reply.send(result);
                 }
-                let _ = job.reply.send(result);
-            }
-            loop {
-                std::thread::park();
-            }
-        })?;
+                loop {
+                    std::thread::park();
+                }
+            })?;
         Ok(Spawner { jobs: tx })
     }
 
     /// Starts one child as `spec` says; its exit will be sent to `owner`.
     /// Errors: the socket could not be bound, the pipe or fork failed, or
     /// exec failed (binary missing, not executable, credentials refused).
-    pub async fn spawn(&self, spec: ChildSpec, owner: tokio::sync::mpsc::UnboundedSender<Exit>) -> io::Result<Spawned> {
+    pub async fn spawn(
+        &self,
+        spec: ChildSpec,
+        owner: tokio::sync::mpsc::UnboundedSender<Exit>,
+    ) -> io::Result<Spawned> {
         let (reply, rx) = oneshot::channel();
         self.jobs
             .send(Job { spec, owner, reply })
             .map_err(|_| io::Error::other("spawner thread is gone"))?;
-        rx.await.map_err(|_| io::Error::other("spawner thread dropped the job"))?
+        rx.await
+            .map_err(|_| io::Error::other("spawner thread dropped the job"))?
     }
 }
 
@@ -129,8 +136,14 @@ fn spawn_child(spec: &ChildSpec) -> io::Result<Spawned> {
     )?;
     nix::sys::socket::setsockopt(&out_r, nix::sys::socket::sockopt::PassCred, &true)?;
     // The child's end blocks, as a pipe would.
-    nix::fcntl::fcntl(std::os::fd::AsRawFd::as_raw_fd(&out_w), nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()))?;
-    let _ = nix::sys::socket::shutdown(std::os::fd::AsRawFd::as_raw_fd(&out_r), nix::sys::socket::Shutdown::Write);
+    nix::fcntl::fcntl(
+        std::os::fd::AsRawFd::as_raw_fd(&out_w),
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()),
+    )?;
+    let _ = nix::sys::socket::shutdown(
+        std::os::fd::AsRawFd::as_raw_fd(&out_r),
+        nix::sys::socket::Shutdown::Write,
+    );
     let out_w2 = out_w.try_clone()?;
 
     let mut cmd = Command::new(&spec.program);
@@ -148,7 +161,8 @@ fn spawn_child(spec: &ChildSpec) -> io::Result<Spawned> {
     let uid = Uid::from_raw(spec.uid);
     let gid = Gid::from_raw(spec.gid);
     let groups: Vec<Gid> = spec.groups.iter().map(|g| Gid::from_raw(*g)).collect();
-    let switch_user = Uid::effective().is_root() || Uid::effective() != uid || Gid::effective() != gid;
+    let switch_user =
+        Uid::effective().is_root() || Uid::effective() != uid || Gid::effective() != gid;
     let parent = nix::unistd::getpid();
     let death_signal = spec.death_signal as libc::c_ulong;
     // SAFETY: the closure runs in the forked child before exec; it only makes
@@ -174,7 +188,9 @@ fn spawn_child(spec: &ChildSpec) -> io::Result<Spawned> {
             Ok(())
         });
     }
-    let child = cmd.spawn().map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", spec.program.display())))?;
+    let child = cmd
+        .spawn()
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", spec.program.display())))?;
     // `cmd` (and with it our copies of the listening socket and of the pipe's
     // write end) is dropped here: the child's death must close its socket.
     let pid = child.id() as i32;

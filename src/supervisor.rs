@@ -84,7 +84,11 @@ impl Worker {
         if self.conn.is_none() {
             let stream = tokio::net::UnixStream::connect(&self.endpoint).await?;
             let (reader, writer) = stream.into_split();
-            self.conn = Some(ChildConn { reader, writer, buf: BytesMut::with_capacity(CHILD_BUF) });
+            self.conn = Some(ChildConn {
+                reader,
+                writer,
+                buf: BytesMut::with_capacity(CHILD_BUF),
+            });
         }
         Ok(self.conn.as_mut().unwrap())
     }
@@ -98,7 +102,10 @@ impl Worker {
         if self.pid.is_none() && self.prefork {
             if let Some(conn) = &self.conn {
                 use std::os::fd::AsRawFd;
-                self.pid = crate::peer::child_on_connection(conn.writer.as_ref().as_raw_fd(), self.generation);
+                self.pid = crate::peer::child_on_connection(
+                    conn.writer.as_ref().as_raw_fd(),
+                    self.generation,
+                );
             }
         }
     }
@@ -118,7 +125,9 @@ impl Worker {
         if !self.prefork || self.pid.is_some() {
             return None;
         }
-        self.conn.as_ref().map(|c| (c.writer.as_ref().as_raw_fd(), self.generation))
+        self.conn
+            .as_ref()
+            .map(|c| (c.writer.as_ref().as_raw_fd(), self.generation))
     }
 
     /// Records the pid learned by a probe.
@@ -205,7 +214,10 @@ impl Pool {
                 // Scale up now, not at the next tick.
                 let _ = self.events.send(Event::Demand);
             }
-            Waiting { pool: self, rx: Some(rx) }
+            Waiting {
+                pool: self,
+                rx: Some(rx),
+            }
         };
         let mut waiting = rx;
         let result = match waiting.rx.as_mut().expect("set").await {
@@ -243,10 +255,18 @@ impl Pool {
                     // Over the memory limit: SIGKILL (the child is idle, its
                     // request is complete), so it does not grow further on
                     // its way out; otherwise a graceful SIGTERM.
-                    let sig = if over_memory { Signal::SIGKILL } else { Signal::SIGTERM };
-                    let _ = self.events.send(Event::Retire(w.generation, pid, sig, w.conn.take()));
+                    let sig = if over_memory {
+                        Signal::SIGKILL
+                    } else {
+                        Signal::SIGTERM
+                    };
+                    let _ = self
+                        .events
+                        .send(Event::Retire(w.generation, pid, sig, w.conn.take()));
                 }
-                None => warn!(pool = %self.config.name, "cannot tell which child served the last {} requests: not retiring it", w.served),
+                None => {
+                    warn!(pool = %self.config.name, "cannot tell which child served the last {} requests: not retiring it", w.served)
+                }
             }
             if w.prefork {
                 w.reset_slot();
@@ -264,9 +284,13 @@ impl Pool {
         w.learn_pid();
         match w.pid {
             Some(pid) => {
-                let _ = self.events.send(Event::Terminate(w.generation, pid, w.conn.take()));
+                let _ = self
+                    .events
+                    .send(Event::Terminate(w.generation, pid, w.conn.take()));
             }
-            None => warn!(pool = %self.config.name, "cannot tell which child runs the request to terminate; closing its connection only"),
+            None => {
+                warn!(pool = %self.config.name, "cannot tell which child runs the request to terminate; closing its connection only")
+            }
         }
         if w.prefork {
             w.reset_slot();
@@ -291,7 +315,9 @@ impl Pool {
             return;
         }
         if let Some(pid) = w.pid {
-            let _ = self.events.send(Event::Broken(w.generation, pid, w.conn.take()));
+            let _ = self
+                .events
+                .send(Event::Broken(w.generation, pid, w.conn.take()));
         }
         if w.prefork {
             w.reset_slot();
@@ -345,7 +371,13 @@ impl Pool {
 
     /// Idle workers for which `pick` holds.
     fn count_idle(&self, pick: impl Fn(&Worker) -> bool) -> usize {
-        self.dispatch.lock().unwrap().idle.iter().filter(|w| pick(w)).count()
+        self.dispatch
+            .lock()
+            .unwrap()
+            .idle
+            .iter()
+            .filter(|w| pick(w))
+            .count()
     }
 
     /// Takes up to `limit` idle workers for which `pick` holds, least
@@ -366,13 +398,24 @@ impl Pool {
 
     /// Prefork ondemand: takes every slot of `generation` when all `slots`
     /// are idle and have been since before `before`; otherwise nothing.
-    fn take_idle_generation(&self, generation: i32, slots: usize, before: Instant) -> Option<Vec<Worker>> {
+    fn take_idle_generation(
+        &self,
+        generation: i32,
+        slots: usize,
+        before: Instant,
+    ) -> Option<Vec<Worker>> {
         let mut d = self.dispatch.lock().unwrap();
         let mine = d.idle.iter().filter(|w| w.generation == generation).count();
-        if mine < slots || d.idle.iter().any(|w| w.generation == generation && w.idle_since > before) {
+        if mine < slots
+            || d.idle
+                .iter()
+                .any(|w| w.generation == generation && w.idle_since > before)
+        {
             return None;
         }
-        let (taken, kept) = std::mem::take(&mut d.idle).into_iter().partition(|w| w.generation == generation);
+        let (taken, kept) = std::mem::take(&mut d.idle)
+            .into_iter()
+            .partition(|w| w.generation == generation);
         d.idle = kept;
         Some(taken)
     }
@@ -455,11 +498,20 @@ impl PoolHandle {
 /// directory for the children's sockets.
 /// `emergency_restart` is the global (threshold, interval), applied to this
 /// pool alone.
-pub fn start_pool(config: Arc<PoolConfig>, spawner: Spawner, runtime_dir: &Path, emergency_restart: Option<(u32, Duration)>) -> PoolHandle {
+pub fn start_pool(
+    config: Arc<PoolConfig>,
+    spawner: Spawner,
+    runtime_dir: &Path,
+    emergency_restart: Option<(u32, Duration)>,
+) -> PoolHandle {
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let pool = Arc::new(Pool {
         config: config.clone(),
-        dispatch: Mutex::new(DispatchState { idle: Vec::new(), waiters: VecDeque::new(), closed: false }),
+        dispatch: Mutex::new(DispatchState {
+            idle: Vec::new(),
+            waiters: VecDeque::new(),
+            closed: false,
+        }),
         events: events_tx.clone(),
     });
     let (stop_tx, stop_rx) = watch::channel(None);
@@ -477,7 +529,11 @@ pub fn start_pool(config: Arc<PoolConfig>, spawner: Spawner, runtime_dir: &Path,
         crashes: VecDeque::new(),
     };
     let done = tokio::spawn(sup.run(events_rx, stop_rx));
-    PoolHandle { pool, stop: stop_tx, done: Some(done) }
+    PoolHandle {
+        pool,
+        stop: stop_tx,
+        done: Some(done),
+    }
 }
 
 /// The reaper sends bare [`Exit`]s; wrap them into supervisor events.
@@ -516,7 +572,11 @@ impl Supervisor {
         &self.pool.config.name
     }
 
-    async fn run(mut self, mut events: mpsc::UnboundedReceiver<Event>, mut stop: watch::Receiver<Option<StopMode>>) {
+    async fn run(
+        mut self,
+        mut events: mpsc::UnboundedReceiver<Event>,
+        mut stop: watch::Receiver<Option<StopMode>>,
+    ) {
         let pm = self.pool.config.pm.clone();
         info!(pool = %self.name(), "starting (pm.mode = {}, pm.max_children = {}, pm.spawn = {})",
             pm.mode.as_str(), pm.max_children, pm.spawn.as_str());
@@ -572,13 +632,23 @@ impl Supervisor {
         let now = Instant::now();
         match self.pool.config.pm.mode {
             PmMode::Static => {}
-            PmMode::Ondemand { process_idle_timeout, .. } => {
+            PmMode::Ondemand {
+                process_idle_timeout,
+                ..
+            } => {
                 let before = now.checked_sub(process_idle_timeout).unwrap_or(now);
                 if prefork {
                     let slots = self.pool.config.pm.max_children as usize;
-                    let active: Vec<i32> = self.children.iter().filter(|(_, c)| !c.expected_exit).map(|(p, _)| *p).collect();
+                    let active: Vec<i32> = self
+                        .children
+                        .iter()
+                        .filter(|(_, c)| !c.expected_exit)
+                        .map(|(p, _)| *p)
+                        .collect();
                     for generation in active {
-                        if let Some(workers) = self.pool.take_idle_generation(generation, slots, before) {
+                        if let Some(workers) =
+                            self.pool.take_idle_generation(generation, slots, before)
+                        {
                             info!(pool = %self.name(), pid = generation, "every child idle for {:.1} s (pm.process_idle_timeout): stopping the php-cgi parent",
                                 process_idle_timeout.as_secs_f64());
                             drop(workers);
@@ -586,13 +656,17 @@ impl Supervisor {
                         }
                     }
                 }
-                let idle = self.pool.take_idle(usize::MAX, |w| w.idle_since <= before && (!w.prefork || w.conn.is_some()));
+                let idle = self.pool.take_idle(usize::MAX, |w| {
+                    w.idle_since <= before && (!w.prefork || w.conn.is_some())
+                });
                 for w in idle {
                     info!(pool = %self.name(), pid = w.log_pid(), "child idle for {:.1} s (pm.process_idle_timeout): retiring it", process_idle_timeout.as_secs_f64());
                     self.retire_idle(w);
                 }
             }
-            PmMode::Dynamic { max_spare_servers, .. } => {
+            PmMode::Dynamic {
+                max_spare_servers, ..
+            } => {
                 let max = max_spare_servers as usize;
                 // Under prefork only children that served requests count:
                 // a cold fork costs next to nothing and is not retired.
@@ -613,10 +687,16 @@ impl Supervisor {
     /// within `emergency_restart_interval`, restarts every child of this
     /// pool (php-fpm restarts its whole master; other pools go on here).
     fn note_crash(&mut self) {
-        let Some((threshold, interval)) = self.emergency_restart else { return };
+        let Some((threshold, interval)) = self.emergency_restart else {
+            return;
+        };
         let now = Instant::now();
         self.crashes.push_back(now);
-        while self.crashes.front().is_some_and(|t| now.duration_since(*t) > interval) {
+        while self
+            .crashes
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > interval)
+        {
             self.crashes.pop_front();
         }
         if self.crashes.len() < threshold as usize {
@@ -748,8 +828,12 @@ impl Supervisor {
             debug!(pool = %name, pid = exit.pid, "child {} after {:.3} s", exit.kind, lived.as_secs_f64());
         } else {
             match exit.kind {
-                ExitKind::Code(0) => info!(pool = %name, pid = exit.pid, "child {} after {:.3} s", exit.kind, lived.as_secs_f64()),
-                _ => warn!(pool = %name, pid = exit.pid, "child {} after {:.3} s", exit.kind, lived.as_secs_f64()),
+                ExitKind::Code(0) => {
+                    info!(pool = %name, pid = exit.pid, "child {} after {:.3} s", exit.kind, lived.as_secs_f64())
+                }
+                _ => {
+                    warn!(pool = %name, pid = exit.pid, "child {} after {:.3} s", exit.kind, lived.as_secs_f64())
+                }
             }
         }
         if self.stopping.is_some() {
@@ -757,7 +841,10 @@ impl Supervisor {
         }
         // fpmd never sends these, so they count even when fpmd had already
         // asked the child to go (its broken connection is often seen first).
-        if matches!(exit.kind, ExitKind::Signal(Signal::SIGSEGV | Signal::SIGBUS)) {
+        if matches!(
+            exit.kind,
+            ExitKind::Signal(Signal::SIGSEGV | Signal::SIGBUS)
+        ) {
             self.note_crash();
         }
         if !child.expected_exit && lived < QUICK_DEATH {
@@ -768,7 +855,9 @@ impl Supervisor {
                 return;
             }
             self.quick_deaths += 1;
-            let delay = BACKOFF_FIRST.saturating_mul(1 << (self.quick_deaths - 1).min(16)).min(BACKOFF_MAX);
+            let delay = BACKOFF_FIRST
+                .saturating_mul(1 << (self.quick_deaths - 1).min(16))
+                .min(BACKOFF_MAX);
             warn!(pool = %name, pid = exit.pid, "child died {:.3} s after start ({} in a row): next spawn in {:.1} s",
                 lived.as_secs_f64(), self.quick_deaths, delay.as_secs_f64());
             self.respawn_at = Some(tokio::time::Instant::now() + delay);
@@ -792,16 +881,29 @@ impl Supervisor {
         let (idle, waiting) = self.pool.idle_and_waiting();
         let spawns = match (pm.spawn, pm.mode) {
             (Spawn::Exec, PmMode::Static) => max.saturating_sub(self.children.len()),
-            (Spawn::Exec, PmMode::Dynamic { start_servers, min_spare_servers, max_spawn_rate, .. }) => {
+            (
+                Spawn::Exec,
+                PmMode::Dynamic {
+                    start_servers,
+                    min_spare_servers,
+                    max_spawn_rate,
+                    ..
+                },
+            ) => {
                 let min_idle = min_spare_servers as usize;
                 // At start: start_servers; then enough for the waiting
                 // requests plus the idle children min_spare_servers asks for.
-                let want = if self.serial == 0 { start_servers as usize } else { waiting + min_idle.saturating_sub(idle) };
-                want.min(max.saturating_sub(self.children.len())).min(max_spawn_rate as usize)
+                let want = if self.serial == 0 {
+                    start_servers as usize
+                } else {
+                    waiting + min_idle.saturating_sub(idle)
+                };
+                want.min(max.saturating_sub(self.children.len()))
+                    .min(max_spawn_rate as usize)
             }
-            (Spawn::Exec, PmMode::Ondemand { max_spawn_rate, .. }) => {
-                waiting.min(max.saturating_sub(self.children.len())).min(max_spawn_rate as usize)
-            }
+            (Spawn::Exec, PmMode::Ondemand { max_spawn_rate, .. }) => waiting
+                .min(max.saturating_sub(self.children.len()))
+                .min(max_spawn_rate as usize),
             // One parent keeps all children forked; ondemand starts it only
             // for a request.
             (Spawn::Prefork, PmMode::Ondemand { .. }) => usize::from(active == 0 && waiting > 0),
@@ -813,7 +915,9 @@ impl Supervisor {
             }
             if let Err(e) = self.spawn_one().await {
                 self.quick_deaths += 1;
-                let delay = BACKOFF_FIRST.saturating_mul(1 << (self.quick_deaths - 1).min(16)).min(BACKOFF_MAX);
+                let delay = BACKOFF_FIRST
+                    .saturating_mul(1 << (self.quick_deaths - 1).min(16))
+                    .min(BACKOFF_MAX);
                 error!(pool = %self.name(), "cannot start php-cgi: {e}; next try in {:.1} s", delay.as_secs_f64());
                 self.respawn_at = Some(tokio::time::Instant::now() + delay);
                 return;
@@ -823,11 +927,17 @@ impl Supervisor {
 
     async fn spawn_one(&mut self) -> std::io::Result<()> {
         self.serial += 1;
-        let endpoint = self.runtime_dir.join(format!("{}.{}.sock", self.pool.config.name, self.serial));
+        let endpoint = self
+            .runtime_dir
+            .join(format!("{}.{}.sock", self.pool.config.name, self.serial));
         let spec = child_spec(&self.pool.config, endpoint.clone());
         let Spawned { pid, output } = self.spawner.spawn(spec, self.exits_tx.clone()).await?;
         let prefork = self.pool.config.pm.spawn == Spawn::Prefork;
-        let slots = if prefork { self.pool.config.pm.max_children } else { 1 };
+        let slots = if prefork {
+            self.pool.config.pm.max_children
+        } else {
+            1
+        };
         if prefork {
             debug!(pool = %self.name(), pid, "php-cgi parent started, pre-forking {slots} children");
         } else {
@@ -837,7 +947,13 @@ impl Supervisor {
         let alive = Arc::new(AtomicBool::new(true));
         self.children.insert(
             pid,
-            ChildState { started: Instant::now(), alive: alive.clone(), endpoint: endpoint.clone(), expected_exit: false, prefork },
+            ChildState {
+                started: Instant::now(),
+                alive: alive.clone(),
+                endpoint: endpoint.clone(),
+                expected_exit: false,
+                prefork,
+            },
         );
         for _ in 0..slots {
             self.pool.offer(Worker {
@@ -859,7 +975,10 @@ impl Supervisor {
 fn resident_bytes(pid: i32) -> Option<u64> {
     let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE).ok().flatten().unwrap_or(4096) as u64;
+    let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .unwrap_or(4096) as u64;
     Some(pages * page)
 }
 
@@ -894,7 +1013,9 @@ pub fn child_spec(config: &PoolConfig, endpoint: PathBuf) -> ChildSpec {
     for (k, v) in &config.env {
         env.push((k.into(), v.into()));
     }
-    env.retain(|(k, _)| k != "PHP_FCGI_CHILDREN" && k != "PHP_FCGI_MAX_REQUESTS" && k != "FCGI_WEB_SERVER_ADDRS");
+    env.retain(|(k, _)| {
+        k != "PHP_FCGI_CHILDREN" && k != "PHP_FCGI_MAX_REQUESTS" && k != "FCGI_WEB_SERVER_ADDRS"
+    });
     let (children, death_signal) = match config.pm.spawn {
         Spawn::Exec => (0, libc::SIGKILL),
         Spawn::Prefork => (config.pm.max_children, libc::SIGTERM),
@@ -943,7 +1064,9 @@ fn forward_output(pool: String, spawned: i32, fd: std::os::fd::OwnedFd) {
             if fd.readable().await.is_err() {
                 break;
             }
-            let (n, writer) = match fd.try_io(tokio::io::Interest::READABLE, || crate::spawn::read_output(fd.as_raw_fd(), &mut buf)) {
+            let (n, writer) = match fd.try_io(tokio::io::Interest::READABLE, || {
+                crate::spawn::read_output(fd.as_raw_fd(), &mut buf)
+            }) {
                 Ok(r) => r,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
                 Err(_) => break,

@@ -11,8 +11,13 @@ use std::net::{Shutdown, SocketAddr};
 use std::time::Duration;
 
 fn tcp_stack() -> Stack {
-    let pool = Pool::www().max_children(4).tcp(format!("127.0.0.1:{}", free_port()));
-    Stack::start_with(FpmdConfig::new().pool(pool), NginxOpts::default().keepalive())
+    let pool = Pool::www()
+        .max_children(4)
+        .tcp(format!("127.0.0.1:{}", free_port()));
+    Stack::start_with(
+        FpmdConfig::new().pool(pool),
+        NginxOpts::default().keepalive(),
+    )
 }
 
 /// Runs `bad` against the pool's TCP listener while 20 good requests run
@@ -30,32 +35,63 @@ fn with_bad_client(bad: impl FnOnce(&Stack, SocketAddr)) {
     let url = s.url("/sleep.php?ms=300&mark=good");
     let good = spawn_concurrent(20, 1, move |a, t, _| try_get_with(a, &format!("{url}{t}")));
     // The bad input arrives while every child is busy and good requests wait.
-    let marks = || (0..20).filter(|t| s.dir.mark(&format!("good{t}")).is_some()).count();
-    wait_for(Duration::from_secs(30), "the 4 children to be busy with good requests", || marks() >= 4);
+    let marks = || {
+        (0..20)
+            .filter(|t| s.dir.mark(&format!("good{t}")).is_some())
+            .count()
+    };
+    wait_for(
+        Duration::from_secs(30),
+        "the 4 children to be busy with good requests",
+        || marks() >= 4,
+    );
     bad(&s, addr);
     let out = good.join();
     assert_all_200(&out);
     for o in &out {
-        assert!(o.text().ends_with(" done"), "truncated body: {:?}", o.text());
+        assert!(
+            o.text().ends_with(" done"),
+            "truncated body: {:?}",
+            o.text()
+        );
     }
 
-    wait_for(Duration::from_secs(10), "a log line about the bad connection", || !s.fpmd.log_lines_since(log_mark).is_empty());
-    holds_for(Duration::from_millis(500), || s.fpmd.log_lines_since(log_mark).len() <= 1);
+    wait_for(
+        Duration::from_secs(10),
+        "a log line about the bad connection",
+        || !s.fpmd.log_lines_since(log_mark).is_empty(),
+    );
+    holds_for(Duration::from_millis(500), || {
+        s.fpmd.log_lines_since(log_mark).len() <= 1
+    });
     let lines = s.fpmd.log_lines_since(log_mark);
     eprintln!("fpmd logged: {lines:#?}");
-    assert_eq!(lines.len(), 1, "expected one log line about the bad connection, got: {lines:#?}");
+    assert_eq!(
+        lines.len(),
+        1,
+        "expected one log line about the bad connection, got: {lines:#?}"
+    );
 
     s.fpmd.assert_running();
     for _ in 0..5 {
         assert_eq!(get(&s.url("/pid.php")).status, 200);
     }
-    assert_eq!(s.fpmd.workers().len(), 4, "children after the bad input: {:?}", s.fpmd.children());
+    assert_eq!(
+        s.fpmd.workers().len(),
+        4,
+        "children after the bad input: {:?}",
+        s.fpmd.children()
+    );
     let ngx = s.nginx.error_log();
-    assert!(!ngx.contains("[error]"), "nginx saw errors on its connections:\n{ngx}");
+    assert!(
+        !ngx.contains("[error]"),
+        "nginx saw errors on its connections:\n{ngx}"
+    );
 }
 
 fn expect_closed(c: &mut std::net::TcpStream, within: Duration, what: &str) {
-    let took = wait_closed(c, within).unwrap_or_else(|| panic!("{what}: connection still open after {within:?}"));
+    let took = wait_closed(c, within)
+        .unwrap_or_else(|| panic!("{what}: connection still open after {within:?}"));
     eprintln!("{what}: closed after {took:?}");
 }
 
@@ -122,12 +158,19 @@ fn params_that_never_end() {
         let mut sent = 0usize;
         let cap = 256 << 20;
         let err = loop {
-            let rec = record(PARAMS, 1, &name_value(format!("HTTP_X_{sent}").as_bytes(), &value));
+            let rec = record(
+                PARAMS,
+                1,
+                &name_value(format!("HTTP_X_{sent}").as_bytes(), &value),
+            );
             match c.write_all(&rec) {
                 Ok(()) => sent += rec.len(),
                 Err(e) => break e,
             }
-            assert!(sent < cap, "fpmd accepted {sent} bytes of PARAMS for one request without closing");
+            assert!(
+                sent < cap,
+                "fpmd accepted {sent} bytes of PARAMS for one request without closing"
+            );
         };
         eprintln!("fpmd closed after {sent} bytes of PARAMS ({err})");
         assert!(
@@ -156,12 +199,20 @@ fn get_values_answered_by_fpmd() {
         q.extend(name_value(n.as_bytes(), b""));
     }
     send(&mut c, &record(GET_VALUES, 0, &q));
-    let (recs, _) = read_records(&mut c, Duration::from_secs(10), |r| r.iter().any(|r| r.ty == GET_VALUES_RESULT));
-    let res = recs.iter().find(|r| r.ty == GET_VALUES_RESULT).expect("no FCGI_GET_VALUES_RESULT");
+    let (recs, _) = read_records(&mut c, Duration::from_secs(10), |r| {
+        r.iter().any(|r| r.ty == GET_VALUES_RESULT)
+    });
+    let res = recs
+        .iter()
+        .find(|r| r.ty == GET_VALUES_RESULT)
+        .expect("no FCGI_GET_VALUES_RESULT");
     assert_eq!(res.id, 0);
     let pairs = decode_pairs(&res.content);
     eprintln!("GET_VALUES_RESULT: {pairs:?}");
-    assert!(pairs.contains(&("FCGI_MPXS_CONNS".into(), "0".into())), "{pairs:?}");
+    assert!(
+        pairs.contains(&("FCGI_MPXS_CONNS".into(), "0".into())),
+        "{pairs:?}"
+    );
 }
 
 #[test]
@@ -180,7 +231,11 @@ fn raw_request_is_served() {
         b.extend(record(STDIN, id, &[]));
         send(&mut c, &b);
         let (recs, end) = read_records(&mut c, Duration::from_secs(20), |r| has_end_request(r, id));
-        assert_eq!(end, End::Stopped, "no END_REQUEST for request {id}: {recs:?}");
+        assert_eq!(
+            end,
+            End::Stopped,
+            "no END_REQUEST for request {id}: {recs:?}"
+        );
         let out = String::from_utf8_lossy(&stdout_of(&recs, id)).into_owned();
         let expect = format!("100000 {}", md5_hex(&body));
         assert!(out.ends_with(&expect), "request {id}: {out:?}");
@@ -199,7 +254,9 @@ fn closed_connection_is_never_dispatched() {
     // Every child busy for 1 s.
     let url = s.url("/sleep.php?ms=1000&mark=busy");
     let busy = spawn_concurrent(4, 1, move |a, t, _| try_get_with(a, &format!("{url}{t}")));
-    wait_for(Duration::from_secs(30), "4 busy children", || (0..4).all(|t| s.dir.mark(&format!("busy{t}")).is_some()));
+    wait_for(Duration::from_secs(30), "4 busy children", || {
+        (0..4).all(|t| s.dir.mark(&format!("busy{t}")).is_some())
+    });
     // A whole request, queued, whose client leaves before a child is free.
     let mut c = connect(s.fpmd.addr(0).tcp());
     let params = fcgi::params_for(&s.dir.docroot(), "sleep.php", "ms=0&mark=ghost", "GET", 0);
@@ -209,5 +266,8 @@ fn closed_connection_is_never_dispatched() {
     // Children are free again; a later request runs, the abandoned one never does.
     assert_eq!(get(&s.url("/sleep.php?ms=0&mark=after")).status, 200);
     assert!(s.dir.mark("after").is_some());
-    assert!(s.dir.mark("ghost").is_none(), "the request of a client that had left was run");
+    assert!(
+        s.dir.mark("ghost").is_none(),
+        "the request of a client that had left was run"
+    );
 }

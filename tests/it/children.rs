@@ -14,7 +14,10 @@ use std::time::{Duration, Instant};
 const LONG: Duration = Duration::from_secs(30);
 
 fn pid_of(body: &str) -> i32 {
-    body.split_whitespace().next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("no pid in {body:?}"))
+    body.split_whitespace()
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {body:?}"))
 }
 
 #[test]
@@ -45,7 +48,11 @@ fn fifty_connections_four_children() {
     let pids: BTreeSet<i32> = out.iter().map(|o| pid_of(&o.text())).collect();
     let max = max_seen.load(Ordering::Relaxed);
     eprintln!("200 requests over 50 connections: {} distinct pids, at most {max} php-cgi workers in {samples} samples", pids.len());
-    assert!(pids.len() <= 4, "requests were served by {} different pids: {pids:?}", pids.len());
+    assert!(
+        pids.len() <= 4,
+        "requests were served by {} different pids: {pids:?}",
+        pids.len()
+    );
     assert!(max <= 4, "{max} php-cgi workers existed at once");
 }
 
@@ -54,7 +61,10 @@ fn max_requests_case(keepalive: bool) {
     if keepalive {
         opts = opts.keepalive();
     }
-    let s = Stack::start_with(FpmdConfig::new().pool(Pool::www().max_children(4).max_requests(10)), opts);
+    let s = Stack::start_with(
+        FpmdConfig::new().pool(Pool::www().max_children(4).max_requests(10)),
+        opts,
+    );
     let url = s.url("/pid.php");
     let t0 = Instant::now();
     let out = concurrent(4, 125, move |a, _, _| try_get_with(a, &url));
@@ -64,8 +74,15 @@ fn max_requests_case(keepalive: bool) {
         *per_pid.entry(pid_of(&o.text())).or_default() += 1;
     }
     let over: Vec<_> = per_pid.iter().filter(|(_, n)| **n > 10).collect();
-    eprintln!("500 requests in {:?} by {} pids", t0.elapsed(), per_pid.len());
-    assert!(over.is_empty(), "pids that served more than 10 requests: {over:?}");
+    eprintln!(
+        "500 requests in {:?} by {} pids",
+        t0.elapsed(),
+        per_pid.len()
+    );
+    assert!(
+        over.is_empty(),
+        "pids that served more than 10 requests: {over:?}"
+    );
     assert!(per_pid.len() >= 50);
 }
 
@@ -94,7 +111,10 @@ fn child_killed_mid_request_costs_only_that_request() {
                 let a = http::agent();
                 while !stop.load(Ordering::Relaxed) {
                     let r = try_get_with(&a, &url);
-                    results.lock().unwrap().push(r.map(|r| r.status).unwrap_or(0));
+                    results
+                        .lock()
+                        .unwrap()
+                        .push(r.map(|r| r.status).unwrap_or(0));
                 }
             })
         })
@@ -102,17 +122,29 @@ fn child_killed_mid_request_costs_only_that_request() {
 
     let url = s.url("/sleep.php?ms=5000&mark=victim");
     let long = std::thread::spawn(move || get(&url));
-    wait_for(LONG, "sleep.php to start (run/victim)", || s.dir.mark("victim").is_some());
+    wait_for(LONG, "sleep.php to start (run/victim)", || {
+        s.dir.mark("victim").is_some()
+    });
     let victim: i32 = s.dir.mark("victim").unwrap().trim().parse().unwrap();
-    assert!(before.contains(&victim), "victim {victim} is not one of the pool's children {before:?}");
+    assert!(
+        before.contains(&victim),
+        "victim {victim} is not one of the pool's children {before:?}"
+    );
     let log_mark = s.fpmd.log_len();
-    eprintln!("killing {victim}; php-cgi under fpmd: {}", procs::describe(&s.fpmd.children()));
+    eprintln!(
+        "killing {victim}; php-cgi under fpmd: {}",
+        procs::describe(&s.fpmd.children())
+    );
 
     kill(Pid::from_raw(victim), Signal::SIGKILL).unwrap();
-    let took = wait_for(Duration::from_secs(10), "the pool to have 4 live children again", || {
-        let w = s.fpmd.workers();
-        w.len() == 4 && !w.contains(&victim)
-    });
+    let took = wait_for(
+        Duration::from_secs(10),
+        "the pool to have 4 live children again",
+        || {
+            let w = s.fpmd.workers();
+            w.len() == 4 && !w.contains(&victim)
+        },
+    );
     eprintln!("pool whole again {took:?} after SIGKILL of busy child {victim}");
 
     let r = long.join().unwrap();
@@ -124,14 +156,27 @@ fn child_killed_mid_request_costs_only_that_request() {
     }
     let statuses = results.lock().unwrap().clone();
     let failed = statuses.iter().filter(|s| **s != 200).count();
-    eprintln!("{} background requests during the kill, {failed} failed", statuses.len());
+    eprintln!(
+        "{} background requests during the kill, {failed} failed",
+        statuses.len()
+    );
     assert_eq!(failed, 0, "background statuses: {statuses:?}");
-    assert!(took <= Duration::from_secs(1) + SLACK, "pool whole again only after {took:?} (bar: 1 s)");
+    assert!(
+        took <= Duration::from_secs(1) + SLACK,
+        "pool whole again only after {took:?} (bar: 1 s)"
+    );
 
     // fpmd says which child of which pool died.
-    wait_for(Duration::from_secs(5), "a log line naming the pool and the killed pid", || {
-        s.fpmd.log_since(log_mark).lines().any(|l| l.contains(&victim.to_string()) && l.contains("www"))
-    });
+    wait_for(
+        Duration::from_secs(5),
+        "a log line naming the pool and the killed pid",
+        || {
+            s.fpmd
+                .log_since(log_mark)
+                .lines()
+                .any(|l| l.contains(&victim.to_string()) && l.contains("www"))
+        },
+    );
     for _ in 0..20 {
         assert_eq!(get(&s.url("/pid.php")).status, 200);
     }
@@ -150,10 +195,19 @@ fn child_killed_while_idle_costs_nothing() {
         // arrives. (A request racing the kill by microseconds meets a child
         // that has not died yet; fpmd cannot tell that case from a child
         // killed mid-request, and answers 502 for it.)
-        wait_for(Duration::from_secs(5), "the killed child to be gone", || !procs::alive(victim));
+        wait_for(
+            Duration::from_secs(5),
+            "the killed child to be gone",
+            || !procs::alive(victim),
+        );
         for i in 0..10 {
             let r = get(&s.url("/pid.php"));
-            assert_eq!(r.status, 200, "round {round}, request {i} after killing idle child {victim}: {}", r.text());
+            assert_eq!(
+                r.status,
+                200,
+                "round {round}, request {i} after killing idle child {victim}: {}",
+                r.text()
+            );
             assert_ne!(pid_of(&r.text()), victim);
         }
         s.fpmd.wait_workers(4, Duration::from_secs(5));
@@ -167,9 +221,22 @@ fn child_stderr_goes_to_fpmd_log() {
     assert_eq!(r.status, 200);
     let pid = pid_of(&r.text().replace("ok", ""));
     // Written to the process's own fd 2: fpmd's log, with pool and pid.
-    wait_for(Duration::from_secs(5), "the child's stderr line in fpmd's log", || s.fpmd.log().contains("process-stderr:m4rk3r"));
-    let line = s.fpmd.log().lines().find(|l| l.contains("process-stderr:m4rk3r")).unwrap().to_string();
-    assert!(line.contains(&pid.to_string()) && line.contains("www"), "log line lacks pool or pid {pid}: {line}");
+    wait_for(
+        Duration::from_secs(5),
+        "the child's stderr line in fpmd's log",
+        || s.fpmd.log().contains("process-stderr:m4rk3r"),
+    );
+    let line = s
+        .fpmd
+        .log()
+        .lines()
+        .find(|l| l.contains("process-stderr:m4rk3r"))
+        .unwrap()
+        .to_string();
+    assert!(
+        line.contains(&pid.to_string()) && line.contains("www"),
+        "log line lacks pool or pid {pid}: {line}"
+    );
     // Written with error_log(): a FastCGI STDERR record, which nginx logs.
     wait_for(Duration::from_secs(5), "nginx logs FastCGI stderr", || {
         let l = s.nginx.error_log();
@@ -181,8 +248,14 @@ fn child_stderr_goes_to_fpmd_log() {
 fn idle_pool_serves_from_most_recently_used_child() {
     let s = Stack::start(Pool::www().max_children(4));
     s.fpmd.wait_workers(4, LONG);
-    let pids: BTreeSet<i32> = (0..20).map(|_| pid_of(&get(&s.url("/pid.php")).text())).collect();
-    assert_eq!(pids.len(), 1, "20 sequential requests on an idle pool went to {pids:?}");
+    let pids: BTreeSet<i32> = (0..20)
+        .map(|_| pid_of(&get(&s.url("/pid.php")).text()))
+        .collect();
+    assert_eq!(
+        pids.len(),
+        1,
+        "20 sequential requests on an idle pool went to {pids:?}"
+    );
 }
 
 #[test]
@@ -198,6 +271,14 @@ fn caller_php_fcgi_environment_is_overridden() {
     let out = concurrent(2, 15, move |a, _, _| try_get_with(a, &url));
     assert_all_200(&out);
     let pids: BTreeSet<i32> = out.iter().map(|o| pid_of(&o.text())).collect();
-    assert!(pids.len() <= 2, "30 requests on a static pool of 2 (max_requests 0) were served by {pids:?}");
-    assert_eq!(s.fpmd.workers().len(), 2, "php-cgi under fpmd: {}", procs::describe(&s.fpmd.children()));
+    assert!(
+        pids.len() <= 2,
+        "30 requests on a static pool of 2 (max_requests 0) were served by {pids:?}"
+    );
+    assert_eq!(
+        s.fpmd.workers().len(),
+        2,
+        "php-cgi under fpmd: {}",
+        procs::describe(&s.fpmd.children())
+    );
 }

@@ -16,8 +16,14 @@ impl PoolFile {
         let v = [
             ("user", "\"www-data\"".to_string()),
             ("group", "\"www-data\"".to_string()),
-            ("php_cgi", format!("{:?}", php_cgi_bin().display().to_string())),
-            ("listen.address", format!("{:?}", t.join("www.sock").display().to_string())),
+            (
+                "php_cgi",
+                format!("{:?}", php_cgi_bin().display().to_string()),
+            ),
+            (
+                "listen.address",
+                format!("{:?}", t.join("www.sock").display().to_string()),
+            ),
             ("pm.mode", "\"static\"".to_string()),
             ("pm.max_children", "2".to_string()),
             ("env.FPMD_TEST_TAG", format!("{:?}", t.tag())),
@@ -46,11 +52,17 @@ impl PoolFile {
 /// Runs fpmd with `args` on the config; returns (exit code, output) after checking nothing is left.
 fn run(t: &TestDir, cfg: &FpmdConfig, args: &[&str]) -> (i32, String) {
     let mut f = Fpmd::spawn(t, cfg, args);
-    let st = f.wait_exit(Duration::from_secs(30)).unwrap_or_else(|| panic!("fpmd {args:?} still running after 30 s:\n{}", f.log()));
+    let st = f
+        .wait_exit(Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("fpmd {args:?} still running after 30 s:\n{}", f.log()));
     let log = f.log();
     eprintln!("fpmd {args:?}: {}\n{log}", describe_status(&st));
     let left_ok = wait_until(Duration::from_secs(1), || f.tagged().is_empty());
-    assert!(left_ok, "processes left running after fpmd exited: {}", procs::describe(&f.tagged()));
+    assert!(
+        left_ok,
+        "processes left running after fpmd exited: {}",
+        procs::describe(&f.tagged())
+    );
     (st.code().unwrap_or(-1), log)
 }
 
@@ -58,7 +70,12 @@ fn run(t: &TestDir, cfg: &FpmdConfig, args: &[&str]) -> (i32, String) {
 enum Expect {
     /// One line naming `FILE:LINE:` and the key (`'key'`, or `'table.key'`),
     /// and containing each of the extra strings (e.g. the closest known key).
-    FileLineKey { file: &'static str, line: usize, key: String, extra: Vec<String> },
+    FileLineKey {
+        file: &'static str,
+        line: usize,
+        key: String,
+        extra: Vec<String>,
+    },
     /// The output contains this (an address, a user name).
     Mentions(String),
 }
@@ -66,7 +83,12 @@ enum Expect {
 fn check_message(out: &str, e: &Expect) -> bool {
     match e {
         Expect::Mentions(s) => out.contains(s.as_str()),
-        Expect::FileLineKey { file, line, key, extra } => out.lines().any(|l| {
+        Expect::FileLineKey {
+            file,
+            line,
+            key,
+            extra,
+        } => out.lines().any(|l| {
             l.contains(&format!("{file}:{line}:"))
                 && (l.contains(&format!("key '{key}'")) || l.contains(&format!(".{key}'")))
                 && extra.iter().all(|x| l.contains(x.as_str()))
@@ -78,12 +100,23 @@ fn expect_invalid(t: &TestDir, cfg: FpmdConfig, expected: Expect, also_with_t: b
     let modes: &[&[&str]] = if also_with_t { &[&[], &["-t"]] } else { &[&[]] };
     for args in modes {
         let (code, log) = run(t, &cfg, args);
-        assert_eq!(code, EX_CONFIG, "fpmd {args:?}: expected exit 78, output:\n{log}");
+        assert_eq!(
+            code, EX_CONFIG,
+            "fpmd {args:?}: expected exit 78, output:\n{log}"
+        );
         let what = match &expected {
             Expect::Mentions(s) => format!("{s:?}"),
-            Expect::FileLineKey { file, line, key, extra } => format!("{file}:{line}: key '{key}' {extra:?}"),
+            Expect::FileLineKey {
+                file,
+                line,
+                key,
+                extra,
+            } => format!("{file}:{line}: key '{key}' {extra:?}"),
         };
-        assert!(check_message(&log, &expected), "fpmd {args:?}: message does not name {what}:\n{log}");
+        assert!(
+            check_message(&log, &expected),
+            "fpmd {args:?}: message does not name {what}:\n{log}"
+        );
         std::fs::write(t.join("fpmd.log"), "").unwrap();
     }
 }
@@ -94,7 +127,17 @@ fn invalid_pool_key(key: &str, value: &str, expected_extra: &[&str]) {
     let line = p.set(key, value);
     let cfg = FpmdConfig::new().raw_pool_file("www.toml", p.text());
     let extra = expected_extra.iter().map(|s| s.to_string()).collect();
-    expect_invalid(&t, cfg, Expect::FileLineKey { file: "www.toml", line, key: key.to_string(), extra }, true);
+    expect_invalid(
+        &t,
+        cfg,
+        Expect::FileLineKey {
+            file: "www.toml",
+            line,
+            key: key.to_string(),
+            extra,
+        },
+        true,
+    );
 }
 
 #[test]
@@ -126,7 +169,17 @@ fn dynamic_spare_servers_are_checked() {
     let line = p.set("pm.max_spare_servers", "64");
     let cfg = FpmdConfig::new().raw_pool_file("www.toml", p.text());
     let extra = vec!["must not be greater than pm.max_children".to_string()];
-    expect_invalid(&t, cfg, Expect::FileLineKey { file: "www.toml", line, key: "pm.max_spare_servers".into(), extra }, true);
+    expect_invalid(
+        &t,
+        cfg,
+        Expect::FileLineKey {
+            file: "www.toml",
+            line,
+            key: "pm.max_spare_servers".into(),
+            extra,
+        },
+        true,
+    );
 }
 
 #[test]
@@ -143,8 +196,15 @@ fn unknown_global_key() {
     let t = TestDir::new();
     let p = PoolFile::new(&t);
     // fpmd.toml: [global], pid, error_log, log_level, include, then this line (6).
-    let cfg = FpmdConfig::new().raw_pool_file("www.toml", p.text()).global(r#"log_levl = "debug""#);
-    let e = Expect::FileLineKey { file: "fpmd.toml", line: 6, key: "log_levl".into(), extra: vec!["log_level".into()] };
+    let cfg = FpmdConfig::new()
+        .raw_pool_file("www.toml", p.text())
+        .global(r#"log_levl = "debug""#);
+    let e = Expect::FileLineKey {
+        file: "fpmd.toml",
+        line: 6,
+        key: "log_levl".into(),
+        extra: vec!["log_level".into()],
+    };
     expect_invalid(&t, cfg, e, true);
 }
 
@@ -168,6 +228,9 @@ fn config_test_prints_valid_config() {
     let cfg = FpmdConfig::new().raw_pool_file("www.toml", p.text());
     let (code, out) = run(&t, &cfg, &["-t"]);
     assert_eq!(code, 0, "fpmd -t on a valid config:\n{out}");
-    assert!(out.contains("www") && out.contains(&t.join("www.sock").display().to_string()), "-t output:\n{out}");
+    assert!(
+        out.contains("www") && out.contains(&t.join("www.sock").display().to_string()),
+        "-t output:\n{out}"
+    );
     assert!(!t.join("www.sock").exists(), "-t created the listen socket");
 }

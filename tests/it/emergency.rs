@@ -13,7 +13,11 @@ fn workers_of(s: &Stack, pool: &str) -> BTreeSet<i32> {
     s.fpmd
         .workers()
         .into_iter()
-        .filter(|pid| procs::environ(*pid).iter().any(|(k, v)| k == "POOL" && v == pool))
+        .filter(|pid| {
+            procs::environ(*pid)
+                .iter()
+                .any(|(k, v)| k == "POOL" && v == pool)
+        })
         .collect()
 }
 
@@ -22,8 +26,16 @@ fn emergency_restart_restarts_only_the_crashing_pool() {
     let cfg = FpmdConfig::new()
         .global("emergency_restart_threshold = 3")
         .global("emergency_restart_interval = \"10s\"")
-        .pool(Pool::new("crashy").max_children(4).line("env.POOL = \"crashy\""))
-        .pool(Pool::new("steady").max_children(2).line("env.POOL = \"steady\""));
+        .pool(
+            Pool::new("crashy")
+                .max_children(4)
+                .line("env.POOL = \"crashy\""),
+        )
+        .pool(
+            Pool::new("steady")
+                .max_children(2)
+                .line("env.POOL = \"steady\""),
+        );
     let s = Stack::start_with(cfg, NginxOpts::default());
     s.fpmd.wait_workers(6, Duration::from_secs(30));
     let steady_before = workers_of(&s, "steady");
@@ -46,19 +58,37 @@ fn emergency_restart_restarts_only_the_crashing_pool() {
             pid.unwrap()
         };
         kill(Pid::from_raw(pid), Signal::SIGSEGV).unwrap();
-        assert_eq!(req.join().unwrap(), 502, "the crashed request costs only itself");
+        assert_eq!(
+            req.join().unwrap(),
+            502,
+            "the crashed request costs only itself"
+        );
         victims.push(pid);
         if i < 2 {
             // Not yet at the threshold: no restart.
-            assert!(!s.fpmd.log().contains("emergency_restart_threshold"), "restarted too early:\n{}", s.fpmd.log());
+            assert!(
+                !s.fpmd.log().contains("emergency_restart_threshold"),
+                "restarted too early:\n{}",
+                s.fpmd.log()
+            );
         }
     }
-    wait_for(Duration::from_secs(5), "the emergency restart line", || s.fpmd.log().contains("emergency_restart_threshold = 3"));
-    let before: BTreeSet<i32> = victims.iter().copied().chain(crashy_before).collect();
-    wait_for(Duration::from_secs(10), "crashy to have 4 new children", || {
-        let now = workers_of(&s, "crashy");
-        now.len() == 4 && now.is_disjoint(&before)
+    wait_for(Duration::from_secs(5), "the emergency restart line", || {
+        s.fpmd.log().contains("emergency_restart_threshold = 3")
     });
-    assert_eq!(workers_of(&s, "steady"), steady_before, "the other pool keeps its children");
+    let before: BTreeSet<i32> = victims.iter().copied().chain(crashy_before).collect();
+    wait_for(
+        Duration::from_secs(10),
+        "crashy to have 4 new children",
+        || {
+            let now = workers_of(&s, "crashy");
+            now.len() == 4 && now.is_disjoint(&before)
+        },
+    );
+    assert_eq!(
+        workers_of(&s, "steady"),
+        steady_before,
+        "the other pool keeps its children"
+    );
     assert_eq!(get(&s.url("/pid.php")).status, 200);
 }

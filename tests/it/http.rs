@@ -28,13 +28,20 @@ fn get_with_query_string() {
 #[test]
 fn post_bodies_arrive_whole() {
     let s = Stack::start(pool());
-    for (i, len) in [0usize, 1, 65_535, 65_536, 1 << 20, 64 << 20].into_iter().enumerate() {
+    for (i, len) in [0usize, 1, 65_535, 65_536, 1 << 20, 64 << 20]
+        .into_iter()
+        .enumerate()
+    {
         let body = noise(i as u64 + 7, len);
         let t0 = std::time::Instant::now();
         let r = post(&s.url("/body.php"), &body);
         eprintln!("POST {len} bytes: {} in {:?}", r.status, t0.elapsed());
         assert_eq!(r.status, 200, "POST of {len} bytes: {}", r.text());
-        assert_eq!(r.text(), format!("{len} {}", md5_hex(&body)), "POST of {len} bytes arrived changed");
+        assert_eq!(
+            r.text(),
+            format!("{len} {}", md5_hex(&body)),
+            "POST of {len} bytes arrived changed"
+        );
     }
 }
 
@@ -50,7 +57,12 @@ fn big_response_arrives_whole() {
         expected.push(b'\n');
     }
     assert_eq!(r.body.len(), expected.len(), "5 MiB response length");
-    assert!(r.body == expected, "5 MiB response content differs (md5 {} vs {})", md5_hex(&r.body), md5_hex(&expected));
+    assert!(
+        r.body == expected,
+        "5 MiB response content differs (md5 {} vs {})",
+        md5_hex(&r.body),
+        md5_hex(&expected)
+    );
 }
 
 #[test]
@@ -78,7 +90,11 @@ fn several_set_cookie_headers() {
     let cookies = r.headers_all("set-cookie");
     assert_eq!(cookies.len(), 3, "Set-Cookie headers: {cookies:?}");
     assert_eq!(cookies[0], "a=1");
-    assert!(cookies[1].starts_with("b=2; path=/x") && cookies[1].contains("HttpOnly"), "{}", cookies[1]);
+    assert!(
+        cookies[1].starts_with("b=2; path=/x") && cookies[1].contains("HttpOnly"),
+        "{}",
+        cookies[1]
+    );
     assert_eq!(cookies[2], "c=3");
 }
 
@@ -86,18 +102,33 @@ fn several_set_cookie_headers() {
 fn fatal_error_looks_like_php_fpm() {
     let s = Stack::start(pool());
     let fpm = PhpFpm::start(&s.dir);
-    let fpm_nginx = Nginx::start(&s.dir, NginxOpts::default().upstream(fpm.upstream()).name("nginx-php-fpm"));
+    let fpm_nginx = Nginx::start(
+        &s.dir,
+        NginxOpts::default()
+            .upstream(fpm.upstream())
+            .name("nginx-php-fpm"),
+    );
 
     let ours = get(&s.url("/fatal.php"));
     let theirs = get(&fpm_nginx.url("/fatal.php"));
-    eprintln!("fpmd: {} {:?}; php-fpm: {} {:?}", ours.status, ours.text(), theirs.status, theirs.text());
+    eprintln!(
+        "fpmd: {} {:?}; php-fpm: {} {:?}",
+        ours.status,
+        ours.text(),
+        theirs.status,
+        theirs.text()
+    );
     assert_eq!(theirs.status, 500, "php-fpm itself: {}", fpm.log());
     assert_eq!(ours.status, theirs.status, "status differs from php-fpm's");
     assert_eq!(ours.text(), theirs.text(), "body differs from php-fpm's");
     assert_eq!(ours.header("content-type"), theirs.header("content-type"));
     // The message reaches nginx as FastCGI STDERR, as with php-fpm.
-    wait_for(std::time::Duration::from_secs(5), "nginx logs the PHP fatal error", || {
-        let l = s.nginx.error_log();
-        l.contains("FastCGI sent in stderr") && l.contains("fpmd_this_function_does_not_exist")
-    });
+    wait_for(
+        std::time::Duration::from_secs(5),
+        "nginx logs the PHP fatal error",
+        || {
+            let l = s.nginx.error_log();
+            l.contains("FastCGI sent in stderr") && l.contains("fpmd_this_function_does_not_exist")
+        },
+    );
 }

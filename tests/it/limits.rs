@@ -18,13 +18,20 @@ const LONG: Duration = Duration::from_secs(30);
 const MIB: u64 = 1 << 20;
 
 fn pid_of(body: &str) -> i32 {
-    body.split_whitespace().next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("no pid in {body:?}"))
+    body.split_whitespace()
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {body:?}"))
 }
 
 /// The pid a script wrote to `run/NAME` (see `sleep.php?mark=`).
 fn marked_pid(dir: &TestDir, name: &str) -> i32 {
-    let m = dir.mark(name).unwrap_or_else(|| panic!("run/{name} is missing"));
-    m.trim().parse().unwrap_or_else(|_| panic!("run/{name} holds {m:?}, not a pid"))
+    let m = dir
+        .mark(name)
+        .unwrap_or_else(|| panic!("run/{name} is missing"));
+    m.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("run/{name} holds {m:?}, not a pid"))
 }
 
 /// Decimal figures (with a '.') in a log line: elapsed times such as "2.001 s".
@@ -51,10 +58,15 @@ fn vm_rss(pid: i32) -> Option<u64> {
 /// its threads; not its children).
 fn cpu_time(pid: i32) -> Duration {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let rest: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split_whitespace().collect();
+    let rest: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..]
+        .split_whitespace()
+        .collect();
     // After "(comm) ": state is field 3, utime field 14, stime field 15.
     let ticks: u64 = rest[11].parse::<u64>().unwrap() + rest[12].parse::<u64>().unwrap();
-    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100) as u64;
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as u64;
     Duration::from_secs_f64(ticks as f64 / hz as f64)
 }
 
@@ -63,7 +75,9 @@ fn cpu_time(pid: i32) -> Duration {
 // ---------------------------------------------------------------------------
 
 fn terminate_pool() -> Pool {
-    Pool::www().max_children(4).line(r#"request_terminate_timeout = "2s""#)
+    Pool::www()
+        .max_children(4)
+        .line(r#"request_terminate_timeout = "2s""#)
 }
 
 /// GET in a thread; returns the response and how long it took.
@@ -76,11 +90,27 @@ fn get_async(url: String) -> std::thread::JoinHandle<(Resp, Duration)> {
 }
 
 fn assert_504_at_2s(r: &Resp, took: Duration) {
-    eprintln!("request_terminate_timeout = 2s: {} after {took:?}, body {:?}", r.status, r.text());
-    assert_eq!(r.status, 504, "a script over request_terminate_timeout: {}", r.text());
+    eprintln!(
+        "request_terminate_timeout = 2s: {} after {took:?}, body {:?}",
+        r.status,
+        r.text()
+    );
+    assert_eq!(
+        r.status,
+        504,
+        "a script over request_terminate_timeout: {}",
+        r.text()
+    );
     let bar = Duration::from_secs(2);
-    assert!(took >= bar - SLACK && took <= bar + SLACK, "504 after {took:?} (bar: 2 s ± {SLACK:?})");
-    assert!(!r.body.is_empty() && r.body.len() < 1024, "the 504 should carry a short body, got {:?}", r.text());
+    assert!(
+        took >= bar - SLACK && took <= bar + SLACK,
+        "504 after {took:?} (bar: 2 s ± {SLACK:?})"
+    );
+    assert!(
+        !r.body.is_empty() && r.body.len() < 1024,
+        "the 504 should carry a short body, got {:?}",
+        r.text()
+    );
 }
 
 #[test]
@@ -89,35 +119,75 @@ fn terminate_timeout_answers_504_at_2s_and_replaces_the_child() {
     s.fpmd.wait_workers(4, LONG);
     let uri = "/sleep.php?ms=10000&mark=t";
     let req = get_async(s.url(uri));
-    wait_for(LONG, "sleep.php to start (run/t)", || s.dir.mark("t").is_some());
+    wait_for(LONG, "sleep.php to start (run/t)", || {
+        s.dir.mark("t").is_some()
+    });
     let victim = marked_pid(&s.dir, "t");
     let (r, took) = req.join().unwrap();
     assert_504_at_2s(&r, took);
 
     // SIGTERMed and replaced: the pool is whole again, without the victim.
-    let whole = wait_for(Duration::from_secs(10), "4 workers again, without the terminated child", || {
-        let w = s.fpmd.workers();
-        w.len() == 4 && !w.contains(&victim)
-    });
+    let whole = wait_for(
+        Duration::from_secs(10),
+        "4 workers again, without the terminated child",
+        || {
+            let w = s.fpmd.workers();
+            w.len() == 4 && !w.contains(&victim)
+        },
+    );
     eprintln!("terminated child {victim}: pool whole again {whole:?} after the 504");
-    assert!(!procs::alive(victim), "the terminated child {victim} is still alive");
-    assert!(whole <= Duration::from_secs(1) + SLACK, "pool whole again only {whole:?} after the 504");
+    assert!(
+        !procs::alive(victim),
+        "the terminated child {victim} is still alive"
+    );
+    assert!(
+        whole <= Duration::from_secs(1) + SLACK,
+        "pool whole again only {whole:?} after the 504"
+    );
 
     // One log line with the pool, the pid, the script, the URI and the elapsed time.
     let script = s.dir.docroot().join("sleep.php").display().to_string();
-    let lines_with_uri = || s.fpmd.log().lines().filter(|l| l.contains(uri)).map(String::from).collect::<Vec<_>>();
-    wait_for(Duration::from_secs(5), "a log line naming the terminated request's URI", || !lines_with_uri().is_empty());
+    let lines_with_uri = || {
+        s.fpmd
+            .log()
+            .lines()
+            .filter(|l| l.contains(uri))
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    wait_for(
+        Duration::from_secs(5),
+        "a log line naming the terminated request's URI",
+        || !lines_with_uri().is_empty(),
+    );
     holds_for(Duration::from_millis(300), || lines_with_uri().len() <= 1);
     let lines = lines_with_uri();
     eprintln!("fpmd logged: {lines:#?}");
-    assert_eq!(lines.len(), 1, "expected one log line about the terminated request, got: {lines:#?}");
+    assert_eq!(
+        lines.len(),
+        1,
+        "expected one log line about the terminated request, got: {lines:#?}"
+    );
     let l = &lines[0];
-    assert!(l.contains("www") && l.contains(&victim.to_string()) && l.contains(&script), "the line lacks pool, pid {victim} or script {script}: {l}");
-    assert!(decimals(l).iter().any(|x| (1.9..=2.0 + SLACK.as_secs_f64()).contains(x)), "the line lacks the elapsed time (about 2 s): {l}");
+    assert!(
+        l.contains("www") && l.contains(&victim.to_string()) && l.contains(&script),
+        "the line lacks pool, pid {victim} or script {script}: {l}"
+    );
+    assert!(
+        decimals(l)
+            .iter()
+            .any(|x| (1.9..=2.0 + SLACK.as_secs_f64()).contains(x)),
+        "the line lacks the elapsed time (about 2 s): {l}"
+    );
 
     for i in 0..8 {
         let r = get(&s.url("/pid.php"));
-        assert_eq!(r.status, 200, "request {i} after the terminate: {}", r.text());
+        assert_eq!(
+            r.status,
+            200,
+            "request {i} after the terminate: {}",
+            r.text()
+        );
     }
 }
 
@@ -128,26 +198,52 @@ fn terminate_timeout_sigkills_a_child_that_traps_sigterm() {
     let log_mark = s.fpmd.log_len();
     let t0 = Instant::now();
     let req = get_async(s.url("/trap_term.php?ms=10000&mark=k"));
-    wait_for(LONG, "trap_term.php to start (run/k)", || s.dir.mark("k").is_some());
+    wait_for(LONG, "trap_term.php to start (run/k)", || {
+        s.dir.mark("k").is_some()
+    });
     let victim = marked_pid(&s.dir, "k");
     let (r, took) = req.join().unwrap();
     assert_504_at_2s(&r, took);
 
     // The script caught the SIGTERM and runs on...
-    wait_for(Duration::from_secs(1), "the script's SIGTERM handler to run (run/k.term)", || s.dir.mark("k.term").is_some());
+    wait_for(
+        Duration::from_secs(1),
+        "the script's SIGTERM handler to run (run/k.term)",
+        || s.dir.mark("k.term").is_some(),
+    );
     let trapped_at = t0.elapsed();
-    assert!(procs::alive(victim), "child {victim} is gone although it caught SIGTERM ({trapped_at:?} after the request)");
+    assert!(
+        procs::alive(victim),
+        "child {victim} is gone although it caught SIGTERM ({trapped_at:?} after the request)"
+    );
     // ...until the SIGKILL, 1 s after the SIGTERM.
-    wait_for(Duration::from_secs(10), "the child that trapped SIGTERM to be gone", || !procs::alive(victim));
+    wait_for(
+        Duration::from_secs(10),
+        "the child that trapped SIGTERM to be gone",
+        || !procs::alive(victim),
+    );
     let gone_at = t0.elapsed();
     eprintln!("child {victim}: SIGTERM caught by {trapped_at:?}, gone {gone_at:?} after the request started");
     let bar = Duration::from_secs(3);
-    assert!(gone_at >= bar - SLACK, "child {victim} gone after {gone_at:?}: before the 1 s grace after SIGTERM was over");
-    assert!(gone_at <= bar + SLACK, "child {victim} gone only after {gone_at:?} (bar: 2 s + 1 s grace)");
+    assert!(
+        gone_at >= bar - SLACK,
+        "child {victim} gone after {gone_at:?}: before the 1 s grace after SIGTERM was over"
+    );
+    assert!(
+        gone_at <= bar + SLACK,
+        "child {victim} gone only after {gone_at:?} (bar: 2 s + 1 s grace)"
+    );
 
-    wait_for(Duration::from_secs(5), "a SIGKILL line naming the child", || {
-        s.fpmd.log_lines_since(log_mark).iter().any(|l| l.contains("SIGKILL") && l.contains(&victim.to_string()))
-    });
+    wait_for(
+        Duration::from_secs(5),
+        "a SIGKILL line naming the child",
+        || {
+            s.fpmd
+                .log_lines_since(log_mark)
+                .iter()
+                .any(|l| l.contains("SIGKILL") && l.contains(&victim.to_string()))
+        },
+    );
     let w = s.fpmd.wait_workers(4, Duration::from_secs(5));
     assert!(!w.contains(&victim));
     assert_eq!(get(&s.url("/pid.php")).status, 200);
@@ -155,7 +251,10 @@ fn terminate_timeout_sigkills_a_child_that_traps_sigterm() {
 
 #[test]
 fn terminate_timeout_spares_an_idle_kept_alive_child() {
-    let s = Stack::start_with(FpmdConfig::new().pool(terminate_pool()), NginxOpts::default().keepalive());
+    let s = Stack::start_with(
+        FpmdConfig::new().pool(terminate_pool()),
+        NginxOpts::default().keepalive(),
+    );
     let before = s.fpmd.wait_workers(4, LONG);
     let r = get(&s.url("/pid.php"));
     assert_eq!(r.status, 200, "{}", r.text());
@@ -164,18 +263,35 @@ fn terminate_timeout_spares_an_idle_kept_alive_child() {
 
     // 5 s idle on kept connections (nginx → fpmd → php-cgi), 2.5 times the timeout.
     let idle = Duration::from_secs(5);
-    assert!(holds_for(idle, || procs::alive(first)), "child {first} was killed while idle");
+    assert!(
+        holds_for(idle, || procs::alive(first)),
+        "child {first} was killed while idle"
+    );
 
     // A request of 1.5 s on the same kept connections: the timer runs from
     // the request's start, not from the connection's.
     let (r, took) = get_async(s.url("/sleep.php?ms=1500")).join().unwrap();
-    eprintln!("after {idle:?} idle: {} in {took:?} from {}, first child {first} alive: {}", r.status, r.text(), procs::alive(first));
+    eprintln!(
+        "after {idle:?} idle: {} in {took:?} from {}, first child {first} alive: {}",
+        r.status,
+        r.text(),
+        procs::alive(first)
+    );
     assert_eq!(r.status, 200, "after {idle:?} idle: {}", r.text());
     assert!(procs::alive(first), "child {first} was killed");
-    assert_eq!(s.fpmd.workers(), before, "children changed although none ran over the timeout");
+    assert_eq!(
+        s.fpmd.workers(),
+        before,
+        "children changed although none ran over the timeout"
+    );
     // Nothing went wrong meanwhile, as far as fpmd can tell.
     let lines = s.fpmd.log_lines_since(log_mark);
-    assert!(lines.iter().all(|l| !l.contains("WARN") && !l.contains("ERROR")), "fpmd logged: {lines:#?}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| !l.contains("WARN") && !l.contains("ERROR")),
+        "fpmd logged: {lines:#?}"
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -195,7 +311,10 @@ fn slow_entries(path: &std::path::Path) -> Vec<SlowEntry> {
     let mut out: Vec<SlowEntry> = Vec::new();
     for line in text.lines() {
         if line.starts_with('[') {
-            out.push(SlowEntry { head: line.to_string(), fields: BTreeMap::new() });
+            out.push(SlowEntry {
+                head: line.to_string(),
+                fields: BTreeMap::new(),
+            });
         } else if let (Some(e), Some((k, v))) = (out.last_mut(), line.split_once(" = ")) {
             e.fields.insert(k.trim().to_string(), v.trim().to_string());
         }
@@ -222,45 +341,110 @@ fn slowlog_entry_is_written_while_the_request_runs() {
     let log_mark = s.fpmd.log_len();
     let req = get_async(s.url(uri));
     let t0 = Instant::now();
-    wait_for(Duration::from_secs(10), "a slowlog entry", || !slow_entries(&slowlog).is_empty());
+    wait_for(Duration::from_secs(10), "a slowlog entry", || {
+        !slow_entries(&slowlog).is_empty()
+    });
     let latency = t0.elapsed();
     let running = !req.is_finished();
     let (r, took) = req.join().unwrap();
     eprintln!("slowlog entry {latency:?} after the request started (request still running: {running}); request took {took:?}");
-    eprintln!("slowlog:\n{}", std::fs::read_to_string(&slowlog).unwrap_or_default());
+    eprintln!(
+        "slowlog:\n{}",
+        std::fs::read_to_string(&slowlog).unwrap_or_default()
+    );
     assert_eq!(r.status, 200, "{}", r.text());
-    assert!(running, "the entry was written only after the request ended");
-    assert!(latency >= Duration::from_millis(990), "entry written {latency:?} after the start, before request_slowlog_timeout");
-    assert!(latency <= Duration::from_millis(1200), "entry written {latency:?} after the start (bar: 1.2 s)");
+    assert!(
+        running,
+        "the entry was written only after the request ended"
+    );
+    assert!(
+        latency >= Duration::from_millis(990),
+        "entry written {latency:?} after the start, before request_slowlog_timeout"
+    );
+    assert!(
+        latency <= Duration::from_millis(1200),
+        "entry written {latency:?} after the start (bar: 1.2 s)"
+    );
 
     let pid = marked_pid(&s.dir, "slow");
     let entries = slow_entries(&slowlog);
-    assert_eq!(entries.len(), 1, "one entry per slow request, got {entries:#?}");
+    assert_eq!(
+        entries.len(),
+        1,
+        "one entry per slow request, got {entries:#?}"
+    );
     let e = &entries[0];
     let script = s.dir.docroot().join("sleep.php").display().to_string();
-    assert!(e.head.contains("[pool www]") && e.head.contains(&format!("pid {pid}")), "entry head lacks pool www or pid {pid}: {e:?}");
-    let ts = e.head.trim_start_matches('[').split(']').next().unwrap_or("");
-    assert!(humantime::parse_rfc3339_weak(ts).is_ok(), "entry head has no RFC 3339 time: {e:?}");
+    assert!(
+        e.head.contains("[pool www]") && e.head.contains(&format!("pid {pid}")),
+        "entry head lacks pool www or pid {pid}: {e:?}"
+    );
+    let ts = e
+        .head
+        .trim_start_matches('[')
+        .split(']')
+        .next()
+        .unwrap_or("");
+    assert!(
+        humantime::parse_rfc3339_weak(ts).is_ok(),
+        "entry head has no RFC 3339 time: {e:?}"
+    );
     assert_eq!(e.fields.get("script_filename"), Some(&script), "{e:?}");
-    assert_eq!(e.fields.get("request_uri").map(String::as_str), Some(uri), "{e:?}");
-    assert_eq!(e.fields.get("request_method").map(String::as_str), Some("GET"), "{e:?}");
-    let elapsed: f64 = e.fields.get("elapsed").and_then(|v| v.trim_end_matches(" s").parse().ok()).unwrap_or(-1.0);
-    assert!((1.0..1.2).contains(&elapsed), "elapsed should be the time when the entry was written: {e:?}");
+    assert_eq!(
+        e.fields.get("request_uri").map(String::as_str),
+        Some(uri),
+        "{e:?}"
+    );
+    assert_eq!(
+        e.fields.get("request_method").map(String::as_str),
+        Some("GET"),
+        "{e:?}"
+    );
+    let elapsed: f64 = e
+        .fields
+        .get("elapsed")
+        .and_then(|v| v.trim_end_matches(" s").parse().ok())
+        .unwrap_or(-1.0);
+    assert!(
+        (1.0..1.2).contains(&elapsed),
+        "elapsed should be the time when the entry was written: {e:?}"
+    );
 
     // And one WARN line in fpmd's log.
-    let lines: Vec<String> = s.fpmd.log_lines_since(log_mark).into_iter().filter(|l| l.contains(uri)).collect();
-    assert_eq!(lines.len(), 1, "expected one log line about the slow request: {lines:#?}");
-    assert!(lines[0].contains("WARN") && lines[0].contains(&pid.to_string()), "{}", lines[0]);
+    let lines: Vec<String> = s
+        .fpmd
+        .log_lines_since(log_mark)
+        .into_iter()
+        .filter(|l| l.contains(uri))
+        .collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "expected one log line about the slow request: {lines:#?}"
+    );
+    assert!(
+        lines[0].contains("WARN") && lines[0].contains(&pid.to_string()),
+        "{}",
+        lines[0]
+    );
 
     // Fast requests add nothing.
     let size = std::fs::metadata(&slowlog).unwrap().len();
     for _ in 0..5 {
         assert_eq!(get(&s.url("/sleep.php?ms=100")).status, 200);
     }
-    assert!(holds_for(Duration::from_millis(1500), || std::fs::metadata(&slowlog).unwrap().len() == size), "fast requests wrote to the slowlog");
+    assert!(
+        holds_for(Duration::from_millis(1500), || std::fs::metadata(&slowlog)
+            .unwrap()
+            .len()
+            == size),
+        "fast requests wrote to the slowlog"
+    );
 
     // Three slow requests at once: one entry each, each naming its own child.
-    let reqs: Vec<_> = (0..3).map(|i| get_async(s.url(&format!("/sleep.php?ms=1500&mark=c{i}")))).collect();
+    let reqs: Vec<_> = (0..3)
+        .map(|i| get_async(s.url(&format!("/sleep.php?ms=1500&mark=c{i}"))))
+        .collect();
     for (i, r) in reqs.into_iter().enumerate() {
         let (r, _) = r.join().unwrap();
         assert_eq!(r.status, 200, "slow request c{i}: {}", r.text());
@@ -270,9 +454,16 @@ fn slowlog_entry_is_written_while_the_request_runs() {
     for i in 0..3 {
         let uri = format!("/sleep.php?ms=1500&mark=c{i}");
         let pid = marked_pid(&s.dir, &format!("c{i}"));
-        let e: Vec<_> = entries.iter().filter(|e| e.fields.get("request_uri") == Some(&uri)).collect();
+        let e: Vec<_> = entries
+            .iter()
+            .filter(|e| e.fields.get("request_uri") == Some(&uri))
+            .collect();
         assert_eq!(e.len(), 1, "entries for {uri}: {entries:#?}");
-        assert!(e[0].head.contains(&format!("pid {pid}")), "the entry for {uri} (run by pid {pid}) names another pid: {:?}", e[0]);
+        assert!(
+            e[0].head.contains(&format!("pid {pid}")),
+            "the entry for {uri} (run by pid {pid}) names another pid: {:?}",
+            e[0]
+        );
     }
 }
 
@@ -295,7 +486,11 @@ fn leak_of(body: &str) -> (i32, u64) {
 /// really grows one child by about 5 MiB per request.
 #[test]
 fn leak_script_grows_a_child_without_max_memory() {
-    let s = Stack::start(Pool::www().max_children(1).line(r#"php_admin_value."ffi.enable" = "1""#));
+    let s = Stack::start(
+        Pool::www()
+            .max_children(1)
+            .line(r#"php_admin_value."ffi.enable" = "1""#),
+    );
     s.fpmd.wait_workers(1, LONG);
     let mut seen = Vec::new();
     for i in 0..10 {
@@ -306,15 +501,29 @@ fn leak_script_grows_a_child_without_max_memory() {
     let pids: BTreeSet<i32> = seen.iter().map(|(p, _)| *p).collect();
     let (first, last) = (seen[0].1, seen[9].1);
     let proc_rss = vm_rss(seen[9].0).unwrap_or(0);
-    eprintln!("leak.php × 10 on {pids:?}: RSS {} MiB → {} MiB (now {} MiB)", first / MIB, last / MIB, proc_rss / MIB);
+    eprintln!(
+        "leak.php × 10 on {pids:?}: RSS {} MiB → {} MiB (now {} MiB)",
+        first / MIB,
+        last / MIB,
+        proc_rss / MIB
+    );
     assert_eq!(pids.len(), 1, "one child, no limit: {pids:?}");
-    assert!(last >= first + 40 * MIB, "RSS grew only from {first} to {last} bytes over 9 requests");
-    assert!(proc_rss >= last - MIB, "the leak did not outlive the request: RSS now {proc_rss}");
+    assert!(
+        last >= first + 40 * MIB,
+        "RSS grew only from {first} to {last} bytes over 9 requests"
+    );
+    assert!(
+        proc_rss >= last - MIB,
+        "the leak did not outlive the request: RSS now {proc_rss}"
+    );
 }
 
 #[test]
 fn max_memory_retires_leaking_children_in_time() {
-    let pool = Pool::www().max_children(4).lines(&[r#"pm.max_memory = "64M""#, r#"php_admin_value."ffi.enable" = "1""#]);
+    let pool = Pool::www().max_children(4).lines(&[
+        r#"pm.max_memory = "64M""#,
+        r#"php_admin_value."ffi.enable" = "1""#,
+    ]);
     let s = Stack::start(pool);
     s.fpmd.wait_workers(4, LONG);
     let fpmd_pid = s.fpmd.pid();
@@ -355,11 +564,22 @@ fn max_memory_retires_leaking_children_in_time() {
     // from then on the child is exiting, not serving. php-cgi's shutdown
     // faults in code pages (RssFile) it never touched before, under
     // pre-fork most visibly: an exiting child's RSS can rise a few MiB.
-    let retire_lines: Vec<String> = s.fpmd.log_lines_since(log_mark).into_iter().filter(|l| l.contains("max_memory")).collect();
+    let retire_lines: Vec<String> = s
+        .fpmd
+        .log_lines_since(log_mark)
+        .into_iter()
+        .filter(|l| l.contains("max_memory"))
+        .collect();
     let retired_at = |pid: i32| {
-        retire_lines.iter().filter(|l| l.contains(&format!("pid={pid}"))).filter_map(|l| log_time(l)).min()
+        retire_lines
+            .iter()
+            .filter(|l| l.contains(&format!("pid={pid}")))
+            .filter_map(|l| log_time(l))
+            .min()
     };
-    let (serving, exiting): (Vec<_>, Vec<_>) = samples.iter().partition(|(pid, _, when)| retired_at(*pid).map_or(true, |t| *when < t));
+    let (serving, exiting): (Vec<_>, Vec<_>) = samples
+        .iter()
+        .partition(|(pid, _, when)| retired_at(*pid).map_or(true, |t| *when < t));
     let max_of = |v: &[&(i32, u64, SystemTime)]| v.iter().map(|(_, r, _)| *r).max().unwrap_or(0);
     let (max_serving, max_exiting) = (max_of(&serving), max_of(&exiting));
     let mib = |b: u64| b as f64 / MIB as f64;
@@ -376,11 +596,25 @@ fn max_memory_retires_leaking_children_in_time() {
         exiting.len()
     );
     let over: Vec<_> = serving.iter().filter(|(_, r, _)| *r > 69 * MIB).collect();
-    assert!(over.is_empty(), "children above 69 MiB (pid, bytes, when): {over:?}");
-    assert!(max_end <= 69 * MIB, "a request ended with its child at {max_end} bytes");
+    assert!(
+        over.is_empty(),
+        "children above 69 MiB (pid, bytes, when): {over:?}"
+    );
+    assert!(
+        max_end <= 69 * MIB,
+        "a request ended with its child at {max_end} bytes"
+    );
     // 400 × 5 MiB over 4 children: dozens of retirements, and the log says so.
-    assert!(pids.len() >= 20, "only {} children served 400 leaking requests: {pids:?}", pids.len());
-    assert!(retire_lines.len() >= 10, "only {} log lines about pm.max_memory retirements", retire_lines.len());
+    assert!(
+        pids.len() >= 20,
+        "only {} children served 400 leaking requests: {pids:?}",
+        pids.len()
+    );
+    assert!(
+        retire_lines.len() >= 10,
+        "only {} log lines about pm.max_memory retirements",
+        retire_lines.len()
+    );
     s.fpmd.wait_workers(4, Duration::from_secs(5));
 }
 
@@ -418,7 +652,11 @@ fn bad_attempts(log: &str) -> Vec<Attempt> {
         } else {
             continue;
         };
-        let next_in: f64 = delay.split_whitespace().next().and_then(|d| d.parse().ok()).unwrap_or_else(|| panic!("no delay in {l}"));
+        let next_in: f64 = delay
+            .split_whitespace()
+            .next()
+            .and_then(|d| d.parse().ok())
+            .unwrap_or_else(|| panic!("no delay in {l}"));
         let at = log_time(l).unwrap_or_else(|| panic!("no time stamp on {l}"));
         // Deaths of the children of one spawn round (exec) are one attempt.
         match out.last_mut() {
@@ -426,7 +664,12 @@ fn bad_attempts(log: &str) -> Vec<Attempt> {
                 a.lines += 1;
                 a.next_in = a.next_in.max(next_in);
             }
-            _ => out.push(Attempt { at, lines: 1, first_next_in: next_in, next_in }),
+            _ => out.push(Attempt {
+                at,
+                lines: 1,
+                first_next_in: next_in,
+                next_in,
+            }),
         }
     }
     out
@@ -437,13 +680,20 @@ fn crash_looping_pool_backs_off_cheaply_and_recovers() {
     let dir = TestDir::new();
     let bad_cgi = dir.join("bad-php-cgi");
     write_script(&bad_cgi, "#!/bin/sh\nkill -SEGV $$\n");
-    let cfg = FpmdConfig::new().pool(Pool::new("good").max_children(2)).pool(Pool::new("bad").max_children(2).php_cgi(&bad_cgi));
+    let cfg = FpmdConfig::new()
+        .pool(Pool::new("good").max_children(2))
+        .pool(Pool::new("bad").max_children(2).php_cgi(&bad_cgi));
     let fpmd = Fpmd::start(&dir, cfg);
     let t_start = Instant::now();
     let cpu_start = cpu_time(fpmd.pid());
     let nginx = Nginx::start(&dir, NginxOpts::default().upstream(fpmd.upstream(0)));
     let s = Stack { nginx, fpmd, dir };
-    let nginx_bad = Nginx::start(&s.dir, NginxOpts::default().upstream(s.fpmd.upstream(1)).name("nginx-bad"));
+    let nginx_bad = Nginx::start(
+        &s.dir,
+        NginxOpts::default()
+            .upstream(s.fpmd.upstream(1))
+            .name("nginx-bad"),
+    );
     s.fpmd.wait_workers(2, LONG);
 
     // The good pool serves all along: a request every 50 ms.
@@ -464,14 +714,29 @@ fn crash_looping_pool_backs_off_cheaply_and_recovers() {
     // About 8 s of crash loop.
     let window = Duration::from_secs(8);
     let fpmd_pid = s.fpmd.pid();
-    assert!(holds_for(window.saturating_sub(t_start.elapsed()), || procs::alive(fpmd_pid)), "fpmd died during the crash loop");
+    assert!(
+        holds_for(window.saturating_sub(t_start.elapsed()), || procs::alive(
+            fpmd_pid
+        )),
+        "fpmd died during the crash loop"
+    );
     let wall = t_start.elapsed();
     let cpu = cpu_time(fpmd_pid) - cpu_start;
     let cpu_pct = 100.0 * cpu.as_secs_f64() / wall.as_secs_f64();
     let log = s.fpmd.log();
     let attempts = bad_attempts(&log);
-    let gaps: Vec<f64> = attempts.windows(2).map(|w| w[1].at.duration_since(w[0].at).unwrap_or_default().as_secs_f64()).collect();
-    let last = attempts.last().unwrap_or_else(|| panic!("no back-off line for pool bad in fpmd's log:\n{log}"));
+    let gaps: Vec<f64> = attempts
+        .windows(2)
+        .map(|w| {
+            w[1].at
+                .duration_since(w[0].at)
+                .unwrap_or_default()
+                .as_secs_f64()
+        })
+        .collect();
+    let last = attempts
+        .last()
+        .unwrap_or_else(|| panic!("no back-off line for pool bad in fpmd's log:\n{log}"));
     eprintln!(
         "crash loop over {wall:?}: {} spawn attempts of bad (log lines per attempt: {:?}), gaps {:?} s, \
          announced delays {:?} s; fpmd CPU {cpu:?} = {cpu_pct:.2} %",
@@ -480,18 +745,49 @@ fn crash_looping_pool_backs_off_cheaply_and_recovers() {
         gaps.iter().map(|g| (g * 1000.0).round() / 1000.0).collect::<Vec<_>>(),
         attempts.iter().map(|a| a.next_in).collect::<Vec<_>>(),
     );
-    assert!(attempts.len() >= 3, "bad was tried only {} times in {wall:?}", attempts.len());
-    assert!(gaps.iter().all(|g| *g >= 0.09), "spawn attempts closer than the first back-off (100 ms): {gaps:?}");
-    assert!(gaps.windows(2).all(|w| w[1] >= w[0] * 0.9), "gaps between attempts do not grow: {gaps:?}");
-    assert!(gaps.iter().any(|g| *g >= 1.0), "back-off never reached 1 s between attempts: {gaps:?}");
-    assert!(cpu_pct < 5.0, "fpmd used {cpu:?} of CPU in {wall:?} ({cpu_pct:.2} %; bar: 5 %)");
-    let zombies = || procs::descendants(fpmd_pid).into_iter().filter(|p| !p.alive()).count() == 0;
-    assert!(wait_until(Duration::from_secs(1), zombies), "zombies under fpmd: {}", procs::describe(&procs::descendants(fpmd_pid)));
+    assert!(
+        attempts.len() >= 3,
+        "bad was tried only {} times in {wall:?}",
+        attempts.len()
+    );
+    assert!(
+        gaps.iter().all(|g| *g >= 0.09),
+        "spawn attempts closer than the first back-off (100 ms): {gaps:?}"
+    );
+    assert!(
+        gaps.windows(2).all(|w| w[1] >= w[0] * 0.9),
+        "gaps between attempts do not grow: {gaps:?}"
+    );
+    assert!(
+        gaps.iter().any(|g| *g >= 1.0),
+        "back-off never reached 1 s between attempts: {gaps:?}"
+    );
+    assert!(
+        cpu_pct < 5.0,
+        "fpmd used {cpu:?} of CPU in {wall:?} ({cpu_pct:.2} %; bar: 5 %)"
+    );
+    let zombies = || {
+        procs::descendants(fpmd_pid)
+            .into_iter()
+            .filter(|p| !p.alive())
+            .count()
+            == 0
+    };
+    assert!(
+        wait_until(Duration::from_secs(1), zombies),
+        "zombies under fpmd: {}",
+        procs::describe(&procs::descendants(fpmd_pid))
+    );
 
     // Fix php-cgi: the pool is full again when the current back-off is over.
-    write_script(&bad_cgi, &format!("#!/bin/sh\nexec {} \"$@\"\n", php_cgi_bin().display()));
+    write_script(
+        &bad_cgi,
+        &format!("#!/bin/sh\nexec {} \"$@\"\n", php_cgi_bin().display()),
+    );
     let t_fix = Instant::now();
-    let remaining = (last.at + Duration::from_secs_f64(last.next_in)).duration_since(SystemTime::now()).unwrap_or_default();
+    let remaining = (last.at + Duration::from_secs_f64(last.next_in))
+        .duration_since(SystemTime::now())
+        .unwrap_or_default();
     let backoff = Duration::from_secs_f64(last.next_in);
     s.fpmd.wait_workers(4, backoff + LONG);
     let full = t_fix.elapsed();
@@ -499,7 +795,10 @@ fn crash_looping_pool_backs_off_cheaply_and_recovers() {
     let served = t_fix.elapsed();
     eprintln!("fixed: bad full again {full:?} after the fix (current back-off {backoff:?}, {remaining:?} of it left), first 200 after {served:?}");
     assert_eq!(r.status, 200, "bad after the fix: {}", r.text());
-    assert!(full <= backoff + Duration::from_secs(1), "bad full again only {full:?} after the fix (bar: back-off {backoff:?} + 1 s)");
+    assert!(
+        full <= backoff + Duration::from_secs(1),
+        "bad full again only {full:?} after the fix (bar: back-off {backoff:?} + 1 s)"
+    );
     for _ in 0..5 {
         assert_eq!(get(&nginx_bad.url("/pid.php")).status, 200);
     }
@@ -508,8 +807,16 @@ fn crash_looping_pool_backs_off_cheaply_and_recovers() {
     traffic.join().unwrap();
     let statuses = good_statuses.lock().unwrap().clone();
     let failed: Vec<_> = statuses.iter().filter(|s| **s != 200).collect();
-    eprintln!("good pool: {} requests during the crash loop and the recovery, {} failed", statuses.len(), failed.len());
-    assert!(statuses.len() >= 50, "only {} requests to good", statuses.len());
+    eprintln!(
+        "good pool: {} requests during the crash loop and the recovery, {} failed",
+        statuses.len(),
+        failed.len()
+    );
+    assert!(
+        statuses.len() >= 50,
+        "only {} requests to good",
+        statuses.len()
+    );
     assert!(failed.is_empty(), "good pool statuses: {statuses:?}");
 }
 
@@ -522,25 +829,50 @@ fn crash_loop_logs_each_back_off_step_once() {
     let dir = TestDir::new();
     let bad_cgi = dir.join("bad-php-cgi");
     write_script(&bad_cgi, "#!/bin/sh\nkill -SEGV $$\n");
-    let fpmd = Fpmd::start(&dir, FpmdConfig::new().pool(Pool::new("bad").max_children(4).php_cgi(&bad_cgi)));
+    let fpmd = Fpmd::start(
+        &dir,
+        FpmdConfig::new().pool(Pool::new("bad").max_children(4).php_cgi(&bad_cgi)),
+    );
     let fpmd_pid = fpmd.pid();
-    assert!(holds_for(Duration::from_millis(3500), || procs::alive(fpmd_pid)), "fpmd died");
+    assert!(
+        holds_for(Duration::from_millis(3500), || procs::alive(fpmd_pid)),
+        "fpmd died"
+    );
     let attempts = bad_attempts(&fpmd.log());
-    let gaps: Vec<f64> = attempts.windows(2).map(|w| w[1].at.duration_since(w[0].at).unwrap_or_default().as_secs_f64()).collect();
+    let gaps: Vec<f64> = attempts
+        .windows(2)
+        .map(|w| {
+            w[1].at
+                .duration_since(w[0].at)
+                .unwrap_or_default()
+                .as_secs_f64()
+        })
+        .collect();
     let lines: Vec<usize> = attempts.iter().map(|a| a.lines).collect();
     let announced: Vec<f64> = attempts.iter().map(|a| a.first_next_in).collect();
     eprintln!("{} attempts in 3.5 s; log lines per attempt {lines:?}; first announced delays {announced:?} s; gaps {gaps:?} s", attempts.len());
     for (i, a) in attempts.iter().enumerate() {
         let want = 0.1 * f64::powi(2.0, i as i32);
-        assert!(a.lines == 1, "attempt {i} logged {} back-off lines (one per child), not one: {attempts:#?}", a.lines);
+        assert!(
+            a.lines == 1,
+            "attempt {i} logged {} back-off lines (one per child), not one: {attempts:#?}",
+            a.lines
+        );
         assert!((a.first_next_in - want).abs() < want * 0.05, "attempt {i} announced a delay of {} s, want {want} s (100 ms doubling per attempt): {attempts:#?}", a.first_next_in);
     }
     for (i, g) in gaps.iter().enumerate() {
         let said = attempts[i].first_next_in;
-        assert!(*g >= said - 0.01 && *g <= said + 0.1, "attempt {i} announced the next in {said} s, it came after {g:.3} s");
+        assert!(
+            *g >= said - 0.01 && *g <= said + 0.1,
+            "attempt {i} announced the next in {said} s, it came after {g:.3} s"
+        );
     }
     // 0, 0.1, 0.3, 0.7, 1.5 and 3.1 s.
-    assert!(attempts.len() >= 5, "only {} spawn attempts in 3.5 s: {attempts:?}", attempts.len());
+    assert!(
+        attempts.len() >= 5,
+        "only {} spawn attempts in 3.5 s: {attempts:?}",
+        attempts.len()
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -551,7 +883,11 @@ fn crash_loop_logs_each_back_off_step_once() {
 fn queue_timeout_answers_503_with_retry_after_and_runs_no_php() {
     // nginx (harness): worker_connections 1024, enough for 200 client plus
     // 200 upstream connections; fpmd's queue: listen.backlog 511.
-    let s = Stack::start(Pool::www().max_children(4).line(r#"request_queue_timeout = "1s""#));
+    let s = Stack::start(
+        Pool::www()
+            .max_children(4)
+            .line(r#"request_queue_timeout = "1s""#),
+    );
     s.fpmd.wait_workers(4, LONG);
     let url = s.url("/queue.php?ms=500&id=");
     let took = Arc::new(Mutex::new(BTreeMap::new()));
@@ -578,7 +914,11 @@ fn queue_timeout_answers_503_with_retry_after_and_runs_no_php() {
         *by_status.entry(o.status()).or_default() += 1;
     }
     let times = |st: u16| {
-        let v: Vec<Duration> = out.iter().filter(|o| o.status() == st).map(|o| took[&o.thread]).collect();
+        let v: Vec<Duration> = out
+            .iter()
+            .filter(|o| o.status() == st)
+            .map(|o| took[&o.thread])
+            .collect();
         (v.iter().min().copied(), v.iter().max().copied())
     };
     eprintln!("200 concurrent 500 ms requests on 4 children in {total:?}: statuses {by_status:?}; 200 in {:?}, 503 in {:?}; {} ran PHP", times(200), times(503), ran.len());
@@ -586,28 +926,57 @@ fn queue_timeout_answers_503_with_retry_after_and_runs_no_php() {
     let unexpected: Vec<String> = out
         .iter()
         .filter(|o| o.status() != 200 && o.status() != 503)
-        .map(|o| format!("r{}: {} {}", o.thread, o.status(), o.text().chars().take(200).collect::<String>()))
+        .map(|o| {
+            format!(
+                "r{}: {} {}",
+                o.thread,
+                o.status(),
+                o.text().chars().take(200).collect::<String>()
+            )
+        })
         .collect();
-    assert!(unexpected.is_empty(), "statuses other than 200 and 503:\n{}", unexpected.join("\n"));
+    assert!(
+        unexpected.is_empty(),
+        "statuses other than 200 and 503:\n{}",
+        unexpected.join("\n")
+    );
     let ok = by_status.get(&200).copied().unwrap_or(0);
     let refused = by_status.get(&503).copied().unwrap_or(0);
     assert!(ok >= 8, "only {ok} requests served: 4 children serve at least two rounds of 500 ms within the 1 s queue timeout");
-    assert!(refused > 0, "no 503 although 200 requests of 500 ms cannot all be served by 4 children within 1 s");
+    assert!(
+        refused > 0,
+        "no 503 although 200 requests of 500 ms cannot all be served by 4 children within 1 s"
+    );
     for o in &out {
         let id = format!("r{}", o.thread);
         let r = o.result.as_ref().unwrap();
         if r.status == 503 {
-            assert!(r.header("retry-after").is_some(), "{id}: 503 without Retry-After; headers {:?}", r.headers);
+            assert!(
+                r.header("retry-after").is_some(),
+                "{id}: 503 without Retry-After; headers {:?}",
+                r.headers
+            );
             // The queue (listen.backlog 511) is never full here: only the timeout refuses.
-            assert!(took[&o.thread] >= Duration::from_millis(990), "{id}: 503 after {:?}, before request_queue_timeout", took[&o.thread]);
+            assert!(
+                took[&o.thread] >= Duration::from_millis(990),
+                "{id}: 503 after {:?}, before request_queue_timeout",
+                took[&o.thread]
+            );
             assert!(!ran.contains(&id), "{id} got 503 but ran PHP");
         } else {
             assert_eq!(r.text(), format!("{id} done"));
-            assert!(ran.contains(&id), "{id} got 200 but is not in run/queue.log");
+            assert!(
+                ran.contains(&id),
+                "{id} got 200 but is not in run/queue.log"
+            );
         }
     }
     assert_eq!(ran.len(), ok, "requests that ran PHP: {ran:?}");
-    assert!(!s.nginx.error_log().contains("upstream timed out"), "nginx timed out on fpmd:\n{}", s.nginx.error_log());
+    assert!(
+        !s.nginx.error_log().contains("upstream timed out"),
+        "nginx timed out on fpmd:\n{}",
+        s.nginx.error_log()
+    );
     // The pool is intact afterwards.
     s.fpmd.wait_workers(4, Duration::from_secs(5));
     let url = s.url("/pid.php");

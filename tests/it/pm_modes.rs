@@ -12,11 +12,16 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 fn prefork() -> bool {
-    std::env::var("FPMD_TEST_SPAWN").map(|s| s.is_empty() || s == "prefork").unwrap_or(true)
+    std::env::var("FPMD_TEST_SPAWN")
+        .map(|s| s.is_empty() || s == "prefork")
+        .unwrap_or(true)
 }
 
 fn pid_of(body: &str) -> i32 {
-    body.split_whitespace().next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("no pid in {body:?}"))
+    body.split_whitespace()
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {body:?}"))
 }
 
 /// Every php-cgi process of the stack (the pre-fork parent included).
@@ -52,24 +57,40 @@ fn dynamic_spawns_at_once_for_queued_requests() {
     assert!(s.fpmd.workers().len() <= 32);
     // Back to at most max_spare_servers idle children, one retired per second.
     if !prefork() {
-        wait_for(Duration::from_secs(45), "the pool to shrink to max_spare_servers", || s.fpmd.workers().len() <= 4);
+        wait_for(
+            Duration::from_secs(45),
+            "the pool to shrink to max_spare_servers",
+            || s.fpmd.workers().len() <= 4,
+        );
     }
 }
 
 #[test]
 fn ondemand_starts_from_nothing_and_gives_everything_back() {
     let s = Stack::start_with(
-        FpmdConfig::new().pool(Pool::www().max_children(8).lines(&["pm.mode = \"ondemand\"", "pm.process_idle_timeout = \"2s\""])),
+        FpmdConfig::new().pool(
+            Pool::www()
+                .max_children(8)
+                .lines(&["pm.mode = \"ondemand\"", "pm.process_idle_timeout = \"2s\""]),
+        ),
         NginxOpts::default().keepalive(),
     );
-    assert!(holds_for(Duration::from_millis(500), || php_processes(&s) == 0), "an ondemand pool starts with no php-cgi at all");
+    assert!(
+        holds_for(Duration::from_millis(500), || php_processes(&s) == 0),
+        "an ondemand pool starts with no php-cgi at all"
+    );
     // A cold start: the spawn time.
     let t = Instant::now();
     assert_eq!(get(&s.url("/pid.php")).status, 200);
     let spawn = t.elapsed();
     // After 5 s idle there is no php-cgi process.
     std::thread::sleep(Duration::from_secs(5));
-    assert_eq!(php_processes(&s), 0, "php-cgi left after 5 s idle:\n{}", s.fpmd.log());
+    assert_eq!(
+        php_processes(&s),
+        0,
+        "php-cgi left after 5 s idle:\n{}",
+        s.fpmd.log()
+    );
 
     let url = s.url("/sleep.php?ms=1000");
     let t0 = Instant::now();
@@ -83,20 +104,33 @@ fn ondemand_starts_from_nothing_and_gives_everything_back() {
     // php-cgi starting at once on a loaded machine take longer than one, so
     // the assertion only rules out serving them in turns (php-fpm: 4 s on 2
     // children).
-    assert!(took <= Duration::from_millis(1000 + 1500) + spawn * 2, "took {took:?}");
+    assert!(
+        took <= Duration::from_millis(1000 + 1500) + spawn * 2,
+        "took {took:?}"
+    );
 
     // A kept-alive connection reused just after the idle timeout still gets 200.
     let agent = crate::harness::http::agent();
-    assert_eq!(try_get_with(&agent, &s.url("/pid.php")).unwrap().status, 200);
+    assert_eq!(
+        try_get_with(&agent, &s.url("/pid.php")).unwrap().status,
+        200
+    );
     std::thread::sleep(Duration::from_millis(2100));
-    assert_eq!(try_get_with(&agent, &s.url("/pid.php")).unwrap().status, 200);
+    assert_eq!(
+        try_get_with(&agent, &s.url("/pid.php")).unwrap().status,
+        200
+    );
 }
 
 #[test]
 fn light_traffic_after_a_burst_runs_on_few_children() {
     // Issue 4 item 3 (C06) scaled down in time: idle timeout 3 s instead of
     // 10 s, checked at the 12th second instead of the 30th.
-    let s = Stack::start(Pool::www().max_children(6).lines(&["pm.mode = \"ondemand\"", "pm.process_idle_timeout = \"3s\""]));
+    let s = Stack::start(
+        Pool::www()
+            .max_children(6)
+            .lines(&["pm.mode = \"ondemand\"", "pm.process_idle_timeout = \"3s\""]),
+    );
     let url = s.url("/sleep.php?ms=200");
     let out = concurrent(6, 5, move |a, _, _| try_get_with(a, &url));
     assert_all_200(&out);
@@ -112,13 +146,24 @@ fn light_traffic_after_a_burst_runs_on_few_children() {
         }
         std::thread::sleep(Duration::from_millis(1000));
     }
-    eprintln!("after the burst, the last 4 s of 1 req/s ran on {} children: {late:?}", late.len());
+    eprintln!(
+        "after the burst, the last 4 s of 1 req/s ran on {} children: {late:?}",
+        late.len()
+    );
     assert!(late.len() <= 2, "light traffic ran on {late:?}");
     if prefork() {
         // The children that served the burst and went idle were replaced by cold forks.
-        assert!(s.fpmd.log().contains("pm.process_idle_timeout"), "no idle child was recycled:\n{}", s.fpmd.log());
+        assert!(
+            s.fpmd.log().contains("pm.process_idle_timeout"),
+            "no idle child was recycled:\n{}",
+            s.fpmd.log()
+        );
     } else {
         let n = php_processes(&s);
-        assert!(n <= 2, "{n} php-cgi processes by the 12th second:\n{}", s.fpmd.log());
+        assert!(
+            n <= 2,
+            "{n} php-cgi processes by the 12th second:\n{}",
+            s.fpmd.log()
+        );
     }
 }

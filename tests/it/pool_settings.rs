@@ -7,8 +7,14 @@ use std::time::Duration;
 
 fn status_ids(pid: i32, field: &str) -> Vec<u32> {
     let st = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = st.lines().find(|l| l.starts_with(&format!("{field}:"))).unwrap();
-    line[field.len() + 1..].split_whitespace().map(|x| x.parse().unwrap()).collect()
+    let line = st
+        .lines()
+        .find(|l| l.starts_with(&format!("{field}:")))
+        .unwrap();
+    line[field.len() + 1..]
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect()
 }
 
 #[test]
@@ -21,11 +27,17 @@ fn children_run_as_pool_user_and_group() {
     assert_eq!(parts.next(), Some("nobody"), "user: {text}");
     assert_eq!(parts.next(), Some("nogroup"), "group: {text}");
     let groups = parts.next().unwrap_or("");
-    assert!(groups.split(',').all(|g| g.is_empty() || g == "nogroup"), "supplementary groups: {groups}");
+    assert!(
+        groups.split(',').all(|g| g.is_empty() || g == "nogroup"),
+        "supplementary groups: {groups}"
+    );
     for pid in s.fpmd.wait_workers(2, Duration::from_secs(30)) {
         assert_eq!(status_ids(pid, "Uid"), [65534; 4], "uids of child {pid}");
         assert_eq!(status_ids(pid, "Gid"), [65534; 4], "gids of child {pid}");
-        assert!(status_ids(pid, "Groups").iter().all(|g| *g == 65534), "supplementary groups of child {pid}");
+        assert!(
+            status_ids(pid, "Groups").iter().all(|g| *g == 65534),
+            "supplementary groups of child {pid}"
+        );
     }
 }
 
@@ -37,8 +49,15 @@ fn env_of(s: &Stack, names: &str) -> String {
 
 #[test]
 fn clear_env_true_hides_fpmd_environment() {
-    let pool = Pool::www().lines(&["clear_env = true", r#"env.FOO = "bar""#, r#"env.COPIED = "$FROM_PARENT""#]);
-    let cfg = FpmdConfig::new().pool(pool).env("SECRET", "s3cret").env("FROM_PARENT", "parent-value");
+    let pool = Pool::www().lines(&[
+        "clear_env = true",
+        r#"env.FOO = "bar""#,
+        r#"env.COPIED = "$FROM_PARENT""#,
+    ]);
+    let cfg = FpmdConfig::new()
+        .pool(pool)
+        .env("SECRET", "s3cret")
+        .env("FROM_PARENT", "parent-value");
     let s = Stack::start_with(cfg, NginxOpts::default());
     assert_eq!(
         env_of(&s, "FOO,COPIED,SECRET,FROM_PARENT"),
@@ -74,7 +93,13 @@ fn ini_values_reach_php() {
     assert_eq!(ini("session.save_path"), "'/tmp/fpmd-sessions'");
     assert_eq!(ini("default_charset"), "'ISO-8859-1'");
     let off = ini("log_errors");
-    assert!(["''", "'0'", "'Off'", "'off'"].contains(&off.as_str()), "log_errors = {off}");
+    assert!(
+        ["''", "'0'", "'Off'", "'off'"].contains(&off.as_str()),
+        "log_errors = {off}"
+    );
     let on = ini("display_errors");
-    assert!(["'1'", "'On'", "'on'", "'stdout'"].contains(&on.as_str()), "display_errors = {on}");
+    assert!(
+        ["'1'", "'On'", "'on'", "'stdout'"].contains(&on.as_str()),
+        "display_errors = {on}"
+    );
 }

@@ -20,7 +20,9 @@ fn in_flight(s: &Stack, n: usize, ms: u32) -> Vec<std::thread::JoinHandle<(Resp,
             })
         })
         .collect();
-    wait_for(LONG, "all requests running in PHP", || (0..n).all(|i| s.dir.mark(&format!("r{i}")).is_some()));
+    wait_for(LONG, "all requests running in PHP", || {
+        (0..n).all(|i| s.dir.mark(&format!("r{i}")).is_some())
+    });
     handles
 }
 
@@ -36,16 +38,30 @@ fn sigquit_drains_in_flight_requests() {
         assert_eq!(r.status, 200, "request {i} during SIGQUIT: {}", r.text());
         let text = r.text();
         let parts: Vec<&str> = text.split(' ').collect();
-        assert!(parts.len() == 3 && parts[2] == "done", "request {i}: body {text:?}");
+        assert!(
+            parts.len() == 3 && parts[2] == "done",
+            "request {i}: body {text:?}"
+        );
         let slept: u64 = parts[1].parse().unwrap();
         assert!(slept >= 2000, "request {i} slept only {slept} ms");
         eprintln!("request {i}: 200 after {took:?} ({slept} ms in PHP)");
     }
-    let st = s.fpmd.wait_exit(LONG).expect("fpmd still running 30 s after SIGQUIT");
-    eprintln!("fpmd exited {} {:?} after SIGQUIT", describe_status(&st), t0.elapsed());
+    let st = s
+        .fpmd
+        .wait_exit(LONG)
+        .expect("fpmd still running 30 s after SIGQUIT");
+    eprintln!(
+        "fpmd exited {} {:?} after SIGQUIT",
+        describe_status(&st),
+        t0.elapsed()
+    );
     assert_eq!(st.code(), Some(0), "exit status after SIGQUIT");
     let gone = wait_until(Duration::from_secs(1), || s.fpmd.tagged().is_empty());
-    assert!(gone, "left running after SIGQUIT: {}", procs::describe(&s.fpmd.tagged()));
+    assert!(
+        gone,
+        "left running after SIGQUIT: {}",
+        procs::describe(&s.fpmd.tagged())
+    );
 }
 
 #[test]
@@ -58,11 +74,20 @@ fn sigkill_of_fpmd_leaves_no_php_cgi() {
     let _busy = in_flight(&s, 1, 10_000);
     s.fpmd.signal(Signal::SIGKILL);
     let t0 = Instant::now();
-    let gone = wait_until(Duration::from_secs(10), || procs::tagged_php(&tag).is_empty());
+    let gone = wait_until(Duration::from_secs(10), || {
+        procs::tagged_php(&tag).is_empty()
+    });
     let took = t0.elapsed();
     eprintln!("php-cgi processes gone {took:?} after SIGKILL of fpmd (gone: {gone})");
-    assert!(gone, "php-cgi left 10 s after SIGKILL of fpmd: {:?}", procs::tagged_php(&tag));
-    assert!(took <= Duration::from_secs(1) + SLACK, "php-cgi children outlived fpmd by {took:?} (bar: 1 s)");
+    assert!(
+        gone,
+        "php-cgi left 10 s after SIGKILL of fpmd: {:?}",
+        procs::tagged_php(&tag)
+    );
+    assert!(
+        took <= Duration::from_secs(1) + SLACK,
+        "php-cgi children outlived fpmd by {took:?} (bar: 1 s)"
+    );
     s.fpmd.wait_exit(LONG);
 }
 
@@ -72,14 +97,27 @@ fn fast_stop(sig: Signal) {
     let _busy = in_flight(&s, 1, 20_000);
     s.fpmd.signal(sig);
     let t0 = Instant::now();
-    let st = s.fpmd.wait_exit(LONG).unwrap_or_else(|| panic!("fpmd still running 30 s after {sig}"));
+    let st = s
+        .fpmd
+        .wait_exit(LONG)
+        .unwrap_or_else(|| panic!("fpmd still running 30 s after {sig}"));
     let exited = t0.elapsed();
     let gone = wait_until(Duration::from_secs(10), || s.fpmd.tagged().is_empty());
     let all_gone = t0.elapsed();
-    eprintln!("{sig}: fpmd exited ({}) after {exited:?}, every process gone after {all_gone:?}", describe_status(&st));
-    assert!(gone, "left running after {sig}: {}", procs::describe(&s.fpmd.tagged()));
+    eprintln!(
+        "{sig}: fpmd exited ({}) after {exited:?}, every process gone after {all_gone:?}",
+        describe_status(&st)
+    );
+    assert!(
+        gone,
+        "left running after {sig}: {}",
+        procs::describe(&s.fpmd.tagged())
+    );
     // A fast stop does not wait for the 20 s request.
-    assert!(all_gone <= Duration::from_secs(3), "{sig} took {all_gone:?} to stop everything");
+    assert!(
+        all_gone <= Duration::from_secs(3),
+        "{sig} took {all_gone:?} to stop everything"
+    );
 }
 
 #[test]

@@ -72,10 +72,23 @@ pub fn stream(ty: u8, id: u16, data: &[u8]) -> Vec<u8> {
 }
 
 /// The CGI parameters nginx would send for `GET /<script>?<query>` from `docroot`.
-pub fn params_for(docroot: &Path, script: &str, query: &str, method: &str, body_len: usize) -> Vec<(String, String)> {
-    let uri = if query.is_empty() { format!("/{script}") } else { format!("/{script}?{query}") };
+pub fn params_for(
+    docroot: &Path,
+    script: &str,
+    query: &str,
+    method: &str,
+    body_len: usize,
+) -> Vec<(String, String)> {
+    let uri = if query.is_empty() {
+        format!("/{script}")
+    } else {
+        format!("/{script}?{query}")
+    };
     let mut p = vec![
-        ("SCRIPT_FILENAME".to_string(), docroot.join(script).display().to_string()),
+        (
+            "SCRIPT_FILENAME".to_string(),
+            docroot.join(script).display().to_string(),
+        ),
         ("SCRIPT_NAME".into(), format!("/{script}")),
         ("DOCUMENT_ROOT".into(), docroot.display().to_string()),
         ("REQUEST_URI".into(), uri),
@@ -134,7 +147,11 @@ pub enum End {
 
 /// Reads records until `stop(&records)` is true, the peer closes, or `timeout`.
 /// Returns the records and how it ended; trailing partial bytes are dropped.
-pub fn read_records(s: &mut TcpStream, timeout: Duration, mut stop: impl FnMut(&[Record]) -> bool) -> (Vec<Record>, End) {
+pub fn read_records(
+    s: &mut TcpStream,
+    timeout: Duration,
+    mut stop: impl FnMut(&[Record]) -> bool,
+) -> (Vec<Record>, End) {
     let t0 = Instant::now();
     let mut buf = Vec::new();
     let mut recs = Vec::new();
@@ -147,7 +164,11 @@ pub fn read_records(s: &mut TcpStream, timeout: Duration, mut stop: impl FnMut(&
             if buf.len() < 8 + len + pad {
                 break;
             }
-            recs.push(Record { ty: buf[1], id: u16::from_be_bytes([buf[2], buf[3]]), content: buf[8..8 + len].to_vec() });
+            recs.push(Record {
+                ty: buf[1],
+                id: u16::from_be_bytes([buf[2], buf[3]]),
+                content: buf[8..8 + len].to_vec(),
+            });
             buf.drain(..8 + len + pad);
         }
         if stop(&recs) {
@@ -157,7 +178,8 @@ pub fn read_records(s: &mut TcpStream, timeout: Duration, mut stop: impl FnMut(&
         if left.is_zero() {
             return (recs, End::TimedOut);
         }
-        s.set_read_timeout(Some(left.max(Duration::from_millis(1)))).unwrap();
+        s.set_read_timeout(Some(left.max(Duration::from_millis(1))))
+            .unwrap();
         match s.read(&mut chunk) {
             Ok(0) => return (recs, End::Closed),
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
@@ -180,7 +202,10 @@ pub fn wait_closed(s: &mut TcpStream, timeout: Duration) -> Option<Duration> {
 
 /// STDOUT of request `id` concatenated.
 pub fn stdout_of(recs: &[Record], id: u16) -> Vec<u8> {
-    recs.iter().filter(|r| r.ty == STDOUT && r.id == id).flat_map(|r| r.content.clone()).collect()
+    recs.iter()
+        .filter(|r| r.ty == STDOUT && r.id == id)
+        .flat_map(|r| r.content.clone())
+        .collect()
 }
 
 pub fn has_end_request(recs: &[Record], id: u16) -> bool {
@@ -205,18 +230,24 @@ pub fn decode_pairs(mut b: &[u8]) -> Vec<(String, String)> {
     }
     let mut out = Vec::new();
     while !b.is_empty() {
-        let (Some(n), Some(v)) = (len(&mut b), len(&mut b)) else { break };
+        let (Some(n), Some(v)) = (len(&mut b), len(&mut b)) else {
+            break;
+        };
         if b.len() < n + v {
             break;
         }
-        out.push((String::from_utf8_lossy(&b[..n]).into_owned(), String::from_utf8_lossy(&b[n..n + v]).into_owned()));
+        out.push((
+            String::from_utf8_lossy(&b[..n]).into_owned(),
+            String::from_utf8_lossy(&b[n..n + v]).into_owned(),
+        ));
         b = &b[n + v..];
     }
     out
 }
 
 pub fn connect(addr: SocketAddr) -> TcpStream {
-    let s = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    let s = TcpStream::connect_timeout(&addr, Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("connect {addr}: {e}"));
     s.set_write_timeout(Some(Duration::from_secs(20))).unwrap();
     s.set_nodelay(true).unwrap();
     s
@@ -226,15 +257,18 @@ pub fn connect(addr: SocketAddr) -> TcpStream {
 pub fn connect_from(from: std::net::IpAddr, to: SocketAddr) -> TcpStream {
     use socket2::{Domain, Socket, Type};
     let sock = Socket::new(Domain::for_address(to), Type::STREAM, None).unwrap();
-    sock.bind(&SocketAddr::new(from, 0).into()).unwrap_or_else(|e| panic!("bind {from}: {e}"));
-    sock.connect_timeout(&to.into(), Duration::from_secs(10)).unwrap_or_else(|e| panic!("connect {to} from {from}: {e}"));
+    sock.bind(&SocketAddr::new(from, 0).into())
+        .unwrap_or_else(|e| panic!("bind {from}: {e}"));
+    sock.connect_timeout(&to.into(), Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("connect {to} from {from}: {e}"));
     let s: TcpStream = sock.into();
     s.set_write_timeout(Some(Duration::from_secs(20))).unwrap();
     s
 }
 
 pub fn send(s: &mut TcpStream, bytes: &[u8]) {
-    s.write_all(bytes).unwrap_or_else(|e| panic!("sending {} bytes: {e}", bytes.len()));
+    s.write_all(bytes)
+        .unwrap_or_else(|e| panic!("sending {} bytes: {e}", bytes.len()));
 }
 
 /// Deterministic pseudo-random bytes (xorshift), no extra crate needed.

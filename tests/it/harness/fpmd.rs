@@ -94,7 +94,10 @@ impl Pool {
 
     fn address(&self, dir: &Path) -> String {
         match &self.listen {
-            Listen::Unix => dir.join(format!("{}.sock", self.name)).display().to_string(),
+            Listen::Unix => dir
+                .join(format!("{}.sock", self.name))
+                .display()
+                .to_string(),
             Listen::UnixAt(p) => p.display().to_string(),
             Listen::Tcp(a) => a.clone(),
         }
@@ -108,7 +111,11 @@ impl Pool {
         let php_cgi = self.php_cgi.clone().unwrap_or_else(php_cgi_bin);
         writeln!(s, "php_cgi = {:?}", php_cgi.display().to_string()).unwrap();
         writeln!(s, "listen.address = {:?}", self.address(dir)).unwrap();
-        if !self.lines.iter().any(|l| l.trim_start().starts_with("pm.mode")) {
+        if !self
+            .lines
+            .iter()
+            .any(|l| l.trim_start().starts_with("pm.mode"))
+        {
             writeln!(s, "pm.mode = \"static\"").unwrap();
         }
         writeln!(s, "pm.max_children = {}", self.max_children).unwrap();
@@ -147,7 +154,8 @@ impl FpmdConfig {
         self
     }
     pub fn raw_pool_file(mut self, file_name: &str, text: impl Into<String>) -> FpmdConfig {
-        self.raw_pool_files.push((file_name.to_string(), text.into()));
+        self.raw_pool_files
+            .push((file_name.to_string(), text.into()));
         self
     }
     pub fn global(mut self, l: impl Into<String>) -> FpmdConfig {
@@ -175,7 +183,11 @@ impl FpmdConfig {
         }
         std::fs::write(&main, g).unwrap();
         for p in &self.pools {
-            std::fs::write(pool_d.join(format!("{}.toml", p.name)), p.toml(dir.path(), &dir.tag())).unwrap();
+            std::fs::write(
+                pool_d.join(format!("{}.toml", p.name)),
+                p.toml(dir.path(), &dir.tag()),
+            )
+            .unwrap();
         }
         for (name, text) in &self.raw_pool_files {
             std::fs::write(pool_d.join(name), text).unwrap();
@@ -253,7 +265,11 @@ impl Fpmd {
     pub fn spawn(dir: &TestDir, cfg: &FpmdConfig, extra_args: &[&str]) -> Fpmd {
         let conf = cfg.write(dir);
         let log_path = dir.join("fpmd.log");
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .unwrap();
         let mut cmd = Command::new(FPMD_BIN);
         cmd.arg("-c").arg(&conf).args(extra_args);
         cmd.current_dir(dir.path());
@@ -262,8 +278,12 @@ impl Fpmd {
         for (k, v) in &cfg.env {
             cmd.env(k, v);
         }
-        cmd.stdin(Stdio::null()).stdout(log.try_clone().unwrap()).stderr(log);
-        let child = cmd.spawn().unwrap_or_else(|e| panic!("cannot run {FPMD_BIN}: {e}"));
+        cmd.stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {FPMD_BIN}: {e}"));
         let pid = child.id() as i32;
         let mut addrs = Vec::new();
         let mut pool_names = Vec::new();
@@ -271,7 +291,15 @@ impl Fpmd {
             addrs.push(Addr::parse(&p.address(dir.path())));
             pool_names.push(p.name.clone());
         }
-        Fpmd { child: Some(child), pid, status: None, log_path, tag: dir.tag(), addrs, pool_names }
+        Fpmd {
+            child: Some(child),
+            pid,
+            status: None,
+            log_path,
+            tag: dir.tag(),
+            addrs,
+            pool_names,
+        }
     }
 
     pub fn wait_ready(&mut self, timeout: Duration) {
@@ -282,10 +310,16 @@ impl Fpmd {
                     break;
                 }
                 if let Some(st) = self.try_wait() {
-                    panic!("fpmd exited ({st}) before listening on {a:?}; its log:\n{}", self.log());
+                    panic!(
+                        "fpmd exited ({st}) before listening on {a:?}; its log:\n{}",
+                        self.log()
+                    );
                 }
                 if t0.elapsed() > timeout {
-                    panic!("fpmd does not accept on {a:?} after {timeout:?}; its log:\n{}", self.log());
+                    panic!(
+                        "fpmd does not accept on {a:?} after {timeout:?}; its log:\n{}",
+                        self.log()
+                    );
                 }
                 std::thread::sleep(Duration::from_millis(10));
             }
@@ -316,7 +350,9 @@ impl Fpmd {
 
     /// Current length of the log, to read what comes after with `log_since`.
     pub fn log_len(&self) -> usize {
-        std::fs::metadata(&self.log_path).map(|m| m.len() as usize).unwrap_or(0)
+        std::fs::metadata(&self.log_path)
+            .map(|m| m.len() as usize)
+            .unwrap_or(0)
     }
 
     pub fn log_since(&self, offset: usize) -> String {
@@ -326,12 +362,19 @@ impl Fpmd {
 
     /// Non-empty log lines written after `offset`.
     pub fn log_lines_since(&self, offset: usize) -> Vec<String> {
-        self.log_since(offset).lines().filter(|l| !l.trim().is_empty()).map(String::from).collect()
+        self.log_since(offset)
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(String::from)
+            .collect()
     }
 
     /// Every php-cgi process below fpmd (children or grandchildren), alive or zombie.
     pub fn children(&self) -> Vec<ProcInfo> {
-        procs::descendants(self.pid).into_iter().filter(|p| p.is_php_cgi()).collect()
+        procs::descendants(self.pid)
+            .into_iter()
+            .filter(|p| p.is_php_cgi())
+            .collect()
     }
 
     /// Live php-cgi processes below fpmd that serve requests (see `procs::workers_among`).
@@ -357,7 +400,8 @@ impl Fpmd {
     }
 
     pub fn signal(&self, sig: Signal) {
-        kill(Pid::from_raw(self.pid), sig).unwrap_or_else(|e| panic!("kill -{sig} {}: {e}", self.pid));
+        kill(Pid::from_raw(self.pid), sig)
+            .unwrap_or_else(|e| panic!("kill -{sig} {}: {e}", self.pid));
     }
 
     pub fn try_wait(&mut self) -> Option<ExitStatus> {
@@ -418,7 +462,11 @@ impl Drop for Fpmd {
         }
         procs::kill_tagged(&self.tag);
         if std::thread::panicking() {
-            eprintln!("---- fpmd log ({}) ----\n{}", self.log_path.display(), self.log());
+            eprintln!(
+                "---- fpmd log ({}) ----\n{}",
+                self.log_path.display(),
+                self.log()
+            );
         }
     }
 }

@@ -16,11 +16,18 @@ pub struct Resp {
 impl Resp {
     pub fn header(&self, name: &str) -> Option<&str> {
         let name = name.to_ascii_lowercase();
-        self.headers.iter().find(|(k, _)| *k == name).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.as_str())
     }
     pub fn headers_all(&self, name: &str) -> Vec<&str> {
         let name = name.to_ascii_lowercase();
-        self.headers.iter().filter(|(k, _)| *k == name).map(|(_, v)| v.as_str()).collect()
+        self.headers
+            .iter()
+            .filter(|(k, _)| *k == name)
+            .map(|(_, v)| v.as_str())
+            .collect()
     }
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
@@ -55,8 +62,14 @@ fn convert(r: Result<ureq::Response, ureq::Error>) -> Result<Resp, String> {
         }
     }
     let mut body = Vec::new();
-    resp.into_reader().read_to_end(&mut body).map_err(|e| format!("reading body: {e}"))?;
-    Ok(Resp { status, headers, body })
+    resp.into_reader()
+        .read_to_end(&mut body)
+        .map_err(|e| format!("reading body: {e}"))?;
+    Ok(Resp {
+        status,
+        headers,
+        body,
+    })
 }
 
 pub fn try_get_with(agent: &ureq::Agent, url: &str) -> Result<Resp, String> {
@@ -64,7 +77,12 @@ pub fn try_get_with(agent: &ureq::Agent, url: &str) -> Result<Resp, String> {
 }
 
 pub fn try_post_with(agent: &ureq::Agent, url: &str, body: &[u8]) -> Result<Resp, String> {
-    convert(agent.post(url).set("Content-Type", "application/octet-stream").send_bytes(body))
+    convert(
+        agent
+            .post(url)
+            .set("Content-Type", "application/octet-stream")
+            .send_bytes(body),
+    )
 }
 
 /// GET; any status is returned; panics only on transport errors.
@@ -140,7 +158,11 @@ where
                 let a = agent();
                 for i in 0..per_thread {
                     let result = f(&a, t, i);
-                    out.lock().unwrap().push(Outcome { thread: t, index: i, result });
+                    out.lock().unwrap().push(Outcome {
+                        thread: t,
+                        index: i,
+                        result,
+                    });
                 }
             })
         })
@@ -153,7 +175,21 @@ pub fn assert_all_200(outcomes: &[Outcome]) {
     let bad: Vec<String> = outcomes
         .iter()
         .filter(|o| o.status() != 200)
-        .map(|o| format!("thread {} request {}: status {} {}", o.thread, o.index, o.status(), o.text().chars().take(200).collect::<String>()))
+        .map(|o| {
+            format!(
+                "thread {} request {}: status {} {}",
+                o.thread,
+                o.index,
+                o.status(),
+                o.text().chars().take(200).collect::<String>()
+            )
+        })
         .collect();
-    assert!(bad.is_empty(), "{} of {} requests failed:\n{}", bad.len(), outcomes.len(), bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "{} of {} requests failed:\n{}",
+        bad.len(),
+        outcomes.len(),
+        bad.join("\n")
+    );
 }

@@ -66,7 +66,10 @@ pub fn require_binaries() {
         missing.push("nginx");
     }
     if !missing.is_empty() {
-        panic!("missing {}: the integration tests run real binaries; {INSTALL_HINT}", missing.join(" and "));
+        panic!(
+            "missing {}: the integration tests run real binaries; {INSTALL_HINT}",
+            missing.join(" and ")
+        );
     }
 }
 
@@ -81,10 +84,16 @@ pub fn require_php_fpm() -> PathBuf {
         .flatten()
         .flatten()
         .map(|e| e.path())
-        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("php-fpm")))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("php-fpm"))
+        })
         .collect();
     found.sort();
-    found.pop().unwrap_or_else(|| panic!("php-fpm is not installed: this test compares with it; {INSTALL_HINT}"))
+    found.pop().unwrap_or_else(|| {
+        panic!("php-fpm is not installed: this test compares with it; {INSTALL_HINT}")
+    })
 }
 
 pub fn require_dokuwiki() {
@@ -108,7 +117,10 @@ pub struct TestDir {
 impl TestDir {
     pub fn new() -> TestDir {
         require_binaries();
-        let dir = tempfile::Builder::new().prefix("fpmd-it-").tempdir().expect("create temp dir");
+        let dir = tempfile::Builder::new()
+            .prefix("fpmd-it-")
+            .tempdir()
+            .expect("create temp dir");
         let path = dir.path().to_path_buf();
         chmod(&path, 0o755);
         let docroot = path.join("docroot");
@@ -124,7 +136,10 @@ impl TestDir {
         std::fs::create_dir(&run).unwrap();
         chmod(&run, 0o777);
         eprintln!("test dir: {}", path.display());
-        TestDir { dir: Some(dir), path }
+        TestDir {
+            dir: Some(dir),
+            path,
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -147,7 +162,9 @@ impl TestDir {
 
     /// Content of `docroot/run/NAME` once it exists (see `sleep.php?mark=`).
     pub fn mark(&self, name: &str) -> Option<String> {
-        std::fs::read_to_string(self.docroot().join("run").join(name)).ok().filter(|s| !s.is_empty())
+        std::fs::read_to_string(self.docroot().join("run").join(name))
+            .ok()
+            .filter(|s| !s.is_empty())
     }
 }
 

@@ -78,8 +78,14 @@ impl Nginx {
                 .stdout(out.try_clone().unwrap())
                 .stderr(out)
                 .spawn()
-                .unwrap_or_else(|e| panic!("cannot run {NGINX_BIN}: {e}; install it with `apt-get install nginx`"));
-            let mut n = Nginx { child: Some(child), port, dir: dir.clone() };
+                .unwrap_or_else(|e| {
+                    panic!("cannot run {NGINX_BIN}: {e}; install it with `apt-get install nginx`")
+                });
+            let mut n = Nginx {
+                child: Some(child),
+                port,
+                dir: dir.clone(),
+            };
             let addr = SocketAddr::from(([127, 0, 0, 1], port));
             let t0 = Instant::now();
             loop {
@@ -96,7 +102,10 @@ impl Nginx {
                     return n;
                 }
                 if t0.elapsed() > Duration::from_secs(20) {
-                    panic!("nginx does not answer on {addr} after 20 s:\n{}", n.error_log());
+                    panic!(
+                        "nginx does not answer on {addr} after 20 s:\n{}",
+                        n.error_log()
+                    );
                 }
                 std::thread::sleep(Duration::from_millis(10));
             }
@@ -127,7 +136,11 @@ impl Drop for Nginx {
             let _ = c.wait();
         }
         if std::thread::panicking() {
-            eprintln!("---- nginx error log ({}) ----\n{}", self.dir.display(), self.error_log());
+            eprintln!(
+                "---- nginx error log ({}) ----\n{}",
+                self.dir.display(),
+                self.error_log()
+            );
         }
     }
 }
@@ -135,7 +148,10 @@ impl Drop for Nginx {
 fn config(dir: &std::path::Path, port: u16, t: &TestDir, o: &NginxOpts) -> String {
     let d = dir.display();
     let root = o.root.clone().unwrap_or_else(|| t.docroot());
-    let upstream = o.upstream.as_deref().expect("NginxOpts.upstream is not set");
+    let upstream = o
+        .upstream
+        .as_deref()
+        .expect("NginxOpts.upstream is not set");
     let mut s = String::new();
     writeln!(s, "daemon off;\nmaster_process off;\nworker_processes 1;").unwrap();
     writeln!(s, "pid {d}/nginx.pid;\nerror_log {d}/error.log info;").unwrap();
@@ -152,12 +168,21 @@ fn config(dir: &std::path::Path, port: u16, t: &TestDir, o: &NginxOpts) -> Strin
         writeln!(s, "    keepalive 8;").unwrap();
     }
     writeln!(s, "  }}").unwrap();
-    writeln!(s, "  server {{\n    listen 127.0.0.1:{port};\n    root {};", root.display()).unwrap();
+    writeln!(
+        s,
+        "  server {{\n    listen 127.0.0.1:{port};\n    root {};",
+        root.display()
+    )
+    .unwrap();
     writeln!(s, "    index index.php doku.php;").unwrap();
     writeln!(s, "    location ~ \\.php$ {{").unwrap();
     writeln!(s, "      try_files $uri =404;").unwrap();
     writeln!(s, "      include /etc/nginx/fastcgi_params;").unwrap();
-    writeln!(s, "      fastcgi_param SCRIPT_FILENAME $document_root$fastcgi_script_name;").unwrap();
+    writeln!(
+        s,
+        "      fastcgi_param SCRIPT_FILENAME $document_root$fastcgi_script_name;"
+    )
+    .unwrap();
     writeln!(s, "      fastcgi_pass php;").unwrap();
     writeln!(s, "      fastcgi_read_timeout 120s;").unwrap();
     if o.keepalive {

@@ -41,9 +41,15 @@ impl PhpFpm {
             .stderr(out)
             .spawn()
             .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()));
-        let mut p = PhpFpm { child: Some(child), socket, dir, tag };
+        let mut p = PhpFpm {
+            child: Some(child),
+            socket,
+            dir,
+            tag,
+        };
         let ok = wait_until(Duration::from_secs(20), || {
-            UnixStream::connect(&p.socket).is_ok() || p.child.as_mut().unwrap().try_wait().unwrap().is_some()
+            UnixStream::connect(&p.socket).is_ok()
+                || p.child.as_mut().unwrap().try_wait().unwrap().is_some()
         });
         if !ok || UnixStream::connect(&p.socket).is_err() {
             panic!("php-fpm did not start: {}", p.log());
@@ -71,7 +77,10 @@ impl Drop for PhpFpm {
             let _ = c.kill();
             let _ = c.wait();
             for k in kids {
-                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(k.pid), nix::sys::signal::Signal::SIGKILL);
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(k.pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
             }
         }
         super::procs::kill_tagged(&self.tag);

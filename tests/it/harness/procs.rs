@@ -14,7 +14,11 @@ pub struct ProcInfo {
 
 impl ProcInfo {
     pub fn is_php_cgi(&self) -> bool {
-        let exe_name = self.exe.as_deref().and_then(|e| e.rsplit('/').next()).unwrap_or("");
+        let exe_name = self
+            .exe
+            .as_deref()
+            .and_then(|e| e.rsplit('/').next())
+            .unwrap_or("");
         // /proc/PID/exe may say "(deleted)" after an upgrade; comm is cut at 15 chars.
         exe_name.starts_with("php-cgi") || self.comm.starts_with("php-cgi")
     }
@@ -33,8 +37,16 @@ pub fn info(pid: i32) -> Option<ProcInfo> {
     let mut rest = stat[close + 1..].split_whitespace();
     let state = rest.next()?.chars().next()?;
     let ppid = rest.next()?.parse().ok()?;
-    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok().map(|p| p.display().to_string());
-    Some(ProcInfo { pid, ppid, state, comm, exe })
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+        .ok()
+        .map(|p| p.display().to_string());
+    Some(ProcInfo {
+        pid,
+        ppid,
+        state,
+        comm,
+        exe,
+    })
 }
 
 pub fn all() -> Vec<ProcInfo> {
@@ -74,9 +86,16 @@ pub fn descendants(root: i32) -> Vec<ProcInfo> {
 /// is itself the parent of php-cgi processes (php-cgi's own pre-fork
 /// manager, `PHP_FCGI_CHILDREN>0`) is not counted.
 pub fn workers_among(procs: &[ProcInfo]) -> Vec<i32> {
-    let php: Vec<&ProcInfo> = procs.iter().filter(|p| p.is_php_cgi() && p.alive()).collect();
+    let php: Vec<&ProcInfo> = procs
+        .iter()
+        .filter(|p| p.is_php_cgi() && p.alive())
+        .collect();
     let parents: HashSet<i32> = php.iter().map(|p| p.ppid).collect();
-    let mut v: Vec<i32> = php.iter().filter(|p| !parents.contains(&p.pid)).map(|p| p.pid).collect();
+    let mut v: Vec<i32> = php
+        .iter()
+        .filter(|p| !parents.contains(&p.pid))
+        .map(|p| p.pid)
+        .collect();
     v.sort();
     v
 }
@@ -87,24 +106,34 @@ pub fn environ(pid: i32) -> Vec<(String, String)> {
         .filter(|s| !s.is_empty())
         .filter_map(|kv| {
             let s = String::from_utf8_lossy(kv);
-            s.split_once('=').map(|(k, v)| (k.to_string(), v.to_string()))
+            s.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
         })
         .collect()
 }
 
 pub fn has_tag(pid: i32, tag: &str) -> bool {
-    environ(pid).iter().any(|(k, v)| k == "FPMD_TEST_TAG" && v == tag)
+    environ(pid)
+        .iter()
+        .any(|(k, v)| k == "FPMD_TEST_TAG" && v == tag)
 }
 
 /// Live processes (any program) whose environment carries `FPMD_TEST_TAG=tag`.
 pub fn tagged(tag: &str) -> Vec<ProcInfo> {
     let me = std::process::id() as i32;
-    all().into_iter().filter(|p| p.pid != me && p.alive() && has_tag(p.pid, tag)).collect()
+    all()
+        .into_iter()
+        .filter(|p| p.pid != me && p.alive() && has_tag(p.pid, tag))
+        .collect()
 }
 
 /// Live php-cgi processes carrying the tag.
 pub fn tagged_php(tag: &str) -> Vec<i32> {
-    tagged(tag).into_iter().filter(|p| p.is_php_cgi()).map(|p| p.pid).collect()
+    tagged(tag)
+        .into_iter()
+        .filter(|p| p.is_php_cgi())
+        .map(|p| p.pid)
+        .collect()
 }
 
 /// SIGKILLs every live process carrying the tag, again and again until none
@@ -116,7 +145,10 @@ pub fn kill_tagged(tag: &str) {
             return;
         }
         for p in left {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p.pid), nix::sys::signal::Signal::SIGKILL);
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(p.pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
@@ -129,7 +161,15 @@ pub fn alive(pid: i32) -> bool {
 pub fn describe(procs: &[ProcInfo]) -> String {
     procs
         .iter()
-        .map(|p| format!("{} (ppid {}, {}, {})", p.pid, p.ppid, p.state, p.exe.as_deref().unwrap_or(&p.comm)))
+        .map(|p| {
+            format!(
+                "{} (ppid {}, {}, {})",
+                p.pid,
+                p.ppid,
+                p.state,
+                p.exe.as_deref().unwrap_or(&p.comm)
+            )
+        })
         .collect::<Vec<_>>()
         .join("; ")
 }

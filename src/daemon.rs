@@ -3,7 +3,7 @@
 //!
 //! Owns: the order of start and stop, the pid file and the private runtime
 //! directory of the children's sockets. Must not touch: FastCGI records or
-//! single children (the dispatcher and supervisors do).
+//! single children (the proxy and supervisors do).
 
 use std::path::PathBuf;
 use std::sync::Arc;

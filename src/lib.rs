@@ -3,17 +3,17 @@
 //!
 //! Layers, each in its own module: [`fastcgi`] (protocol codec, no I/O),
 //! [`config`] (validated pool configuration), [`spawn`], [`reap`] and
-//! [`supervisor`] (processes), [`dispatcher`] and [`listener`]
+//! [`supervisor`] (processes), [`proxy`] and [`listener`]
 //! (connections), [`control`] and [`daemon`] (signals, start and stop).
 
 pub mod config;
 pub mod control;
 pub mod daemon;
-pub mod dispatcher;
 pub mod fastcgi;
 pub mod listener;
 pub mod log;
 pub mod peer;
+pub mod proxy;
 pub mod reap;
 pub mod spawn;
 pub mod supervisor;

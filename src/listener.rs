@@ -1,9 +1,9 @@
 //! The pools' listening sockets: bind (with php-fpm's `listen.*` options),
 //! accept, filter by `listen.allowed_clients`, and hand each connection to
-//! the dispatcher.
+//! the proxy.
 //!
 //! Owns: the listening sockets and their files. Must not touch: FastCGI
-//! records (the dispatcher reads them) or processes.
+//! records (the proxy reads them) or processes.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, warn};
 
 use crate::config::{ListenAddress, PoolConfig};
-use crate::dispatcher::serve_connection;
+use crate::proxy::serve_connection;
 use crate::supervisor::Pool;
 
 /// A pool's listening socket, bound but not yet registered with tokio.
@@ -160,7 +160,7 @@ impl Drop for Bound {
 }
 
 /// Accepts connections on `bound` until `shutdown` turns true, spawning a
-/// dispatcher task for each. Every task holds a clone of `in_flight`, so
+/// proxy task for each. Every task holds a clone of `in_flight`, so
 /// the daemon knows when they have all finished.
 pub async fn accept_loop(
     bound: Bound,
@@ -255,7 +255,7 @@ fn client_allowed(allowed: &Option<Vec<IpAddr>>, peer: &SocketAddr) -> bool {
             .unwrap_or(IpAddr::V6(v6)),
         v4 => v4,
     };
-    list.iter().any(|a| *a == ip)
+    list.contains(&ip)
 }
 
 #[cfg(test)]

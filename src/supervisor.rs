@@ -4,7 +4,7 @@
 //! Owns: the pool's children (spawn through [`crate::spawn`], retire, kill,
 //! respawn with back-off after crashes) and the dispatch state (the idle
 //! stack and the bounded queue of waiting requests). One task per pool, the
-//! supervisor, owns every child process; the dispatcher only borrows an idle
+//! supervisor, owns every child process; the proxy only borrows an idle
 //! [`Worker`] and gives it back. Must not touch: FastCGI records or the web
 //! server's connections.
 
@@ -48,7 +48,7 @@ pub struct ChildConn {
     pub buf: BytesMut,
 }
 
-/// One php-cgi child as the dispatcher sees it: borrowed from the idle
+/// One php-cgi child as the proxy sees it: borrowed from the idle
 /// stack for exactly one request, then given back with [`Pool::release`]
 /// or [`Pool::discard`].
 ///
@@ -142,12 +142,77 @@ impl Worker {
 }
 
 /// What [`Pool::acquire`] hands out.
-pub enum Acquired {
-    Worker(Worker),
+pub enum Acquired<'p> {
+    Lease(Lease<'p>),
     /// The queue of waiting requests is full (`listen.backlog`).
     QueueFull,
     /// The pool is stopping.
     Closed,
+}
+
+/// What becomes of a child after an exchange: the verdict of
+/// [`crate::proxy::verdict`], carried out by [`Lease::give_back`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fate {
+    /// A clean exchange: the child and its connection serve the next
+    /// request (or the child is retired at `pm.max_requests` /
+    /// `pm.max_memory`).
+    Keep,
+    /// The child ended its request but its connection cannot be trusted
+    /// (it was half-closed, or the body was not fully read): the connection
+    /// is closed, php-cgi goes back to `accept()`, and the next request
+    /// connects anew. The request counts as served.
+    Reconnect,
+    /// The child closed its connection without ending the request: it died
+    /// or is in an unknown state. It is killed if still there (the
+    /// supervisor or the php-cgi parent starts a replacement); under
+    /// prefork this counts as a crash for `emergency_restart_threshold`.
+    Lost,
+    /// The child broke the protocol: SIGKILL.
+    Kill,
+    /// Nothing of the request reached the child: connecting failed, or its
+    /// connection was found closed at the first write (it died while
+    /// idle). It is dropped (killed if still there) without counting as a
+    /// crash, and the request goes to another child.
+    Unreachable,
+    /// `request_terminate_timeout`: SIGTERM, then SIGKILL after
+    /// [`TERMINATE_GRACE`].
+    Terminate,
+}
+
+/// A child borrowed for one request. Given back with [`Lease::give_back`];
+/// dropped without that (a panic, a cancelled task) it is treated as
+/// [`Fate::Kill`], so a borrowed child is never lost to the pool.
+pub struct Lease<'p> {
+    pool: &'p Pool,
+    worker: Option<Worker>,
+}
+
+impl Lease<'_> {
+    /// The borrowed child.
+    pub fn worker(&mut self) -> &mut Worker {
+        // Only `give_back` and `drop` take the worker out, and both consume
+        // the lease.
+        self.worker
+            .as_mut()
+            .expect("a lease holds its worker until given back")
+    }
+
+    /// Ends the lease as the verdict says.
+    pub fn give_back(mut self, fate: Fate) {
+        if let Some(w) = self.worker.take() {
+            self.pool.settle(w, fate);
+        }
+    }
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        if let Some(w) = self.worker.take() {
+            warn!(pool = %self.pool.config.name, pid = w.log_pid(), "a child was given back without a verdict (the connection task ended early): killing it");
+            self.pool.settle(w, Fate::Kill);
+        }
+    }
 }
 
 struct DispatchState {
@@ -193,7 +258,7 @@ pub struct Pool {
 impl Pool {
     /// Takes the most recently used idle child, or waits in the pool's
     /// bounded queue for one. Cancel-safe: a dropped waiter gives nothing up.
-    pub async fn acquire(&self) -> Acquired {
+    pub async fn acquire(&self) -> Acquired<'_> {
         let rx = {
             let mut d = self.dispatch.lock().unwrap();
             if d.closed {
@@ -201,7 +266,10 @@ impl Pool {
             }
             while let Some(w) = d.idle.pop() {
                 if w.is_alive() {
-                    return Acquired::Worker(w);
+                    return Acquired::Lease(Lease {
+                        pool: self,
+                        worker: Some(w),
+                    });
                 }
             }
             d.waiters.retain(|s| !s.is_closed());
@@ -221,17 +289,38 @@ impl Pool {
         };
         let mut waiting = rx;
         let result = match waiting.rx.as_mut().expect("set").await {
-            Ok(w) => Acquired::Worker(w),
+            Ok(w) => Acquired::Lease(Lease {
+                pool: self,
+                worker: Some(w),
+            }),
             Err(_) => Acquired::Closed,
         };
         waiting.rx = None;
         result
     }
 
+    /// Carries out a verdict on a child given back by a [`Lease`].
+    fn settle(&self, mut w: Worker, fate: Fate) {
+        match fate {
+            Fate::Keep => self.release(w),
+            Fate::Reconnect => {
+                w.learn_pid();
+                drop(w.conn.take());
+                self.release(w);
+            }
+            Fate::Lost => {
+                self.died_mid_request(&w);
+                self.discard(w);
+            }
+            Fate::Kill | Fate::Unreachable => self.discard(w),
+            Fate::Terminate => self.terminate(w),
+        }
+    }
+
     /// Gives a child back after a complete exchange (its END_REQUEST was
     /// read): to the oldest waiter, else onto the idle stack; or retires it
     /// when it reached `pm.max_requests`.
-    pub fn release(&self, mut w: Worker) {
+    fn release(&self, mut w: Worker) {
         w.served += 1;
         w.learn_pid();
         let max = self.config.pm.max_requests;
@@ -274,13 +363,18 @@ impl Pool {
             }
             return;
         }
+        if w.prefork && w.conn.is_none() {
+            // Its connection was closed: the next one lands on whichever
+            // child of the parent is in accept().
+            w.reset_slot();
+        }
         self.offer(w);
     }
 
     /// Ends the request a child is running (`request_terminate_timeout`):
     /// the child is SIGTERMed, then SIGKILLed after [`TERMINATE_GRACE`];
     /// its connection is never reused.
-    pub fn terminate(&self, mut w: Worker) {
+    fn terminate(&self, mut w: Worker) {
         w.learn_pid();
         match w.pid {
             Some(pid) => {
@@ -301,7 +395,7 @@ impl Pool {
     /// A child died in the middle of a request. Under prefork this is the
     /// only sign fpmd gets of a crash (the php-cgi parent reaps it); under
     /// exec the reaper's exit status is counted instead.
-    pub fn died_mid_request(&self, w: &Worker) {
+    fn died_mid_request(&self, w: &Worker) {
         if w.prefork {
             let _ = self.events.send(Event::Crashed);
         }
@@ -310,7 +404,7 @@ impl Pool {
     /// Drops a child whose connection can no longer be trusted; the
     /// supervisor kills it (exec: and starts a replacement; prefork: the
     /// php-cgi parent forks one, and the slot reconnects).
-    pub fn discard(&self, mut w: Worker) {
+    fn discard(&self, mut w: Worker) {
         if !w.is_alive() {
             return;
         }

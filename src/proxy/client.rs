@@ -1,0 +1,531 @@
+//! The web server's side of one connection: its reader, writer and
+//! buffers, and the reading of one request up to the moment it can be
+//! handed to a child.
+//!
+//! Every record is validated here (type, request id, lengths, pairs whole)
+//! and taken apart with the [`Deframer`]; what the child will get is built
+//! by [`Request`]. Requests that cannot run are answered here (php-fpm's
+//! 404 for a missing script, 400 for a body shorter than its
+//! `CONTENT_LENGTH`, 431 for oversized PARAMS), and management records
+//! (request id 0) are answered by fpmd. Must not touch: children.
+
+use std::io;
+use std::time::Duration;
+
+use bytes::{Buf, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use super::local::Local;
+use super::request::{Edit, Request};
+use super::{field, script, Charge, Ctx};
+use crate::fastcgi::{
+    self, BeginRequest, Deframer, EndRequest, Piece, ProtocolStatus, RecordType, NULL_REQUEST_ID,
+};
+
+/// Largest PARAMS stream stored for one request, in bytes. nginx sends a
+/// few KiB (its own header limit is 32 KiB); a single pair over 64 KiB
+/// cannot reach php-cgi anyway.
+pub const MAX_PARAMS: usize = 128 * 1024;
+/// PARAMS past [`MAX_PARAMS`] are read and dropped (the request is
+/// answered 431) up to this many bytes; beyond, the connection is closed.
+pub const MAX_PARAMS_DROPPED: usize = 1024 * 1024;
+/// A request goes to a child once its PARAMS are complete and either the
+/// child has all of its STDIN or this many body bytes are buffered; the
+/// rest streams. A slow upload then holds no child while it starts.
+pub const DISPATCH_BUFFER: usize = 256 * 1024;
+/// Time allowed between a BEGIN_REQUEST and the end of its PARAMS.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+/// A new connection that brings no BEGIN_REQUEST within this is closed
+/// (web servers send their request as soon as they connect).
+pub const FIRST_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// A kept connection idle this long between requests, or a body that
+/// stalls this long before dispatch, is closed: longer than nginx's
+/// (60 s) and Apache's upstream keep-alive, which close first.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// Management replies owed to the web server, in bytes, before fpmd judges
+/// it broken (a web server that floods GET_VALUES and never reads).
+const MAX_REPLIES: usize = 64 * 1024;
+
+/// Why fpmd closed a web server's connection.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("invalid FastCGI record: {0}")]
+    Protocol(#[from] fastcgi::ProtocolError),
+    #[error("unknown record type {kind} for request id {id}")]
+    UnknownType { kind: u8, id: u16 },
+    #[error("unexpected {kind} record for request id {id} (state: {state})")]
+    Unexpected {
+        kind: String,
+        id: u16,
+        state: &'static str,
+    },
+    #[error("second BEGIN_REQUEST (request id {new}) while request id {busy} is in flight; FCGI_MPXS_CONNS is 0")]
+    SecondBegin { new: u16, busy: u16 },
+    #[error("PARAMS of request id {id} exceed {MAX_PARAMS_DROPPED} bytes")]
+    ParamsTooLarge { id: u16 },
+    #[error("request id {id}: PARAMS not complete after {} s", HEAD_TIMEOUT.as_secs())]
+    HeadTimeout { id: u16 },
+    #[error("request id {id}: no byte of its body for {} s", IDLE_TIMEOUT.as_secs())]
+    BodyTimeout { id: u16 },
+    #[error("request id {id}: the buffer budget for unfinished requests is used up ({0} MiB in all)", super::BUDGET >> 20)]
+    Budget { id: u16 },
+    #[error("more than {MAX_REPLIES} bytes of management replies unread")]
+    TooManyReplies,
+    #[error("connection closed in the middle of request id {id} ({state})")]
+    ClosedMidRequest { id: u16, state: &'static str },
+    #[error("connection closed in the middle of a record ({0} bytes buffered)")]
+    ClosedMidRecord(usize),
+    #[error("i/o error: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// What [`ClientConn::read_request`] found.
+#[derive(Debug)]
+pub enum Next {
+    /// A request ready for a child.
+    Request(Request),
+    /// The connection closed (or fpmd is stopping, or it was idle too
+    /// long) between requests.
+    Closed,
+}
+
+/// One web server connection.
+pub struct ClientConn<R, W> {
+    pub reader: R,
+    pub writer: W,
+    /// Bytes read from the web server and not yet consumed.
+    pub buf: BytesMut,
+    pub deframer: Deframer,
+    pub st: Session,
+}
+
+/// What a connection keeps between records, apart from its socket and
+/// read buffer (so that a piece borrowed from the buffer can be handled
+/// with the rest mutable).
+pub struct Session {
+    /// Management replies (GET_VALUES_RESULT, UNKNOWN_TYPE, END_REQUEST of a
+    /// rejected request) owed to the web server, written at the next safe
+    /// point (never in the middle of a child's response).
+    pub replies: Vec<u8>,
+    /// A request answered before its STDIN ended: its remaining PARAMS,
+    /// STDIN and DATA records are dropped until its empty STDIN record.
+    pub skip: Option<u16>,
+    /// Requests begun on this connection.
+    pub requests: u64,
+    /// This connection's share of the buffer budget.
+    pub charge: Charge,
+    spare_head: Vec<u8>,
+    spare_params: Vec<u8>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum State {
+    Idle,
+    Params,
+    Stdin,
+}
+
+impl State {
+    fn name(self) -> &'static str {
+        match self {
+            State::Idle => "waiting for BEGIN_REQUEST",
+            State::Params => "reading PARAMS",
+            State::Stdin => "reading STDIN",
+        }
+    }
+}
+
+/// What one piece did to the request being read.
+enum Step {
+    Continue,
+    /// The request is ready for a child.
+    Ready,
+    /// The same, but the piece stays in the buffer: the child takes it as
+    /// the body streams (the budget allows no more buffering).
+    ReadyLeave,
+    /// The request was answered by fpmd (the answer is in `replies`).
+    Answered,
+}
+
+impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> ClientConn<R, W> {
+    pub fn new(reader: R, writer: W, charge: Charge) -> Self {
+        ClientConn {
+            reader,
+            writer,
+            buf: BytesMut::with_capacity(4 * 1024),
+            deframer: Deframer::new(),
+            st: Session {
+                replies: Vec::new(),
+                skip: None,
+                requests: 0,
+                charge,
+                spare_head: Vec::new(),
+                spare_params: Vec::new(),
+            },
+        }
+    }
+
+    /// Takes back a finished request's buffer for the next one, and its
+    /// share of the budget.
+    pub fn recycle(&mut self, req: Request) {
+        let mut head = req.into_buffer();
+        if head.capacity() > 64 * 1024 {
+            head = Vec::new();
+        }
+        self.st.spare_head = head;
+        self.st.charge.release();
+    }
+
+    /// Writes owed management replies.
+    pub async fn flush_replies(&mut self) -> io::Result<()> {
+        if !self.st.replies.is_empty() {
+            self.writer.write_all(&self.st.replies).await?;
+            self.st.replies.clear();
+        }
+        Ok(())
+    }
+
+    /// Writes one answer of fpmd's own to request `id`.
+    pub async fn answer(&mut self, id: u16, local: Local) -> io::Result<()> {
+        local.encode(&mut self.st.replies, id);
+        self.flush_replies().await
+    }
+
+    /// Reads records until a request is ready for a child, answering what
+    /// fpmd answers itself on the way.
+    pub async fn read_request(
+        &mut self,
+        ctx: &Ctx<'_>,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<Next, ClientError> {
+        let mut state = State::Idle;
+        let mut raw = std::mem::take(&mut self.st.spare_params);
+        raw.clear();
+        let mut req: Option<Request> = None;
+        // PARAMS bytes dropped past MAX_PARAMS (the request gets a 431).
+        let mut dropped = 0usize;
+        let mut head_deadline = None;
+        loop {
+            loop {
+                let before = self.deframer;
+                let (piece, used) = self.deframer.next(&self.buf)?;
+                let Some(piece) = piece else {
+                    self.buf.advance(used);
+                    break;
+                };
+                let step =
+                    self.st
+                        .handle(ctx, piece, &mut state, &mut req, &mut raw, &mut dropped)?;
+                if matches!(step, Step::ReadyLeave) {
+                    // The exchange reads this piece again.
+                    self.deframer = before;
+                } else {
+                    self.buf.advance(used);
+                }
+                match step {
+                    Step::Continue => {}
+                    Step::Ready | Step::ReadyLeave => {
+                        self.flush_replies().await?;
+                        raw.clear();
+                        if raw.capacity() > 16 * 1024 {
+                            raw = Vec::new();
+                        }
+                        self.st.spare_params = raw;
+                        return Ok(Next::Request(req.take().expect("a ready request exists")));
+                    }
+                    Step::Answered => {
+                        self.flush_replies().await?;
+                        let r = req.take().expect("an answered request exists");
+                        let keep = r.keep_conn;
+                        if !r.client_stdin_done {
+                            self.st.skip = Some(r.id);
+                        }
+                        self.recycle(r);
+                        raw.clear();
+                        dropped = 0;
+                        head_deadline = None;
+                        state = State::Idle;
+                        if !keep {
+                            return Ok(Next::Closed);
+                        }
+                    }
+                }
+                if state == State::Params && head_deadline.is_none() {
+                    head_deadline = Some(tokio::time::Instant::now() + HEAD_TIMEOUT);
+                }
+            }
+            self.flush_replies().await?;
+            let idle = state == State::Idle && self.buf.is_empty() && self.deframer.at_boundary();
+            if idle && *shutdown.borrow() {
+                return Ok(Next::Closed);
+            }
+            let deadline = match state {
+                State::Idle if self.st.requests == 0 => {
+                    tokio::time::Instant::now() + FIRST_REQUEST_TIMEOUT
+                }
+                State::Idle | State::Stdin => tokio::time::Instant::now() + IDLE_TIMEOUT,
+                State::Params => {
+                    head_deadline.unwrap_or_else(|| tokio::time::Instant::now() + HEAD_TIMEOUT)
+                }
+            };
+            if self.buf.capacity() - self.buf.len() < 1024 {
+                self.buf.reserve(4 * 1024);
+            }
+            tokio::select! {
+                n = self.reader.read_buf(&mut self.buf) => {
+                    if n? == 0 {
+                        let id = req.as_ref().map_or(0, |r| r.id);
+                        return match state {
+                            State::Idle if self.buf.is_empty() && self.deframer.at_boundary() => Ok(Next::Closed),
+                            State::Idle => Err(ClientError::ClosedMidRecord(self.buf.len())),
+                            s => Err(ClientError::ClosedMidRequest { id, state: s.name() }),
+                        };
+                    }
+                }
+                _ = shutdown.changed(), if idle => return Ok(Next::Closed),
+                _ = tokio::time::sleep_until(deadline) => {
+                    let id = req.as_ref().map_or(0, |r| r.id);
+                    return match state {
+                        State::Idle => {
+                            debug!(pool = %ctx.pool, peer = %ctx.peer, "closing a connection idle for {} s", if self.st.requests == 0 { FIRST_REQUEST_TIMEOUT.as_secs() } else { IDLE_TIMEOUT.as_secs() });
+                            Ok(Next::Closed)
+                        }
+                        State::Params => Err(ClientError::HeadTimeout { id }),
+                        State::Stdin => Err(ClientError::BodyTimeout { id }),
+                    };
+                }
+            }
+        }
+    }
+}
+
+impl Session {
+    fn handle(
+        &mut self,
+        ctx: &Ctx<'_>,
+        piece: Piece<'_>,
+        state: &mut State,
+        req: &mut Option<Request>,
+        raw: &mut Vec<u8>,
+        dropped: &mut usize,
+    ) -> Result<Step, ClientError> {
+        let (id, kind) = match piece {
+            Piece::Record(r) => (r.header.request_id, r.header.record_type()),
+            Piece::Data {
+                kind, request_id, ..
+            }
+            | Piece::End { kind, request_id } => (request_id, Some(kind)),
+        };
+        // Management records (FCGI spec 4).
+        if id == NULL_REQUEST_ID {
+            return match piece {
+                Piece::Record(r) if kind != Some(RecordType::BeginRequest) => {
+                    management(&mut self.replies, r)?;
+                    Ok(Step::Continue)
+                }
+                _ => Err(ClientError::Unexpected {
+                    kind: fastcgi::type_name(kind.map_or(0, |k| k as u8)),
+                    id,
+                    state: "request id 0 is reserved",
+                }),
+            };
+        }
+        // The rest of a request already answered.
+        if self.skip == Some(id)
+            && matches!(
+                kind,
+                Some(
+                    RecordType::Params
+                        | RecordType::Stdin
+                        | RecordType::Data
+                        | RecordType::AbortRequest
+                )
+            )
+        {
+            if matches!(
+                piece,
+                Piece::End {
+                    kind: RecordType::Stdin,
+                    ..
+                }
+            ) {
+                self.skip = None;
+            }
+            return Ok(Step::Continue);
+        }
+        let busy = req.as_ref().map(|r| r.id);
+        match (*state, piece) {
+            (State::Idle, Piece::Record(r)) if kind == Some(RecordType::BeginRequest) => {
+                let begin = BeginRequest::decode(r.content)?;
+                self.skip = None;
+                if begin.role != fastcgi::ROLE_RESPONDER {
+                    // FCGI spec 5.5: reject the role, keep the connection.
+                    info!(pool = %ctx.pool, peer = %ctx.peer, "rejecting request id {id}: role {} is not RESPONDER (FCGI_UNKNOWN_ROLE)", begin.role);
+                    let end = EndRequest {
+                        app_status: 0,
+                        protocol_status: ProtocolStatus::UnknownRole as u8,
+                    };
+                    fastcgi::encode_end_request(&mut self.replies, id, end);
+                    self.skip = Some(id);
+                    return Ok(Step::Continue);
+                }
+                self.requests += 1;
+                *req = Some(Request::begin(
+                    id,
+                    begin.keep_conn(),
+                    std::mem::take(&mut self.spare_head),
+                ));
+                *state = State::Params;
+                Ok(Step::Continue)
+            }
+            (
+                State::Params,
+                Piece::Data {
+                    kind: RecordType::Params,
+                    data,
+                    ..
+                },
+            ) if busy == Some(id) => {
+                if *dropped > 0 || raw.len() + data.len() > MAX_PARAMS {
+                    *dropped += data.len();
+                    if *dropped > MAX_PARAMS_DROPPED {
+                        return Err(ClientError::ParamsTooLarge { id });
+                    }
+                    return Ok(Step::Continue);
+                }
+                let head = req.as_ref().map_or(0, |r| r.head.len());
+                if !self.charge.cover(raw.len() + data.len() + head) {
+                    return Err(ClientError::Budget { id });
+                }
+                raw.extend_from_slice(data);
+                Ok(Step::Continue)
+            }
+            (
+                State::Params,
+                Piece::End {
+                    kind: RecordType::Params,
+                    ..
+                },
+            ) if busy == Some(id) => {
+                let r = req.as_mut().expect("busy");
+                if *dropped > 0 {
+                    warn!(pool = %ctx.pool, peer = %ctx.peer, "request id {id}: {} bytes of PARAMS, over the limit of {MAX_PARAMS}: answering 431", raw.len() + *dropped);
+                    r.client_stdin_done = false;
+                    Local::HeadTooLarge.encode(&mut self.replies, id);
+                    return Ok(Step::Answered);
+                }
+                let plan = script::plan(raw, &ctx.script);
+                let edits: &[Edit] = &plan.edits;
+                let lost = r.set_params(raw, edits)?;
+                for (name, len) in lost {
+                    warn!(pool = %ctx.pool, peer = %ctx.peer, "request id {id}: dropped the CGI variable {} ({len} bytes): no FastCGI record can carry it to php-cgi", field(&name));
+                }
+                if plan.missing {
+                    // php-fpm logs this at debug level too (fpm_main.c).
+                    debug!(pool = %ctx.pool, peer = %ctx.peer, script = %field(r.param(b"SCRIPT_FILENAME").unwrap_or_default()),
+                        uri = %field(r.param(b"REQUEST_URI").unwrap_or_default()), "Primary script unknown");
+                    Local::ScriptUnknown.encode(&mut self.replies, id);
+                    return Ok(Step::Answered);
+                }
+                *state = State::Stdin;
+                Ok(if r.child_stdin_ended {
+                    Step::Ready
+                } else {
+                    Step::Continue
+                })
+            }
+            (
+                State::Stdin,
+                Piece::Data {
+                    kind: RecordType::Stdin,
+                    data,
+                    ..
+                },
+            ) if busy == Some(id) => {
+                let r = req.as_mut().expect("busy");
+                if !r.child_stdin_ended && !self.charge.cover(r.head.len() + data.len()) {
+                    // No room to buffer more: the child takes the rest as
+                    // it streams (this piece stays in the buffer for it).
+                    return Ok(Step::ReadyLeave);
+                }
+                r.buffer_body(data);
+                Ok(
+                    if r.child_stdin_ended || r.buffered_body() >= DISPATCH_BUFFER {
+                        Step::Ready
+                    } else {
+                        Step::Continue
+                    },
+                )
+            }
+            (
+                State::Stdin,
+                Piece::End {
+                    kind: RecordType::Stdin,
+                    ..
+                },
+            ) if busy == Some(id) => {
+                let r = req.as_mut().expect("busy");
+                if !r.end_client_stdin() {
+                    info!(pool = %ctx.pool, peer = %ctx.peer, uri = %field(r.param(b"REQUEST_URI").unwrap_or_default()),
+                        "request id {id}: the body ended after {} of {:?} bytes (CONTENT_LENGTH); answering 400, the script does not run", r.body, r.owed);
+                    Local::ShortBody.encode(&mut self.replies, id);
+                    return Ok(Step::Answered);
+                }
+                Ok(Step::Ready)
+            }
+            (State::Params | State::Stdin, Piece::Record(_))
+                if kind == Some(RecordType::AbortRequest) && busy == Some(id) =>
+            {
+                // Not handed to a child yet: nothing ran, just end it.
+                debug!(pool = %ctx.pool, peer = %ctx.peer, "request id {id} aborted by the web server before dispatch");
+                fastcgi::encode_end_request(&mut self.replies, id, EndRequest::COMPLETE);
+                Ok(Step::Answered)
+            }
+            (State::Params | State::Stdin, Piece::Record(_))
+                if kind == Some(RecordType::BeginRequest) =>
+            {
+                Err(ClientError::SecondBegin {
+                    new: id,
+                    busy: busy.unwrap_or(0),
+                })
+            }
+            (_, Piece::Record(r)) if kind.is_none() => Err(ClientError::UnknownType {
+                kind: r.header.kind,
+                id,
+            }),
+            (s, _) => Err(ClientError::Unexpected {
+                kind: fastcgi::type_name(kind.map_or(0, |k| k as u8)),
+                id,
+                state: s.name(),
+            }),
+        }
+    }
+}
+
+/// Answers a management record (request id 0) into `replies`: GET_VALUES
+/// (FCGI spec 4.1) with `FCGI_MPXS_CONNS` = 0; any other type with
+/// UNKNOWN_TYPE (FCGI spec 4.2). Errors: too many replies unread.
+pub fn management(replies: &mut Vec<u8>, rec: fastcgi::Record<'_>) -> Result<(), ClientError> {
+    if replies.len() > MAX_REPLIES {
+        return Err(ClientError::TooManyReplies);
+    }
+    match rec.header.record_type() {
+        Some(RecordType::GetValues) => {
+            let body = fastcgi::get_values_result(rec.content, |name| match name {
+                b"FCGI_MPXS_CONNS" => Some("0".into()),
+                b"FCGI_MAX_CONNS" | b"FCGI_MAX_REQS" => Some(super::max_connections().to_string()),
+                _ => None,
+            });
+            // get_values_result never exceeds one record.
+            fastcgi::encode_record(replies, RecordType::GetValuesResult, 0, &body)?;
+        }
+        _ => {
+            let mut body = [0u8; 8];
+            body[0] = rec.header.kind;
+            fastcgi::encode_record(replies, RecordType::UnknownType, 0, &body)?;
+        }
+    }
+    Ok(())
+}

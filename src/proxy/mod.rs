@@ -1,0 +1,533 @@
+//! The FastCGI path: one task per web-server connection reads each
+//! request, answers it itself when it can, otherwise borrows an idle child
+//! of the pool, runs the exchange over the child's persistent keep-conn
+//! connection, and gives the child back as the verdict says.
+//!
+//! ```text
+//! serve_connection: read_request (client.rs) ─▶ local answer? (local.rs)
+//!                   └▶ lease ─▶ write head ─▶ exchange (exchange.rs) ─▶ verdict (verdict.rs) ─▶ give back
+//! ```
+//!
+//! A child's connection is shared by every client in turn, so fpmd speaks
+//! to children only in canonical FastCGI (request.rs) and reuses a
+//! connection only after a clean exchange (verdict.rs). A request goes to a
+//! second child only when it provably never reached the first: the connect
+//! failed, or the first write was refused with nothing accepted.
+//!
+//! Owns: the web server's connections and the request/response exchange.
+//! Must not touch: processes (it asks [`Pool`] for a lease and gives it
+//! back; the supervisor spawns, retires and kills).
+
+pub mod client;
+pub mod exchange;
+pub mod local;
+pub mod request;
+pub mod script;
+pub mod verdict;
+
+use std::fmt;
+use std::io;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use futures_util::FutureExt;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::watch;
+use tracing::{debug, error, info, warn};
+
+use crate::supervisor::{Acquired, Fate, Pool};
+use client::{ClientConn, ClientError, Next};
+use local::Local;
+use request::Request;
+use verdict::{BodyEnd, ChildEnd, ClientEnd, Reply, Sent};
+
+/// Attempts, on top of one per child, to hand a request to a child whose
+/// connection turns out to be dead before anything of the request reached
+/// it.
+const DISPATCH_ATTEMPTS: usize = 2;
+/// Bytes of a queued request's connection read ahead while it waits for a
+/// child (to see the web server leave); beyond, reading pauses.
+const QUEUED_READ_AHEAD: usize = 64 * 1024;
+
+/// Bytes all connections together may hold for requests not yet handed to
+/// a child (PARAMS being read, bodies buffered before dispatch), beyond
+/// [`FREE_PER_REQUEST`] each. A request that would go over it: its
+/// connection is closed (while reading PARAMS) or it is dispatched with
+/// what it has (while buffering its body).
+pub const BUDGET: usize = 32 << 20;
+/// Bytes a request may hold without drawing on [`BUDGET`]: an ordinary
+/// request from nginx never does.
+pub const FREE_PER_REQUEST: usize = 16 * 1024;
+static BUDGET_USED: AtomicUsize = AtomicUsize::new(0);
+/// When the budget was last reported exhausted (seconds since start), so
+/// the log says it once a second at most.
+static BUDGET_WARNED: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// Whole seconds since the first call (for once-a-second log lines).
+fn uptime_secs() -> usize {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_secs() as usize
+}
+
+/// One connection's share of [`BUDGET`], given back when its request is
+/// done (or the connection task ends, however it ends).
+#[derive(Debug, Default)]
+pub struct Charge {
+    charged: usize,
+}
+
+impl Charge {
+    pub fn new() -> Charge {
+        Charge { charged: 0 }
+    }
+
+    /// Makes sure `stored` bytes held by the current request are covered.
+    /// False when the budget cannot cover them (nothing changes then).
+    pub fn cover(&mut self, stored: usize) -> bool {
+        let want = stored.saturating_sub(FREE_PER_REQUEST);
+        if want <= self.charged {
+            return true;
+        }
+        let more = want - self.charged;
+        if BUDGET_USED.fetch_add(more, Ordering::Relaxed) + more > BUDGET {
+            BUDGET_USED.fetch_sub(more, Ordering::Relaxed);
+            let now = uptime_secs();
+            if BUDGET_WARNED.swap(now, Ordering::Relaxed) != now {
+                warn!("the buffer budget for unfinished requests ({} MiB) is used up: requests over {} KiB are refused or dispatched early",
+                    BUDGET >> 20, FREE_PER_REQUEST >> 10);
+            }
+            return false;
+        }
+        self.charged = want;
+        true
+    }
+
+    /// Gives this connection's share back.
+    pub fn release(&mut self) {
+        BUDGET_USED.fetch_sub(std::mem::take(&mut self.charged), Ordering::Relaxed);
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// Connections all listeners together may hold (set by the daemon from
+/// `RLIMIT_NOFILE`); also what `FCGI_MAX_CONNS` answers.
+static MAX_CONNECTIONS: AtomicUsize = AtomicUsize::new(1024);
+
+/// See [`MAX_CONNECTIONS`].
+pub fn max_connections() -> usize {
+    MAX_CONNECTIONS.load(Ordering::Relaxed)
+}
+
+/// Sets [`max_connections`].
+pub fn set_max_connections(n: usize) {
+    MAX_CONNECTIONS.store(n, Ordering::Relaxed);
+}
+
+/// What the connection's code needs to know of its pool and peer.
+pub struct Ctx<'a> {
+    pub pool: &'a str,
+    pub peer: &'a str,
+    pub script: script::Options,
+}
+
+/// Client-supplied bytes in a log line: control characters, quotes,
+/// backslashes and invalid UTF-8 escaped (`\n`, `\x1b`, `\"`, `\\`), so a
+/// client cannot forge log lines or send escape codes to a terminal.
+pub struct Field<'a>(pub &'a [u8]);
+
+/// See [`Field`].
+pub fn field(b: &[u8]) -> Field<'_> {
+    Field(b)
+}
+
+impl fmt::Display for Field<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for chunk in self.0.utf8_chunks() {
+            for c in chunk.valid().chars() {
+                match c {
+                    '\n' => f.write_str("\\n")?,
+                    '\r' => f.write_str("\\r")?,
+                    '\t' => f.write_str("\\t")?,
+                    '"' => f.write_str("\\\"")?,
+                    '\\' => f.write_str("\\\\")?,
+                    c if c.is_control() => write!(f, "\\x{:02x}", c as u32)?,
+                    c => write!(f, "{c}")?,
+                }
+            }
+            for b in chunk.invalid() {
+                write!(f, "\\x{b:02x}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Serves one web-server connection until it closes, fpmd stops, or it
+/// breaks the protocol. Errors are logged here with the pool and the peer;
+/// nothing escapes to other connections, a panic included (it is logged,
+/// and every child the task had borrowed is given back by its lease).
+pub async fn serve_connection<R, W>(
+    pool: Arc<Pool>,
+    reader: R,
+    writer: W,
+    peer: String,
+    shutdown: watch::Receiver<bool>,
+) where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let served = AssertUnwindSafe(serve(&pool, reader, writer, &peer, shutdown))
+        .catch_unwind()
+        .await;
+    if let Err(panic) = served {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        error!(pool = %pool.config.name, peer = %peer, "connection task panicked ({what}); its connection is closed, other requests go on");
+    }
+}
+
+async fn serve<R, W>(
+    pool: &Pool,
+    reader: R,
+    writer: W,
+    peer: &str,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let ctx = Ctx {
+        pool: &pool.config.name,
+        peer,
+        script: script::Options::of(&pool.config),
+    };
+    let mut client = ClientConn::new(reader, writer, Charge::new());
+    loop {
+        let mut req = match client.read_request(&ctx, &mut shutdown).await {
+            Ok(Next::Request(req)) => req,
+            Ok(Next::Closed) => return,
+            Err(ClientError::Io(e))
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe
+                ) =>
+            {
+                // The web server gave up on the connection (its client left).
+                info!(pool = %ctx.pool, peer = %peer, "web server reset the connection: {e}");
+                return;
+            }
+            Err(e) => {
+                warn!(pool = %ctx.pool, peer = %peer, "closing FastCGI connection: {e}");
+                return;
+            }
+        };
+        let result = dispatch(pool, &ctx, &mut client, &mut req).await;
+        client.recycle(req);
+        match result {
+            Ok(true) => {}
+            // Dropping both halves closes the connection.
+            Ok(false) => return,
+            Err(e) => {
+                info!(pool = %ctx.pool, peer = %peer, "cannot answer the web server: {e}");
+                return;
+            }
+        }
+    }
+}
+
+/// After fpmd answered `req` itself: whether the connection goes on (the
+/// rest of the request's body, if any, is then dropped as it comes).
+fn after_answer<R, W>(client: &mut ClientConn<R, W>, req: &Request) -> bool {
+    if !req.keep_conn {
+        return false;
+    }
+    if !req.client_stdin_done {
+        client.st.skip = Some(req.id);
+    }
+    true
+}
+
+/// Gets a child for `req` and runs the exchange. `Ok(true)`: the
+/// connection may carry another request. Errors: writing to the web
+/// server failed.
+async fn dispatch<R, W>(
+    pool: &Pool,
+    ctx: &Ctx<'_>,
+    client: &mut ClientConn<R, W>,
+    req: &mut Request,
+) -> io::Result<bool>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let uri = |req: &Request| field(req.param(b"REQUEST_URI").unwrap_or_default()).to_string();
+    let attempts = DISPATCH_ATTEMPTS + pool.config.pm.max_children as usize;
+    let queue_deadline = pool
+        .config
+        .request_queue_timeout
+        .map(|d| tokio::time::Instant::now() + d);
+    for _ in 0..attempts {
+        let acquired = tokio::select! {
+            // An idle child is taken without touching the timers.
+            biased;
+            a = pool.acquire() => a,
+            _ = sleep_until_opt(queue_deadline), if queue_deadline.is_some() => {
+                warn!(pool = %ctx.pool, uri = %uri(req), "request waited {:.1} s for a child (request_queue_timeout): answering 503",
+                    pool.config.request_queue_timeout.unwrap_or_default().as_secs_f64());
+                client.answer(req.id, Local::Unavailable("every PHP process is busy; retry later")).await?;
+                return Ok(after_answer(client, req));
+            }
+            gone = watch_eof(&mut client.reader, &mut client.buf) => {
+                // Never dispatch a request whose web server already left.
+                if gone? {
+                    info!(pool = %ctx.pool, uri = %uri(req),
+                        "request id {}: the web server closed the connection while the request waited for a child; not dispatched", req.id);
+                }
+                return Ok(false);
+            }
+        };
+        let mut lease = match acquired {
+            Acquired::Lease(l) => l,
+            Acquired::QueueFull => {
+                warn!(pool = %ctx.pool, uri = %uri(req), "request queue full (listen.backlog = {}): answering 503", pool.config.listen.backlog);
+                client
+                    .answer(
+                        req.id,
+                        Local::Unavailable("the server is overloaded; retry later"),
+                    )
+                    .await?;
+                return Ok(after_answer(client, req));
+            }
+            Acquired::Closed => {
+                client.answer(req.id, Local::Stopping).await?;
+                return Ok(false);
+            }
+        };
+        let w = lease.worker();
+        let conn = match w.connect().await {
+            Ok(c) => c,
+            Err(e) => {
+                debug!(pool = %ctx.pool, pid = w.log_pid(), "cannot connect to child: {e}; trying another");
+                lease.give_back(Fate::Unreachable);
+                continue;
+            }
+        };
+        // A child that died while idle has closed its end: the first write
+        // fails at once (EPIPE) with nothing accepted, nothing ran, and
+        // another child may take the request. Once any byte was accepted,
+        // the request's outcome is this child's.
+        match write_counted(&mut conn.writer, &req.head).await {
+            Ok(()) => {}
+            Err((0, e)) => {
+                info!(pool = %ctx.pool, pid = w.log_pid(),
+                    "child closed its idle connection ({e}: it exited or was killed); giving the request to another child");
+                lease.give_back(Fate::Unreachable);
+                continue;
+            }
+            Err((n, e)) => {
+                debug!(pool = %ctx.pool, pid = w.log_pid(), "child took {n} bytes of the request, then: {e}")
+            }
+        }
+        let slow = pool
+            .config
+            .request_slowlog_timeout
+            .map(|_| exchange::SlowInfo::of(req));
+        let report = exchange::run(pool, lease.worker(), client, req, slow).await;
+        let v = verdict::verdict(&report.outcome);
+        log_report(pool, ctx, lease.worker().log_pid(), req, &report);
+        lease.give_back(v.child);
+        match v.reply {
+            Reply::None => {}
+            Reply::BadGateway => client.answer(req.id, Local::BadGateway).await?,
+            Reply::GatewayTimeout => client.answer(req.id, Local::GatewayTimeout).await?,
+        }
+        if v.keep_client {
+            client.flush_replies().await?;
+            if !req.client_stdin_done {
+                client.st.skip = Some(req.id);
+            }
+        }
+        return Ok(v.keep_client);
+    }
+    warn!(pool = %ctx.pool, "request id {}: no child could take it after {attempts} tries: answering 503", req.id);
+    client
+        .answer(
+            req.id,
+            Local::Unavailable("no PHP process could take the request"),
+        )
+        .await?;
+    Ok(after_answer(client, req))
+}
+
+/// One log line for whatever in the exchange was not ordinary.
+fn log_report(pool: &Pool, ctx: &Ctx<'_>, pid: i32, req: &Request, r: &exchange::Report) {
+    let o = &r.outcome;
+    let elapsed = r.started.elapsed().as_secs_f64();
+    let p = |n: &[u8]| field(req.param(n).unwrap_or_default()).to_string();
+    match o.child {
+        ChildEnd::Ended => {}
+        ChildEnd::Eof => {
+            warn!(pool = %ctx.pool, pid, script = %p(b"SCRIPT_FILENAME"), uri = %p(b"REQUEST_URI"),
+            "child closed its connection {elapsed:.3} s into the request (it exited or was killed)")
+        }
+        ChildEnd::Garbage => warn!(pool = %ctx.pool, pid, uri = %p(b"REQUEST_URI"),
+            "child sent an invalid response: {}", r.child_error.as_deref().unwrap_or("?")),
+        ChildEnd::TimedOut => {
+            warn!(pool = %ctx.pool, pid, script = %p(b"SCRIPT_FILENAME"), uri = %p(b"REQUEST_URI"),
+            "request ran {elapsed:.3} s, over request_terminate_timeout: terminating the child")
+        }
+    }
+    let owed = match req.owed {
+        request::Owed::Exact(n) => n.to_string(),
+        request::Owed::UntilEnd => "an unknown number of".into(),
+    };
+    match o.body {
+        BodyEnd::Complete => {}
+        BodyEnd::Excess => {
+            debug!(pool = %ctx.pool, pid, uri = %p(b"REQUEST_URI"), "dropped {} bytes of body past CONTENT_LENGTH = {owed}", req.excess)
+        }
+        BodyEnd::Short => info!(pool = %ctx.pool, pid, uri = %p(b"REQUEST_URI"),
+            "the web server ended the body after {} of {owed} bytes (CONTENT_LENGTH): the script read end of input", req.body),
+        BodyEnd::Cut => info!(pool = %ctx.pool, pid, uri = %p(b"REQUEST_URI"),
+            "the web server closed the connection after {} of {owed} bytes of the body: the script read end of input", req.body),
+        BodyEnd::Unread if o.child == ChildEnd::Ended => {
+            debug!(pool = %ctx.pool, pid, uri = %p(b"REQUEST_URI"),
+            "child answered before it had read the whole body ({} of {owed} bytes); not reusing its connection", req.body)
+        }
+        BodyEnd::Unread => {}
+    }
+    match (&r.client_error, o.client, o.sent) {
+        (Some(e), _, _) => {
+            warn!(pool = %ctx.pool, peer = %ctx.peer, pid, "closing FastCGI connection after request id {}: {e}", req.id)
+        }
+        (None, ClientEnd::Gone, Sent::Nothing | Sent::Partial) if o.body.clean() => {
+            info!(pool = %ctx.pool, pid, uri = %p(b"REQUEST_URI"), "web server closed the connection before the response was complete")
+        }
+        _ => {}
+    }
+    let _ = pool;
+}
+
+/// Writes all of `bytes`; on failure, how many were written before it.
+async fn write_counted<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    bytes: &[u8],
+) -> Result<(), (usize, io::Error)> {
+    let mut done = 0;
+    while done < bytes.len() {
+        match w.write(&bytes[done..]).await {
+            Ok(0) => return Err((done, io::ErrorKind::WriteZero.into())),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err((done, e)),
+        }
+    }
+    Ok(())
+}
+
+/// Resolves when the web server closes the connection (`Ok(true)`) while
+/// its request waits for a child. Bytes read are kept in `buf`; past
+/// [`QUEUED_READ_AHEAD`] reading pauses and the wait goes on.
+async fn watch_eof<R: AsyncRead + Unpin>(reader: &mut R, buf: &mut BytesMut) -> io::Result<bool> {
+    loop {
+        if buf.len() >= QUEUED_READ_AHEAD {
+            std::future::pending::<()>().await;
+        }
+        if buf.capacity() - buf.len() < 1024 {
+            buf.reserve(4 * 1024);
+        }
+        if reader.read_buf(buf).await? == 0 {
+            return Ok(true);
+        }
+    }
+}
+
+pub(crate) async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Writes one slowlog entry (php-fpm's `slowlog`, without the backtrace:
+/// php-cgi cannot be traced without ptrace, and fpmd does not need it to
+/// know the script, the URI and the time). Appends to the pool's `slowlog`
+/// file, or logs to fpmd's log when none is set.
+fn write_slowlog(pool: &Pool, pid: i32, info: &exchange::SlowInfo, elapsed: Duration) {
+    use std::io::Write;
+    let name = &pool.config.name;
+    let exchange::SlowInfo {
+        script,
+        uri,
+        method,
+    } = info;
+    warn!(pool = %name, pid, script = %script, uri = %uri, "slow request: running for {:.3} s (request_slowlog_timeout)", elapsed.as_secs_f64());
+    let Some(path) = &pool.config.slowlog else {
+        return;
+    };
+    let entry = format!(
+        "\n[{}] [pool {name}] pid {pid}\nscript_filename = {script}\nrequest_uri = {uri}\nrequest_method = {method}\nelapsed = {:.3} s\n",
+        humantime::format_rfc3339_seconds(std::time::SystemTime::now()),
+        elapsed.as_secs_f64()
+    );
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .and_then(|mut f| f.write_all(entry.as_bytes()));
+    if let Err(e) = written {
+        warn!(pool = %name, "cannot write slowlog {}: {e}", path.display());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_cannot_forge_log_lines() {
+        assert_eq!(field(b"/index.php?a=1").to_string(), "/index.php?a=1");
+        assert_eq!(
+            field(b"/x\n2026-12-01T00:00:00Z NOTICE forged").to_string(),
+            "/x\\n2026-12-01T00:00:00Z NOTICE forged"
+        );
+        assert_eq!(
+            field(b"\x1b[31mred\"\\").to_string(),
+            "\\x1b[31mred\\\"\\\\"
+        );
+        assert_eq!(field(b"caf\xc3\xa9 \xff").to_string(), "café \\xff");
+    }
+
+    #[test]
+    fn charges_are_bounded_and_given_back() {
+        let mut a = Charge::new();
+        assert!(a.cover(FREE_PER_REQUEST), "a small request costs nothing");
+        assert_eq!(a.charged, 0);
+        assert!(a.cover(FREE_PER_REQUEST + 100));
+        assert_eq!(a.charged, 100);
+        let mut b = Charge::new();
+        assert!(
+            !b.cover(BUDGET + FREE_PER_REQUEST + 1),
+            "over the whole budget"
+        );
+        assert_eq!(b.charged, 0);
+        drop(a);
+        assert!(b.cover(FREE_PER_REQUEST + 10));
+        b.release();
+        assert_eq!(b.charged, 0);
+    }
+}

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, watch};
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::config::Config;
 use crate::control::Intent;
@@ -69,6 +69,13 @@ pub async fn run(
     let runtime_dir = tempfile::Builder::new().prefix("fpmd.").tempdir()?;
     let pid_file = write_pid_file(&config)?;
 
+    let children: usize = config
+        .pools
+        .iter()
+        .map(|p| p.pm.max_children as usize)
+        .sum();
+    let (nofile, cap) = listener::raise_nofile(children);
+    debug!("RLIMIT_NOFILE {nofile}: at most {cap} web server connections");
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (in_flight_tx, mut in_flight_rx) = mpsc::channel::<()>(1);
     let mut pools = Vec::new();

@@ -9,11 +9,12 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use socket2::{Domain, SockAddr, Socket, Type};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, Notify};
 use tracing::{debug, warn};
 
 use crate::config::{ListenAddress, PoolConfig};
@@ -190,6 +191,22 @@ pub async fn accept_loop(
         }
     };
     loop {
+        // At the connection cap, leave new connections in the kernel's
+        // listen queue until one closes (accepting and closing would turn
+        // a wait into an error at the web server).
+        while OPEN.load(Ordering::Relaxed) >= crate::proxy::max_connections() {
+            if !CAP_WARNED.swap(true, Ordering::Relaxed) {
+                warn!(pool = %name, "{} web server connections open, the limit (from RLIMIT_NOFILE): new connections wait in the listen queue",
+                    crate::proxy::max_connections());
+            }
+            tokio::select! {
+                _ = shutdown.changed() => break,
+                _ = CLOSED.notified() => {}
+            }
+            if *shutdown.borrow() {
+                break;
+            }
+        }
         let accepted = tokio::select! {
             _ = shutdown.changed() => break,
             a = async {
@@ -210,7 +227,7 @@ pub async fn accept_loop(
         };
         let pool = pool.clone();
         let shutdown = shutdown.clone();
-        let guard = in_flight.clone();
+        let guard = (in_flight.clone(), Open::new());
         match conn {
             Conn::Tcp(stream, peer) => {
                 if !client_allowed(&allowed, &peer) {
@@ -237,6 +254,54 @@ pub async fn accept_loop(
     debug!(pool = %name, "stopped accepting on {}", bound.address);
     drop(listener);
     drop(bound);
+}
+
+/// Web server connections open, across all listeners.
+static OPEN: AtomicUsize = AtomicUsize::new(0);
+/// Woken when one closes (an accept loop may wait at the cap).
+static CLOSED: Notify = Notify::const_new();
+/// The cap was reported (once per episode).
+static CAP_WARNED: AtomicBool = AtomicBool::new(false);
+
+/// Counts one open connection for as long as it lives.
+struct Open;
+
+impl Open {
+    fn new() -> Open {
+        OPEN.fetch_add(1, Ordering::Relaxed);
+        Open
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        if OPEN.fetch_sub(1, Ordering::Relaxed) <= crate::proxy::max_connections() {
+            CAP_WARNED.store(false, Ordering::Relaxed);
+        }
+        CLOSED.notify_waiters();
+    }
+}
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit (nginx and systemd
+/// units do the same: under systemd's default soft limit of 1,024 about a
+/// thousand idle web server connections would refuse every new one) and
+/// sets the connection cap from it: what is left after the children's
+/// sockets and fpmd's own files. Returns (soft limit, connection cap).
+pub fn raise_nofile(children: usize) -> (u64, usize) {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (mut soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap_or((1024, 1024));
+    if soft < hard {
+        match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            Ok(()) => soft = hard,
+            Err(e) => warn!("cannot raise RLIMIT_NOFILE from {soft} to {hard}: {e}"),
+        }
+    }
+    // Per child: its connection, its listening socket or output sockets
+    // while spawning; plus fpmd's listeners, log files and slack.
+    let reserve = 64 + 4 * children;
+    let cap = (soft as usize).saturating_sub(reserve).max(16);
+    crate::proxy::set_max_connections(cap);
+    (soft, cap)
 }
 
 enum Conn {

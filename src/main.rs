@@ -70,6 +70,9 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
+    // A panic (a bug) goes to the error log, not to a stderr nobody reads;
+    // the connection task it happened in logs its pool and peer.
+    std::panic::set_hook(Box::new(|info| tracing::error!("panic: {info}")));
     // One thread: the FastCGI hop is I/O-bound, and on small machines the
     // cores belong to php-cgi and the web server.
     let runtime = match tokio::runtime::Builder::new_current_thread()

@@ -346,7 +346,27 @@ where
             .config
             .request_slowlog_timeout
             .map(|_| exchange::SlowInfo::of(req));
-        let report = exchange::run(pool, lease.worker(), client, req, slow).await;
+        let timers = exchange::Timers {
+            slowlog: pool.config.request_slowlog_timeout,
+            terminate: pool.config.request_terminate_timeout,
+        };
+        let w = lease.worker();
+        let probe = w.pid_probe();
+        let known = w.log_pid();
+        let Some(conn) = w.conn.as_mut() else {
+            // connect() above left a connection; nothing takes it away.
+            lease.give_back(Fate::Unreachable);
+            continue;
+        };
+        let on_slow = |pid: Option<i32>, elapsed| {
+            if let Some(info) = &slow {
+                write_slowlog(pool, pid.unwrap_or(known), info, elapsed);
+            }
+        };
+        let report = exchange::run(conn, probe, timers, client, req, on_slow).await;
+        if let Some(pid) = report.learned {
+            lease.worker().set_pid(pid);
+        }
         let v = verdict::verdict(&report.outcome);
         log_report(pool, ctx, lease.worker().log_pid(), req, &report);
         lease.give_back(v.child);

@@ -23,7 +23,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-pub use fpmd::{Fpmd, FpmdConfig, Pool};
+pub use apache::{Apache, ApacheOpts, FcgiStyle};
+pub use fpmd::{Addr, Fpmd, FpmdConfig, Pool};
 pub use http::{get, post, Resp};
 pub use nginx::{Nginx, NginxOpts};
 

@@ -3,7 +3,8 @@
 //! Debian users hand PHP to FastCGI ([`FcgiStyle`]). For both backends:
 //! hello.php, a query string, a 20 MiB POST, PATH_INFO, DokuWiki; and
 //! every `$_SERVER` entry of tests/php/server_vars.php must be what php-fpm
-//! shows, for several URLs.
+//! shows, for several URLs. Apart from those, `apache_chunked_upload` checks
+//! what a chunked upload (no CONTENT_LENGTH) does to the PHP processes.
 //!
 //! What Apache 2.4.71 (Debian 12) sends, observed once with a FastCGI
 //! listener that dumps the records (docroot D, php-fpm's port P, request
@@ -56,7 +57,7 @@
 //!   its connections to php-cgi open (FCGI_KEEP_CONN) whatever Apache asks:
 //!   today the php-cgi that served the upload dies on its next request
 //!   ("child closed its idle connection"), and under load a request gets
-//!   502.
+//!   502 (see `apache_chunked_upload`).
 //! - Apache never pads records (padding length 0 whatever the content
 //!   length) and sends the body in STDIN records of at most 8192 bytes.
 
@@ -65,7 +66,7 @@ use crate::harness::phpfpm::{PhpFpm, PhpFpmOpts};
 use crate::harness::*;
 use md5::{Digest, Md5};
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Bigger than PHP's default post_max_size (8M): both backends raise it.
 const POST_LEN: usize = 20 << 20;
@@ -297,6 +298,79 @@ fn compare(style: FcgiStyle) {
 
     report.finish(style);
     eprintln!("{style:?}: done in {:?}", t0.elapsed());
+}
+
+/// A chunked upload through Apache (no CONTENT_LENGTH: PHP reads none of
+/// it) must not cost a PHP process, nor the requests after it. Under
+/// GENERIC, which sends plain paths: this is not about SCRIPT_FILENAME.
+/// One child each, so that the next requests go to the child that served
+/// the upload.
+#[test]
+fn apache_chunked_upload() {
+    const ROUNDS: usize = 5;
+    let style = FcgiStyle::Generic;
+    let dir = TestDir::new();
+    let fpm = PhpFpm::start_with(&dir, PhpFpmOpts::default().tcp(free_port()));
+    let fpmd = Fpmd::start(
+        &dir,
+        FpmdConfig::new().pool(Pool::www().max_children(1).tcp(format!("127.0.0.1:{}", free_port()))),
+    );
+    let theirs = Apache::start(&dir, ApacheOpts::new(style, fpm.addr()).name("apache-php-fpm"));
+    let ours = Apache::start(&dir, ApacheOpts::new(style, fpmd.addr(0)).name("apache-fpmd"));
+    wait_for(Duration::from_secs(20), "php-fpm's one child", || fpm.children().len() == 1);
+    let fpm_before = fpm.children();
+    let our_before = fpmd.wait_workers(1, Duration::from_secs(20));
+    let log_from = fpmd.log_len();
+    let mut report = Report::default();
+
+    let (a, b) = (http::agent(), http::agent());
+    let body = noise(21, 100_000);
+    let chunked = |agent: &ureq::Agent, apache: &Apache| match agent
+        .post(&apache.url("/body.php"))
+        .set("Content-Type", "application/octet-stream")
+        .send(&body[..])
+    {
+        Ok(r) | Err(ureq::Error::Status(_, r)) => {
+            format!("{} {}", r.status(), r.into_string().unwrap_or_else(|e| format!("<reading body: {e}>")))
+        }
+        Err(e) => format!("transport error: {e}"),
+    };
+    let get = |agent: &ureq::Agent, apache: &Apache| match http::try_get_with(agent, &apache.url("/hello.php")) {
+        Ok(r) => shown(&r),
+        Err(e) => format!("transport error: {e}"),
+    };
+    // Whether the child takes the unread STDIN for its next request
+    // depends on timing: several rounds, so that today's fpmd fails
+    // (nearly) every run.
+    for round in 0..ROUNDS {
+        report.check(
+            &format!("chunked POST /body.php (100000 bytes), round {round}"),
+            &format!("200 0 {}", md5_hex(b"")),
+            &chunked(&a, &theirs),
+            &chunked(&b, &ours),
+        );
+        for i in 0..2 {
+            report.check(
+                &format!("GET /hello.php, request {i} after upload {round}"),
+                "200 hello world\nQUERY_STRING=\n",
+                &get(&a, &theirs),
+                &get(&b, &ours),
+            );
+        }
+    }
+
+    let (fpm_after, our_after) = (fpm.children(), fpmd.workers());
+    if fpm_after != fpm_before {
+        report.fail(format!("php-fpm itself lost a child: {fpm_before:?} before the uploads, {fpm_after:?} after"));
+    }
+    if our_after != our_before {
+        report.fail(format!(
+            "fpmd's php-cgi did not survive the uploads: worker {our_before:?} before, {our_after:?} after \
+             (php-fpm kept {fpm_before:?}); fpmd's log since:\n{}",
+            indent(&fpmd.log_since(log_from))
+        ));
+    }
+    report.finish(style);
 }
 
 /// Every style, with a unix and with a TCP upstream, is a config that

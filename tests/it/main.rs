@@ -5,6 +5,7 @@
 
 mod harness;
 
+mod apache;
 mod bad_fastcgi;
 mod children;
 mod config_errors;

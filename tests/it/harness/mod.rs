@@ -1,6 +1,6 @@
 //! Shared fixtures of the integration tests: temporary directories, free ports,
-//! real nginx, real php-cgi behind the real fpmd binary, php-fpm for comparisons,
-//! HTTP and raw FastCGI clients, and /proc helpers.
+//! real nginx and Apache, real php-cgi behind the real fpmd binary, php-fpm for
+//! comparisons, HTTP and raw FastCGI clients, and /proc helpers.
 //!
 //! Rules: every test owns one `TestDir` and its own ports, so tests run in
 //! parallel; nothing here sleeps to "let things settle": waits are
@@ -10,6 +10,7 @@
 
 #![allow(dead_code)]
 
+pub mod apache;
 pub mod fcgi;
 pub mod fpmd;
 pub mod http;
@@ -22,7 +23,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-pub use fpmd::{Fpmd, FpmdConfig, Pool};
+pub use apache::{Apache, ApacheOpts, FcgiStyle};
+pub use fpmd::{Addr, Fpmd, FpmdConfig, Pool};
 pub use http::{get, post, Resp};
 pub use nginx::{Nginx, NginxOpts};
 
@@ -39,7 +41,7 @@ pub const NGINX_BIN: &str = "/usr/sbin/nginx";
 pub const DOKUWIKI_ROOT: &str = "/usr/share/dokuwiki";
 
 const INSTALL_HINT: &str =
-    "install them with `apt-get install php-cgi php-fpm nginx dokuwiki` (or run `make test`, which does it)";
+    "install them with `apt-get install php-cgi php-fpm nginx apache2 dokuwiki` (or run `make test`, which does it)";
 
 fn find_in_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());

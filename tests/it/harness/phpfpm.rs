@@ -1,34 +1,87 @@
 //! Real php-fpm (Debian's php-fpmX.Y), foreground, with its own config in
-//! the test dir and a static pool of one child on a unix socket: the
-//! reference that fpmd must behave like.
+//! the test dir and a static pool (by default one child on a unix socket):
+//! the reference that fpmd must behave like.
 
+use super::fpmd::Addr;
 use super::{require_php_fpm, wait_until, TestDir};
-use std::os::unix::net::UnixStream;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+#[derive(Clone, Debug)]
+pub struct PhpFpmOpts {
+    /// Listen on `127.0.0.1:PORT` instead of `<test dir>/php-fpm/fpm.sock`.
+    pub tcp_port: Option<u16>,
+    /// `pm.max_children` of the static pool; default 1.
+    pub max_children: u32,
+    /// Raw lines appended to the pool section, e.g. `php_admin_value[post_max_size] = 128M`.
+    pub lines: Vec<String>,
+}
+
+impl Default for PhpFpmOpts {
+    fn default() -> Self {
+        PhpFpmOpts {
+            tcp_port: None,
+            max_children: 1,
+            lines: Vec::new(),
+        }
+    }
+}
+
+impl PhpFpmOpts {
+    pub fn tcp(mut self, port: u16) -> Self {
+        self.tcp_port = Some(port);
+        self
+    }
+    pub fn max_children(mut self, n: u32) -> Self {
+        self.max_children = n;
+        self
+    }
+    pub fn line(mut self, l: impl Into<String>) -> Self {
+        self.lines.push(l.into());
+        self
+    }
+}
+
 pub struct PhpFpm {
     child: Option<Child>,
+    /// The unix socket it listens on (or would, when it listens on TCP).
     pub socket: PathBuf,
+    addr: Addr,
     dir: PathBuf,
     tag: String,
 }
 
 impl PhpFpm {
     pub fn start(t: &TestDir) -> PhpFpm {
+        PhpFpm::start_with(t, PhpFpmOpts::default())
+    }
+
+    pub fn start_with(t: &TestDir, o: PhpFpmOpts) -> PhpFpm {
         let bin = require_php_fpm();
         let dir = t.join("php-fpm");
         std::fs::create_dir_all(&dir).unwrap();
         let socket = dir.join("fpm.sock");
+        let (addr, listen) = match o.tcp_port {
+            Some(port) => {
+                let a = SocketAddr::from(([127, 0, 0, 1], port));
+                (Addr::Tcp(a), a.to_string())
+            }
+            None => (Addr::Unix(socket.clone()), socket.display().to_string()),
+        };
         let tag = format!("{}#php-fpm", t.tag());
-        let conf = format!(
+        let mut conf = format!(
             "[global]\npid = {d}/php-fpm.pid\nerror_log = {d}/php-fpm.log\ndaemonize = no\n\n\
-             [ref]\nuser = www-data\ngroup = www-data\nlisten = {s}\nlisten.mode = 0666\n\
-             pm = static\npm.max_children = 1\nenv[FPMD_TEST_TAG] = \"{tag}\"\n",
+             [ref]\nuser = www-data\ngroup = www-data\nlisten = {listen}\nlisten.mode = 0666\n\
+             pm = static\npm.max_children = {n}\nenv[FPMD_TEST_TAG] = \"{tag}\"\n",
             d = dir.display(),
-            s = socket.display()
+            n = o.max_children,
         );
+        for l in &o.lines {
+            writeln!(conf, "{l}").unwrap();
+        }
         let conf_path = dir.join("php-fpm.conf");
         std::fs::write(&conf_path, conf).unwrap();
         let out = std::fs::File::create(dir.join("php-fpm.out")).unwrap();
@@ -44,21 +97,47 @@ impl PhpFpm {
         let mut p = PhpFpm {
             child: Some(child),
             socket,
+            addr,
             dir,
             tag,
         };
         let ok = wait_until(Duration::from_secs(20), || {
-            UnixStream::connect(&p.socket).is_ok()
-                || p.child.as_mut().unwrap().try_wait().unwrap().is_some()
+            p.addr.accepts() || p.child.as_mut().unwrap().try_wait().unwrap().is_some()
         });
-        if !ok || UnixStream::connect(&p.socket).is_err() {
-            panic!("php-fpm did not start: {}", p.log());
+        if !ok || !p.addr.accepts() {
+            panic!(
+                "php-fpm did not start listening on {:?}: {}",
+                p.addr,
+                p.log()
+            );
         }
         p
     }
 
+    /// Where it listens, as an nginx upstream server.
     pub fn upstream(&self) -> String {
-        format!("unix:{}", self.socket.display())
+        self.addr.nginx()
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> Addr {
+        self.addr.clone()
+    }
+
+    /// The master's pid.
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().map(|c| c.id() as i32).unwrap_or(0)
+    }
+
+    /// Live children of the master (its pool's workers), sorted.
+    pub fn children(&self) -> Vec<i32> {
+        let mut v: Vec<i32> = super::procs::descendants(self.pid())
+            .into_iter()
+            .filter(|p| p.alive())
+            .map(|p| p.pid)
+            .collect();
+        v.sort();
+        v
     }
 
     pub fn log(&self) -> String {

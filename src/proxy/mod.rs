@@ -236,11 +236,17 @@ async fn serve<R, W>(
             }
         };
         let result = dispatch(pool, &ctx, &mut client, &mut req).await;
+        let drain = !req.client_stdin_done;
         client.recycle(req);
         match result {
-            Ok(true) => {}
+            Ok(Then::Keep) => {}
             // Dropping both halves closes the connection.
-            Ok(false) => return,
+            Ok(Then::Close) => return,
+            Ok(Then::Drain) if drain => {
+                drain_and_close(&mut client).await;
+                return;
+            }
+            Ok(Then::Drain) => return,
             Err(e) => {
                 info!(pool = %ctx.pool, peer = %peer, "cannot answer the web server: {e}");
                 return;
@@ -249,27 +255,59 @@ async fn serve<R, W>(
     }
 }
 
-/// After fpmd answered `req` itself: whether the connection goes on (the
-/// rest of the request's body, if any, is then dropped as it comes).
-fn after_answer<R, W>(client: &mut ClientConn<R, W>, req: &Request) -> bool {
+/// What becomes of the web server's connection after a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Then {
+    /// It carries the next request (the rest of this one's body, if any,
+    /// is dropped as it comes).
+    Keep,
+    /// Closed now (the web server left, or broke the protocol).
+    Close,
+    /// Closed once the web server has sent the rest of its request, so
+    /// that it can read the whole answer (see [`drain_and_close`]).
+    Drain,
+}
+
+/// After fpmd answered `req` itself.
+fn after_answer<R, W>(client: &mut ClientConn<R, W>, req: &Request) -> Then {
     if !req.keep_conn {
-        return false;
+        return Then::Drain;
     }
     if !req.client_stdin_done {
         client.st.skip = Some(req.id);
     }
-    true
+    Then::Keep
 }
 
-/// Gets a child for `req` and runs the exchange. `Ok(true)`: the
-/// connection may carry another request. Errors: writing to the web
-/// server failed.
+/// How long a web server may go on sending a request that was answered
+/// before it was read whole, before its connection is closed anyway.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Closes a connection whose request was answered before the web server
+/// had sent all of it, as php-fpm does (`fcgi_close` in php-src
+/// `main/fastcgi.c`): stop writing, then read and drop what comes until
+/// the web server closes. Closing at once would make the web server fail
+/// in the middle of sending (Apache: "AH01075 … Broken pipe (sending
+/// stdin)") and lose the answer it had been given.
+async fn drain_and_close<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+    client: &mut ClientConn<R, W>,
+) {
+    let _ = client.writer.shutdown().await;
+    let mut scratch = [0u8; 8192];
+    let _ = tokio::time::timeout(DRAIN_TIMEOUT, async {
+        while matches!(client.reader.read(&mut scratch).await, Ok(n) if n > 0) {}
+    })
+    .await;
+}
+
+/// Gets a child for `req` and runs the exchange. Returns what becomes of
+/// the connection. Errors: writing to the web server failed.
 async fn dispatch<R, W>(
     pool: &Pool,
     ctx: &Ctx<'_>,
     client: &mut ClientConn<R, W>,
     req: &mut Request,
-) -> io::Result<bool>
+) -> io::Result<Then>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -297,7 +335,7 @@ where
                     info!(pool = %ctx.pool, uri = %uri(req),
                         "request id {}: the web server closed the connection while the request waited for a child; not dispatched", req.id);
                 }
-                return Ok(false);
+                return Ok(Then::Close);
             }
         };
         let mut lease = match acquired {
@@ -314,7 +352,7 @@ where
             }
             Acquired::Closed => {
                 client.answer(req.id, Local::Stopping).await?;
-                return Ok(false);
+                return Ok(Then::Close);
             }
         };
         let w = lease.worker();
@@ -380,8 +418,12 @@ where
             if !req.client_stdin_done {
                 client.st.skip = Some(req.id);
             }
+            return Ok(Then::Keep);
         }
-        return Ok(v.keep_client);
+        return Ok(match report.outcome.client {
+            verdict::ClientEnd::Open => Then::Drain,
+            _ => Then::Close,
+        });
     }
     warn!(pool = %ctx.pool, "request id {}: no child could take it after {attempts} tries: answering 503", req.id);
     client

@@ -176,7 +176,14 @@ impl FpmdConfig {
         writeln!(g, "[global]").unwrap();
         writeln!(g, "pid = {:?}", dir.join("fpmd.pid").display().to_string()).unwrap();
         writeln!(g, "error_log = \"stderr\"").unwrap();
-        writeln!(g, "log_level = \"notice\"").unwrap();
+        // A test may set its own (e.g. "debug").
+        if !self
+            .global_lines
+            .iter()
+            .any(|l| l.trim_start().starts_with("log_level"))
+        {
+            writeln!(g, "log_level = \"notice\"").unwrap();
+        }
         writeln!(g, "include = \"pool.d/*.toml\"").unwrap();
         for l in &self.global_lines {
             writeln!(g, "{l}").unwrap();

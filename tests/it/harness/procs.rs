@@ -84,16 +84,24 @@ pub fn descendants(root: i32) -> Vec<ProcInfo> {
 
 /// Live php-cgi processes among `procs` that serve requests: a php-cgi that
 /// is itself the parent of php-cgi processes (php-cgi's own pre-fork
-/// manager, `PHP_FCGI_CHILDREN>0`) is not counted.
+/// manager, `PHP_FCGI_CHILDREN>0`) is not counted, even before it has
+/// forked them.
 pub fn workers_among(procs: &[ProcInfo]) -> Vec<i32> {
     let php: Vec<&ProcInfo> = procs
         .iter()
         .filter(|p| p.is_php_cgi() && p.alive())
         .collect();
     let parents: HashSet<i32> = php.iter().map(|p| p.ppid).collect();
+    let php_pids: HashSet<i32> = php.iter().map(|p| p.pid).collect();
+    let prefork_parent = |p: &ProcInfo| {
+        !php_pids.contains(&p.ppid)
+            && environ(p.pid)
+                .iter()
+                .any(|(k, v)| k == "PHP_FCGI_CHILDREN" && v != "0")
+    };
     let mut v: Vec<i32> = php
         .iter()
-        .filter(|p| !parents.contains(&p.pid))
+        .filter(|p| !parents.contains(&p.pid) && !prefork_parent(p))
         .map(|p| p.pid)
         .collect();
     v.sort();

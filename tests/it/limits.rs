@@ -175,7 +175,7 @@ fn terminate_timeout_spares_an_idle_kept_alive_child() {
     assert_eq!(s.fpmd.workers(), before, "children changed although none ran over the timeout");
     // Nothing went wrong meanwhile, as far as fpmd can tell.
     let lines = s.fpmd.log_lines_since(log_mark);
-    assert!(lines.iter().all(|l| !l.contains("WARN") && !l.contains("ERROR")), "fpmd logged: {lines:#?}");
+    assert!(lines.iter().all(|l| !l.contains("WARNING") && !l.contains("ERROR")), "fpmd logged: {lines:#?}");
 }
 
 // ---------------------------------------------------------------------------
@@ -247,10 +247,10 @@ fn slowlog_entry_is_written_while_the_request_runs() {
     let elapsed: f64 = e.fields.get("elapsed").and_then(|v| v.trim_end_matches(" s").parse().ok()).unwrap_or(-1.0);
     assert!((1.0..1.2).contains(&elapsed), "elapsed should be the time when the entry was written: {e:?}");
 
-    // And one WARN line in fpmd's log.
+    // And one WARNING line in fpmd's log.
     let lines: Vec<String> = s.fpmd.log_lines_since(log_mark).into_iter().filter(|l| l.contains(uri)).collect();
     assert_eq!(lines.len(), 1, "expected one log line about the slow request: {lines:#?}");
-    assert!(lines[0].contains("WARN") && lines[0].contains(&pid.to_string()), "{}", lines[0]);
+    assert!(lines[0].contains("WARNING") && lines[0].contains(&pid.to_string()), "{}", lines[0]);
 
     // Fast requests add nothing.
     let size = std::fs::metadata(&slowlog).unwrap().len();

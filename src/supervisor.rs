@@ -745,11 +745,11 @@ impl Supervisor {
         let lived = child.started.elapsed();
         let name = self.pool.config.name.clone();
         if child.expected_exit {
-            debug!(pool = %name, pid = exit.pid, "child {} after {:.3} s", exit.kind, lived.as_secs_f64());
+            debug!(pool = %name, pid = exit.pid, "{}", exit.describe(lived));
         } else {
             match exit.kind {
-                ExitKind::Code(0) => info!(pool = %name, pid = exit.pid, "child {} after {:.3} s", exit.kind, lived.as_secs_f64()),
-                _ => warn!(pool = %name, pid = exit.pid, "child {} after {:.3} s", exit.kind, lived.as_secs_f64()),
+                ExitKind::Code(0) => info!(pool = %name, pid = exit.pid, "{}", exit.describe(lived)),
+                _ => warn!(pool = %name, pid = exit.pid, "{}", exit.describe(lived)),
             }
         }
         if self.stopping.is_some() {
@@ -757,7 +757,7 @@ impl Supervisor {
         }
         // fpmd never sends these, so they count even when fpmd had already
         // asked the child to go (its broken connection is often seen first).
-        if matches!(exit.kind, ExitKind::Signal(Signal::SIGSEGV | Signal::SIGBUS)) {
+        if matches!(exit.kind, ExitKind::Signal { signal: libc::SIGSEGV | libc::SIGBUS, .. }) {
             self.note_crash();
         }
         if !child.expected_exit && lived < QUICK_DEATH {

@@ -3,8 +3,9 @@
 //!
 //! Layers, each in its own module: [`fastcgi`] (protocol codec, no I/O),
 //! [`config`] (validated pool configuration), [`spawn`], [`reap`] and
-//! [`supervisor`] (processes), [`dispatcher`] and [`listener`]
-//! (connections), [`control`] and [`daemon`] (signals, start and stop).
+//! [`supervisor`] (processes), [`output`] (what children write outside
+//! FastCGI), [`dispatcher`] and [`listener`] (connections), [`control`]
+//! and [`daemon`] (signals, start and stop), [`log`] (fpmd's own log).
 
 pub mod config;
 pub mod control;
@@ -13,6 +14,7 @@ pub mod dispatcher;
 pub mod fastcgi;
 pub mod listener;
 pub mod log;
+pub mod output;
 pub mod peer;
 pub mod reap;
 pub mod spawn;

@@ -215,7 +215,7 @@ fn client_allowed(allowed: &Option<Vec<IpAddr>>, peer: &SocketAddr) -> bool {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(IpAddr::V6(v6)),
         v4 => v4,
     };
-    list.iter().any(|a| *a == ip)
+    list.contains(&ip)
 }
 
 #[cfg(test)]

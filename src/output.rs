@@ -449,7 +449,9 @@ impl Lines {
                 Self::line(&bytes[..cut], true, now, bucket, emit);
                 bytes = &bytes[cut..];
             } else {
-                let take = MAX_LINE - self.partial.len();
+                // One byte past the limit, so that char_cut sees what
+                // follows it (there are that many: the loop's condition).
+                let take = MAX_LINE + 1 - self.partial.len();
                 self.partial.extend_from_slice(&bytes[..take]);
                 bytes = &bytes[take..];
                 let cut = char_cut(&self.partial, MAX_LINE);
@@ -953,9 +955,18 @@ mod tests {
         let mut data = vec![b'a'; MAX_LINE - 1];
         data.extend_from_slice("é".as_bytes()); // 2 bytes across the limit
         data.extend_from_slice(b"z\n");
-        let (out, _, _) = split(&[&data], WIDE);
-        assert_eq!(out[0].0.len(), MAX_LINE - 1);
-        assert_eq!(out[1].0, "éz");
+        // In one read, and with the line's start already kept from an
+        // earlier read.
+        for chunks in [
+            vec![&data[..]],
+            vec![&data[..10], &data[10..]],
+            data.chunks(100).collect(),
+        ] {
+            let (out, _, _) = split(&chunks, WIDE);
+            assert_eq!(out.len(), 2, "{out:?}");
+            assert_eq!(out[0].0.len(), MAX_LINE - 1);
+            assert_eq!(out[1].0, "éz");
+        }
         assert_eq!(char_cut(&[0x80; 10], 4), 4, "garbage: cut at the limit");
     }
 
@@ -1003,6 +1014,36 @@ mod tests {
             [b"first".to_vec(), b"third".to_vec()],
             "no tail of 'second' logged as a line of its own"
         );
+    }
+
+    proptest::proptest! {
+        /// Any bytes, cut into reads anywhere: the same lines as in one
+        /// read, none longer than MAX_LINE, none with a newline, no panic.
+        #[test]
+        fn lines_do_not_depend_on_read_boundaries(
+            data in proptest::collection::vec(proptest::prop_oneof![proptest::num::u8::ANY, proptest::strategy::Just(b'\n')], 0..3000),
+            cuts in proptest::collection::vec(0usize..3000, 0..8),
+        ) {
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(data.len())).collect();
+            cuts.sort();
+            let mut chunks = Vec::new();
+            let mut at = 0;
+            for c in cuts {
+                chunks.push(&data[at..c]);
+                at = c;
+            }
+            chunks.push(&data[at..]);
+            let whole = split(&[&data], WIDE);
+            let pieces = split(&chunks, WIDE);
+            proptest::prop_assert_eq!(&whole.0, &pieces.0);
+            for (line, _) in &whole.0 {
+                proptest::prop_assert!(!line.contains('\n'));
+            }
+            let t = Instant::now();
+            let mut b = TokenBucket::new(WIDE, t);
+            let mut l = Lines::default();
+            l.feed(&data, t, &mut b, &mut |text, _| assert!(text.len() <= MAX_LINE && !text.contains(&b'\n')));
+        }
     }
 
     #[test]

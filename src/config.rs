@@ -220,6 +220,17 @@ pub struct PoolConfig {
     /// `request_queue_timeout` (fpmd only): a request that waited longer
     /// for a child is answered 503 with `Retry-After`; `None`: it waits.
     pub request_queue_timeout: Option<std::time::Duration>,
+    /// `catch_workers_output`: what children write to their own stdout and
+    /// stderr goes to fpmd's log (`said into stdout` / `said into
+    /// stderr`, rate-limited per child). Default `false`, as php-fpm: the
+    /// children's output is thrown away, except what a php-cgi writes on
+    /// stderr while it starts (see `crate::output`). php-fpm: same.
+    pub catch_workers_output: bool,
+    /// `decorate_workers_output`: with `catch_workers_output`, a line is
+    /// logged as `[pool www] child 1234 said into stderr: "text"`
+    /// (`true`, the default) or as the child's text alone (`false`, no
+    /// time stamp either). php-fpm: same.
+    pub decorate_workers_output: bool,
 }
 
 impl PoolConfig {
@@ -647,6 +658,14 @@ impl PoolConfig {
         );
         dur("request_slowlog_timeout", self.request_slowlog_timeout, out);
         dur("request_queue_timeout", self.request_queue_timeout, out);
+        out.push_str(&format!(
+            "catch_workers_output = {}\n",
+            self.catch_workers_output
+        ));
+        out.push_str(&format!(
+            "decorate_workers_output = {}\n",
+            self.decorate_workers_output
+        ));
         match &self.slowlog {
             Some(p) => out.push_str(&format!(
                 "slowlog = {}\n",
@@ -733,6 +752,8 @@ const SUPPORTED_POOL_KEYS: &[&str] = &[
     "request_slowlog_timeout",
     "slowlog",
     "request_queue_timeout",
+    "catch_workers_output",
+    "decorate_workers_output",
 ];
 
 /// Pool tables whose keys are free (`env.NAME`, `php_value.NAME`, …).
@@ -1171,6 +1192,8 @@ struct RawPool {
     request_slowlog_timeout: Option<Duration>,
     slowlog: Option<String>,
     request_queue_timeout: Option<Duration>,
+    catch_workers_output: Option<bool>,
+    decorate_workers_output: Option<bool>,
     // Known but not supported yet:
     chroot: Option<String>,
     #[serde(default)]
@@ -2078,6 +2101,8 @@ fn validate_pool(
         request_slowlog_timeout,
         slowlog,
         request_queue_timeout,
+        catch_workers_output: raw.catch_workers_output.unwrap_or(false),
+        decorate_workers_output: raw.decorate_workers_output.unwrap_or(true),
     })
 }
 
@@ -2575,6 +2600,8 @@ php_admin_flag.log_errors = true
             request_slowlog_timeout: None,
             slowlog: None,
             request_queue_timeout: None,
+            catch_workers_output: false,
+            decorate_workers_output: true,
         };
         assert_eq!(bbb, &expected);
         assert!(bbb.user.groups.contains(&gid));
@@ -3356,6 +3383,64 @@ php_admin_flag.display_errors = "off"
         assert_eq!(
             php_fpm_hint("[www]\npm.mode = \"static\"\nlisten.address = \"9000\"\n"),
             ""
+        );
+    }
+
+    #[test]
+    fn workers_output_keys() {
+        // php-fpm's defaults: not caught; decorated when caught.
+        let (_dir, c) = load_ok(&pool("www", ""), &[]);
+        assert!(!c.pools[0].catch_workers_output);
+        assert!(c.pools[0].decorate_workers_output);
+        let text = c.to_toml();
+        assert!(
+            text.contains("catch_workers_output = false\ndecorate_workers_output = true\n"),
+            "{text}"
+        );
+
+        let (_dir, c) = load_ok(
+            &pool(
+                "www",
+                "catch_workers_output = true\ndecorate_workers_output = false\n",
+            ),
+            &[],
+        );
+        assert!(c.pools[0].catch_workers_output);
+        assert!(!c.pools[0].decorate_workers_output);
+        assert!(c
+            .to_toml()
+            .contains("catch_workers_output = true\ndecorate_workers_output = false\n"));
+
+        // php-fpm's ini spelling of a boolean is not TOML's.
+        let (dir, e) = load_err(&pool("www", "catch_workers_output = \"yes\"\n"), &[]);
+        assert_err(
+            &dir,
+            &e,
+            "fpmd.toml",
+            Some(7),
+            Some("www"),
+            Some("catch_workers_output"),
+            "invalid type: string \"yes\", expected a boolean",
+        );
+        let (dir, e) = load_err(&pool("www", "decorate_workers_output = 1\n"), &[]);
+        assert_err(
+            &dir,
+            &e,
+            "fpmd.toml",
+            Some(7),
+            Some("www"),
+            Some("decorate_workers_output"),
+            "invalid type: integer `1`, expected a boolean",
+        );
+        let (dir, e) = load_err(&pool("www", "catch_worker_output = true\n"), &[]);
+        assert_err(
+            &dir,
+            &e,
+            "fpmd.toml",
+            Some(7),
+            Some("www"),
+            Some("catch_worker_output"),
+            "unknown key (did you mean 'catch_workers_output'?)",
         );
     }
 

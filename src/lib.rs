@@ -12,6 +12,7 @@ pub mod daemon;
 pub mod fastcgi;
 pub mod listener;
 pub mod log;
+pub mod output;
 pub mod peer;
 pub mod proxy;
 pub mod reap;

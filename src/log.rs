@@ -1,9 +1,19 @@
 //! fpmd's own log (php-fpm's `error_log`): tracing to stderr or to a file
-//! that SIGUSR1 reopens (for logrotate).
+//! that SIGUSR1 reopens (for logrotate), one line per event in php-fpm's
+//! level names, with whatever a client or a child controls escaped.
 //!
-//! Owns: the tracing subscriber and the log file handle. Must not touch
-//! anything else.
+//! Owns: the tracing subscriber, its line format ([`PhpFpmFormat`],
+//! [`EscapingFields`]), the log file handle and [`escape`]. Must not touch
+//! anything else: callers decide what to log.
+//!
+//! A line is `TIME LEVEL MESSAGE FIELDS`: the time stamp is RFC 3339 in UTC
+//! with microseconds (tests parse it), LEVEL one of php-fpm's `ALERT`,
+//! `ERROR`, `WARNING`, `NOTICE`, `DEBUG` (right-aligned to 7 columns),
+//! then the message and `name=value` fields. Events whose target is
+//! [`RAW_TARGET`] are written as their message alone (php-fpm's
+//! `decorate_workers_output = no`).
 
+use std::fmt::{self, Write as _};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -88,9 +98,407 @@ pub fn init(target: &LogTarget, level: &LogLevel) -> io::Result<LogWriter> {
     };
     let _ = tracing_subscriber::fmt()
         .with_max_level(level_filter(level))
-        .with_target(false)
         .with_ansi(false)
+        .event_format(PhpFpmFormat::default())
+        .fmt_fields(EscapingFields)
         .with_writer(writer.clone())
         .try_init();
     Ok(writer)
+}
+
+/// Target of events written as their bare message, without time stamp,
+/// level or fields: `warn!(target: RAW_TARGET, "{}", escape_controls(..))`.
+/// php-fpm's `decorate_workers_output = no` (a child's line as it wrote it).
+pub const RAW_TARGET: &str = "fpmd::raw";
+
+/// Target of `error!` events printed as `ALERT` (php-fpm's highest level,
+/// which it uses for a configuration it cannot run with). tracing has no
+/// level above ERROR, and `log_level = "alert"` filters as `"error"` does.
+pub const ALERT_TARGET: &str = "fpmd::alert";
+
+/// php-fpm's name of a level (`zlog.c` `level_names`): tracing ERROR →
+/// `ERROR` (or `ALERT` for [`ALERT_TARGET`]), WARN → `WARNING`, INFO →
+/// `NOTICE`, DEBUG and TRACE → `DEBUG`.
+pub fn level_name(level: &tracing::Level, target: &str) -> &'static str {
+    match *level {
+        tracing::Level::ERROR if target == ALERT_TARGET => "ALERT",
+        tracing::Level::ERROR => "ERROR",
+        tracing::Level::WARN => "WARNING",
+        tracing::Level::INFO => "NOTICE",
+        tracing::Level::DEBUG | tracing::Level::TRACE => "DEBUG",
+    }
+}
+
+/// The line format: `TIME LEVEL MESSAGE FIELDS` with tracing-subscriber's
+/// RFC 3339 time stamp and php-fpm's level names ([`level_name`]); events
+/// of [`RAW_TARGET`] as their message alone. Spans are not shown (fpmd
+/// opens none).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct PhpFpmFormat {
+    timer: tracing_subscriber::fmt::time::SystemTime,
+}
+
+impl<S, N> tracing_subscriber::fmt::FormatEvent<S, N> for PhpFpmFormat
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> fmt::Result {
+        use tracing_subscriber::fmt::time::FormatTime;
+        let meta = event.metadata();
+        if meta.target() == RAW_TARGET {
+            let mut message = MessageOnly {
+                writer: writer.by_ref(),
+                result: Ok(()),
+            };
+            event.record(&mut message);
+            message.result?;
+            return writeln!(writer);
+        }
+        if self.timer.format_time(&mut writer).is_err() {
+            writer.write_str("<unknown time>")?;
+        }
+        write!(writer, " {:>7} ", level_name(meta.level(), meta.target()))?;
+        ctx.field_format().format_fields(writer.by_ref(), event)?;
+        writeln!(writer)
+    }
+}
+
+/// Writes the `message` field only (for [`RAW_TARGET`]), control
+/// characters escaped.
+struct MessageOnly<'a> {
+    writer: tracing_subscriber::fmt::format::Writer<'a>,
+    result: fmt::Result,
+}
+
+impl tracing::field::Visit for MessageOnly<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn fmt::Debug) {
+        if field.name() == "message" && self.result.is_ok() {
+            self.result = write!(
+                Escaping {
+                    inner: &mut self.writer,
+                    quotes: false
+                },
+                "{value:?}"
+            );
+        }
+    }
+}
+
+/// The field format: the message first as the macros put it, with control
+/// characters escaped (a message never spans two lines nor carries a
+/// terminal escape); then ` name=value` per field, the value escaped with
+/// [`escape`]'s rules (quotes and backslashes too): URIs, script names and
+/// peers come from clients.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct EscapingFields;
+
+impl<'w> tracing_subscriber::fmt::FormatFields<'w> for EscapingFields {
+    fn format_fields<R: tracing_subscriber::field::RecordFields>(
+        &self,
+        writer: tracing_subscriber::fmt::format::Writer<'w>,
+        fields: R,
+    ) -> fmt::Result {
+        let mut v = FieldVisitor {
+            writer,
+            first: true,
+            result: Ok(()),
+        };
+        fields.record(&mut v);
+        v.result
+    }
+}
+
+struct FieldVisitor<'a> {
+    writer: tracing_subscriber::fmt::format::Writer<'a>,
+    first: bool,
+    result: fmt::Result,
+}
+
+impl tracing::field::Visit for FieldVisitor<'_> {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.record_debug(field, &format_args!("{value}"));
+    }
+
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn fmt::Debug) {
+        if self.result.is_err() {
+            return;
+        }
+        let sep = if self.first { "" } else { " " };
+        self.first = false;
+        self.result = match field.name() {
+            "message" => self.writer.write_str(sep).and_then(|()| {
+                write!(
+                    Escaping {
+                        inner: &mut self.writer,
+                        quotes: false
+                    },
+                    "{value:?}"
+                )
+            }),
+            name => write!(self.writer, "{sep}{}=", name.trim_start_matches("r#")).and_then(|()| {
+                write!(
+                    Escaping {
+                        inner: &mut self.writer,
+                        quotes: true
+                    },
+                    "{value:?}"
+                )
+            }),
+        };
+    }
+}
+
+/// A `fmt::Write` that escapes what goes through it (see [`escape`]).
+struct Escaping<'a, W: fmt::Write> {
+    inner: &'a mut W,
+    /// Escape `"` and `\` too.
+    quotes: bool,
+}
+
+impl<W: fmt::Write> fmt::Write for Escaping<'_, W> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        write_escaped(self.inner, s, self.quotes)
+    }
+}
+
+/// Renders bytes for one log line, inside double quotes: newline, CR and
+/// tab as `\n`, `\r`, `\t`; other C0 controls, ESC and DEL as `\xNN`
+/// (lowercase hex); C1 controls (U+0080–U+009F, which some terminals obey)
+/// as `\u{NN}`; `\` and `"` as `\\` and `\"`; each byte of invalid UTF-8
+/// as `\xNN`; everything else as is. Allocates nothing; a run of bytes
+/// that needs no escaping is written with one `write_str`.
+///
+/// For client- and child-supplied text: a child's line (php-fpm's
+/// `said into stderr: "…"`), a request URI.
+pub fn escape(bytes: &[u8]) -> Escape<'_> {
+    Escape {
+        bytes,
+        quotes: true,
+    }
+}
+
+/// As [`escape`], but `"` and `\` are left as they are: for text that is
+/// not between quotes and should stay as the writer meant it (a child's raw
+/// line under `decorate_workers_output = false`, often JSON). Control
+/// characters and invalid UTF-8 are still escaped, so it cannot forge a
+/// line nor reach a terminal; `\x1b` written literally looks the same as
+/// an escaped ESC.
+pub fn escape_controls(bytes: &[u8]) -> Escape<'_> {
+    Escape {
+        bytes,
+        quotes: false,
+    }
+}
+
+/// Display of [`escape`] / [`escape_controls`].
+#[derive(Debug, Clone, Copy)]
+pub struct Escape<'a> {
+    bytes: &'a [u8],
+    quotes: bool,
+}
+
+impl fmt::Display for Escape<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut rest = self.bytes;
+        loop {
+            match std::str::from_utf8(rest) {
+                Ok(s) => return write_escaped(f, s, self.quotes),
+                Err(e) => {
+                    let (valid, after) = rest.split_at(e.valid_up_to());
+                    if let Ok(s) = std::str::from_utf8(valid) {
+                        write_escaped(f, s, self.quotes)?;
+                    }
+                    let bad = e.error_len().unwrap_or(after.len()).min(after.len());
+                    for b in &after[..bad] {
+                        write!(f, "\\x{b:02x}")?;
+                    }
+                    rest = &after[bad..];
+                }
+            }
+        }
+    }
+}
+
+/// Writes `s` with [`escape`]'s rules (`quotes`: also `"` and `\`).
+fn write_escaped<W: fmt::Write + ?Sized>(out: &mut W, s: &str, quotes: bool) -> fmt::Result {
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        let c1 = b == 0xc2 && bytes.get(i + 1).is_some_and(|n| (0x80..=0x9f).contains(n));
+        let plain = (0x20..0x7f).contains(&b) && !(quotes && (b == b'"' || b == b'\\'))
+            || (b >= 0x80 && !c1);
+        if plain {
+            i += 1;
+            continue;
+        }
+        // `i` is a char boundary: every escaped char starts with this byte.
+        out.write_str(&s[start..i])?;
+        match b {
+            b'\n' => out.write_str("\\n")?,
+            b'\r' => out.write_str("\\r")?,
+            b'\t' => out.write_str("\\t")?,
+            b'"' => out.write_str("\\\"")?,
+            b'\\' => out.write_str("\\\\")?,
+            0xc2 => {
+                write!(out, "\\u{{{:x}}}", bytes[i + 1])?;
+                i += 1;
+            }
+            _ => write!(out, "\\x{b:02x}")?,
+        }
+        i += 1;
+        start = i;
+    }
+    out.write_str(&s[start..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn esc(b: &[u8]) -> String {
+        escape(b).to_string()
+    }
+
+    #[test]
+    fn escape_plain_ascii_is_unchanged() {
+        assert_eq!(
+            esc(b"GET /index.php?a=1&b=2 HTTP/1.1"),
+            "GET /index.php?a=1&b=2 HTTP/1.1"
+        );
+        assert_eq!(esc(b""), "");
+        assert_eq!(
+            esc("caf\u{e9} \u{1f418} \u{2028}".as_bytes()),
+            "caf\u{e9} \u{1f418} \u{2028}"
+        );
+    }
+
+    #[test]
+    fn escape_controls_quotes_backslashes() {
+        assert_eq!(esc(b"a\nb\rc\td"), "a\\nb\\rc\\td");
+        assert_eq!(esc(b"\x1b[31mred\x1b[0m"), "\\x1b[31mred\\x1b[0m");
+        assert_eq!(esc(b"\x00\x07\x7f"), "\\x00\\x07\\x7f");
+        assert_eq!(esc(b"say \"hi\" \\o/"), "say \\\"hi\\\" \\\\o/");
+        assert_eq!(esc("\u{9b}31m".as_bytes()), "\\u{9b}31m");
+        assert_eq!(esc("\u{80}\u{9f}\u{a0}".as_bytes()), "\\u{80}\\u{9f}\u{a0}");
+    }
+
+    #[test]
+    fn escape_invalid_utf8_bytewise() {
+        assert_eq!(esc(b"\xff\xfe"), "\\xff\\xfe");
+        assert_eq!(esc(b"ok\xc3"), "ok\\xc3", "truncated sequence at the end");
+        assert_eq!(esc(b"a\xe2\x82b"), "a\\xe2\\x82b");
+        assert_eq!(esc(b"\xc2"), "\\xc2", "a lone C1 lead byte");
+        assert_eq!(esc(b"\xed\xa0\x80x"), "\\xed\\xa0\\x80x", "a surrogate");
+    }
+
+    #[test]
+    fn escape_controls_leaves_quotes_and_backslashes() {
+        let json = br#"{"msg":"a \"b\"","path":"C:\\x"}"#;
+        assert_eq!(
+            escape_controls(json).to_string(),
+            String::from_utf8_lossy(json)
+        );
+        assert_eq!(
+            escape_controls(b"x\ny\x1b\xff").to_string(),
+            "x\\ny\\x1b\\xff"
+        );
+    }
+
+    proptest::proptest! {
+        /// Whatever the bytes, one line of printable text, and plain input
+        /// comes back as it went in.
+        #[test]
+        fn escape_is_one_printable_line(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..64)) {
+            let s = esc(&bytes);
+            proptest::prop_assert!(s.chars().all(|c| !c.is_control()), "{s:?}");
+            let plain = bytes.iter().all(|b| (0x20..0x7f).contains(b) && *b != b'"' && *b != b'\\');
+            if plain {
+                proptest::prop_assert_eq!(s.as_bytes(), &bytes[..]);
+            }
+        }
+    }
+
+    /// Collects what a subscriber with fpmd's format writes.
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Buf {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn capture(f: impl FnOnce()) -> String {
+        let buf = Buf::default();
+        let out = buf.clone();
+        let sub = tracing_subscriber::fmt()
+            .with_max_level(tracing::level_filters::LevelFilter::DEBUG)
+            .with_ansi(false)
+            .event_format(PhpFpmFormat::default())
+            .fmt_fields(EscapingFields)
+            .with_writer(move || out.clone())
+            .finish();
+        tracing::subscriber::with_default(sub, f);
+        let bytes = buf.0.lock().unwrap().clone();
+        String::from_utf8(bytes).unwrap()
+    }
+
+    #[test]
+    fn php_fpm_level_names_and_time_stamp() {
+        let out = capture(|| {
+            tracing::error!("e");
+            tracing::error!(target: ALERT_TARGET, "a");
+            tracing::warn!("w");
+            tracing::info!(pool = "www", pid = 12, "n");
+            tracing::debug!("d");
+        });
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 5, "{out}");
+        for (line, level, rest) in [
+            (lines[0], "ERROR", "e"),
+            (lines[1], "ALERT", "a"),
+            (lines[2], "WARNING", "w"),
+            (lines[3], "NOTICE", "n pool=www pid=12"),
+            (lines[4], "DEBUG", "d"),
+        ] {
+            let mut words = line.split_whitespace();
+            let time = words.next().unwrap();
+            assert!(humantime::parse_rfc3339(time).is_ok(), "{line}");
+            assert_eq!(words.next(), Some(level), "{line}");
+            assert!(line.ends_with(&format!("{level} {rest}")), "{line}");
+        }
+    }
+
+    #[test]
+    fn messages_and_fields_are_escaped_raw_lines_bare() {
+        let uri = "/x\n2026-01-01T00:00:00Z  NOTICE forged \"q\"";
+        let out = capture(|| {
+            tracing::warn!(uri = %uri, "slow \x1b[2J \"{}\"", "m");
+            tracing::warn!(target: RAW_TARGET, "{}", "{\"json\":1}");
+            tracing::warn!(target: RAW_TARGET, "a\nb");
+        });
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 3, "{out}");
+        assert!(
+            lines[0].ends_with(
+                r#"WARNING slow \x1b[2J "m" uri=/x\n2026-01-01T00:00:00Z  NOTICE forged \"q\""#
+            ),
+            "{}",
+            lines[0]
+        );
+        assert_eq!(lines[1], r#"{"json":1}"#);
+        assert_eq!(lines[2], r"a\nb");
+    }
 }

@@ -7,9 +7,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use std::time::Duration;
+
 use nix::sys::signal::Signal;
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
-use nix::unistd::Pid;
 use tokio::sync::mpsc::UnboundedSender;
 
 /// How a child ended.
@@ -17,8 +17,9 @@ use tokio::sync::mpsc::UnboundedSender;
 pub enum ExitKind {
     /// `exit(code)`.
     Code(i32),
-    /// Killed by a signal.
-    Signal(Signal),
+    /// Killed by signal number `signal` (any number: real-time signals
+    /// have no [`Signal`] of their own), with a core dump or not.
+    Signal { signal: i32, core_dumped: bool },
 }
 
 /// One reaped child.
@@ -28,12 +29,58 @@ pub struct Exit {
     pub kind: ExitKind,
 }
 
+/// php-fpm's wording (`fpm_children.c`): `exited with code 0`,
+/// `exited on signal 9 (SIGKILL)`, `exited on signal 11 (SIGSEGV - core
+/// dumped)`, `exited on signal 35 (SIGRTMIN+1)`.
 impl std::fmt::Display for ExitKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
+        match *self {
             ExitKind::Code(c) => write!(f, "exited with code {c}"),
-            ExitKind::Signal(s) => write!(f, "exited on signal {} ({})", *s as i32, s.as_str()),
+            ExitKind::Signal {
+                signal,
+                core_dumped,
+            } => {
+                write!(f, "exited on signal {signal} (")?;
+                write_signal_name(f, signal)?;
+                f.write_str(if core_dumped { " - core dumped)" } else { ")" })
+            }
         }
+    }
+}
+
+/// `SIGKILL`, `SIGRTMIN+3`, or nothing for a number Linux does not have.
+fn write_signal_name(f: &mut std::fmt::Formatter<'_>, signal: i32) -> std::fmt::Result {
+    if let Ok(s) = Signal::try_from(signal) {
+        return f.write_str(s.as_str());
+    }
+    let (min, max) = (libc::SIGRTMIN(), libc::SIGRTMAX());
+    match signal {
+        s if s == min => f.write_str("SIGRTMIN"),
+        s if s == max => f.write_str("SIGRTMAX"),
+        s if s > min && s < max => write!(f, "SIGRTMIN+{}", s - min),
+        _ => Ok(()),
+    }
+}
+
+impl Exit {
+    /// The log line php-fpm writes for a child exit, given how long the
+    /// child lived: `child 1234 exited on signal 9 (SIGKILL) after
+    /// 1.234567 seconds from start`.
+    pub fn describe(&self, lived: Duration) -> impl std::fmt::Display + '_ {
+        struct Line<'a>(&'a Exit, Duration);
+        impl std::fmt::Display for Line<'_> {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(
+                    f,
+                    "child {} {} after {}.{:06} seconds from start",
+                    self.0.pid,
+                    self.0.kind,
+                    self.1.as_secs(),
+                    self.1.subsec_micros()
+                )
+            }
+        }
+        Line(self, lived)
     }
 }
 
@@ -71,21 +118,26 @@ impl Reaper {
     /// its owner. Called on every SIGCHLD (signals coalesce, hence the loop).
     pub fn reap_all(&self) {
         loop {
-            let status = match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::StillAlive) | Err(_) => return,
-                Ok(s) => s,
+            // libc, not nix: nix's waitpid reaps a child killed by a
+            // real-time signal and then fails to convert its status, and
+            // that exit would be lost.
+            let mut status = 0;
+            // SAFETY: waitpid writes the status into a valid local int.
+            let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+            if pid <= 0 {
+                return;
+            }
+            let kind = if libc::WIFEXITED(status) {
+                ExitKind::Code(libc::WEXITSTATUS(status))
+            } else if libc::WIFSIGNALED(status) {
+                ExitKind::Signal {
+                    signal: libc::WTERMSIG(status),
+                    core_dumped: libc::WCOREDUMP(status),
+                }
+            } else {
+                continue;
             };
-            let exit = match status {
-                WaitStatus::Exited(pid, code) => Exit {
-                    pid: pid.as_raw(),
-                    kind: ExitKind::Code(code),
-                },
-                WaitStatus::Signaled(pid, sig, _) => Exit {
-                    pid: pid.as_raw(),
-                    kind: ExitKind::Signal(sig),
-                },
-                _ => continue,
-            };
+            let exit = Exit { pid, kind };
             let mut o = self.owners.lock().unwrap();
             match o.by_pid.remove(&exit.pid) {
                 Some(owner) => {
@@ -113,5 +165,57 @@ impl Reaper {
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn php_fpm_wording() {
+        let kill = Exit {
+            pid: 1234,
+            kind: ExitKind::Signal {
+                signal: 9,
+                core_dumped: false,
+            },
+        };
+        assert_eq!(
+            kill.describe(Duration::from_micros(1_234_567)).to_string(),
+            "child 1234 exited on signal 9 (SIGKILL) after 1.234567 seconds from start"
+        );
+        let segv = ExitKind::Signal {
+            signal: libc::SIGSEGV,
+            core_dumped: true,
+        };
+        assert_eq!(
+            segv.to_string(),
+            "exited on signal 11 (SIGSEGV - core dumped)"
+        );
+        let rt = ExitKind::Signal {
+            signal: libc::SIGRTMIN() + 1,
+            core_dumped: false,
+        };
+        assert_eq!(
+            rt.to_string(),
+            format!("exited on signal {} (SIGRTMIN+1)", libc::SIGRTMIN() + 1)
+        );
+        assert_eq!(
+            ExitKind::Signal {
+                signal: 200,
+                core_dumped: false
+            }
+            .to_string(),
+            "exited on signal 200 ()"
+        );
+        let ok = Exit {
+            pid: 7,
+            kind: ExitKind::Code(0),
+        };
+        assert_eq!(
+            ok.describe(Duration::from_millis(20)).to_string(),
+            "child 7 exited with code 0 after 0.020000 seconds from start"
+        );
     }
 }

@@ -1,10 +1,11 @@
 //! Starting php-cgi children: the one seam every spawn strategy goes through.
 //!
-//! Owns: the spawner thread, the fork/exec of php-cgi, the per-child private
-//! listening socket that becomes the child's fd 0, and the pipe that carries
-//! what a child writes to its stdout/stderr outside FastCGI. Must not touch:
-//! dispatch state, FastCGI, or the decision of when to spawn (the supervisor
-//! decides; this module only does).
+//! Owns: the spawner thread, the fork/exec of php-cgi and the per-child
+//! private listening socket that becomes the child's fd 0. Its fd 1 and
+//! fd 2 come from [`crate::output::open`]. Must not touch: dispatch state,
+//! FastCGI, what becomes of the children's output (`crate::output`), or the
+//! decision of when to spawn (the supervisor decides; this module only
+//! does).
 //!
 //! Every fork happens on one dedicated thread that lives as long as the
 //! daemon, because `PR_SET_PDEATHSIG` fires when the *thread* that forked
@@ -49,16 +50,18 @@ pub struct ChildSpec {
     /// for an exec'd child; SIGTERM for a pre-fork parent, whose handler
     /// then signals its whole process group (php-cgi's `fastcgi_cleanup`).
     pub death_signal: i32,
+    /// `catch_workers_output`: the child's stdout is caught too (else it is
+    /// `/dev/null`); see [`crate::output::open`].
+    pub catch_workers_output: bool,
 }
 
 /// A started child.
 #[derive(Debug)]
 pub struct Spawned {
     pub pid: i32,
-    /// fpmd's end of the unix stream socket that is the child's fd 1 and
-    /// fd 2 (and its pre-forked children's), with `SO_PASSCRED` set: each
-    /// read tells which process wrote (see [`read_output`]).
-    pub output: OwnedFd,
+    /// fpmd's ends of the child's fd 1 and fd 2 (shared by its pre-forked
+    /// children), for [`crate::output::forward`].
+    pub output: crate::output::Readers,
 }
 
 struct Job {
@@ -128,23 +131,7 @@ fn bind_endpoint(spec: &ChildSpec) -> io::Result<OwnedFd> {
 
 fn spawn_child(spec: &ChildSpec) -> io::Result<Spawned> {
     let listener = bind_endpoint(spec)?;
-    let (out_r, out_w) = nix::sys::socket::socketpair(
-        nix::sys::socket::AddressFamily::Unix,
-        nix::sys::socket::SockType::Stream,
-        None,
-        nix::sys::socket::SockFlag::SOCK_CLOEXEC | nix::sys::socket::SockFlag::SOCK_NONBLOCK,
-    )?;
-    nix::sys::socket::setsockopt(&out_r, nix::sys::socket::sockopt::PassCred, &true)?;
-    // The child's end blocks, as a pipe would.
-    nix::fcntl::fcntl(
-        std::os::fd::AsRawFd::as_raw_fd(&out_w),
-        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()),
-    )?;
-    let _ = nix::sys::socket::shutdown(
-        std::os::fd::AsRawFd::as_raw_fd(&out_r),
-        nix::sys::socket::Shutdown::Write,
-    );
-    let out_w2 = out_w.try_clone()?;
+    let (stdio, output) = crate::output::open(spec.catch_workers_output)?;
 
     let mut cmd = Command::new(&spec.program);
     cmd.args(&spec.args)
@@ -152,8 +139,8 @@ fn spawn_child(spec: &ChildSpec) -> io::Result<Spawned> {
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .current_dir(&spec.cwd)
         .stdin(Stdio::from(listener))
-        .stdout(Stdio::from(out_w))
-        .stderr(Stdio::from(out_w2))
+        .stdout(Stdio::from(stdio.stdout))
+        .stderr(Stdio::from(stdio.stderr))
         // Own process group: a Ctrl-C on fpmd's terminal reaches fpmd only,
         // and a php-cgi that signals its group never reaches fpmd.
         .process_group(0);
@@ -197,21 +184,5 @@ fn spawn_child(spec: &ChildSpec) -> io::Result<Spawned> {
     drop(cmd);
     // The reaper waits for the pid; std's Child is never waited on.
     drop(child);
-    Ok(Spawned { pid, output: out_r })
-}
-
-/// Reads what children wrote on their stdout/stderr socket: the bytes and
-/// the pid of the process that wrote them (from `SCM_CREDENTIALS`; the
-/// kernel never merges two writers' bytes into one read). `Ok((0, _))`:
-/// every writer has closed it. Errors: `WouldBlock` when nothing is there.
-pub fn read_output(fd: std::os::fd::RawFd, buf: &mut [u8]) -> io::Result<(usize, Option<i32>)> {
-    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
-    let mut iov = [std::io::IoSliceMut::new(buf)];
-    let mut space = nix::cmsg_space!(libc::ucred);
-    let msg = recvmsg::<()>(fd, &mut iov, Some(&mut space), MsgFlags::MSG_DONTWAIT)?;
-    let pid = msg.cmsgs()?.find_map(|c| match c {
-        ControlMessageOwned::ScmCredentials(cred) => Some(cred.pid()),
-        _ => None,
-    });
-    Ok((msg.bytes, pid))
+    Ok(Spawned { pid, output })
 }

@@ -75,6 +75,8 @@ pub struct Worker {
     alive: Arc<AtomicBool>,
     /// When it last became idle (for the process manager's scale-down).
     idle_since: Instant,
+    /// Closed after the first request of its php-cgi (see `crate::output`).
+    startup: crate::output::StartupWindow,
 }
 
 impl Worker {
@@ -321,6 +323,7 @@ impl Pool {
     /// read): to the oldest waiter, else onto the idle stack; or retires it
     /// when it reached `pm.max_requests`.
     fn release(&self, mut w: Worker) {
+        w.startup.close();
         w.served += 1;
         w.learn_pid();
         let max = self.config.pm.max_requests;
@@ -919,15 +922,13 @@ impl Supervisor {
         let lived = child.started.elapsed();
         let name = self.pool.config.name.clone();
         if child.expected_exit {
-            debug!(pool = %name, pid = exit.pid, "child {} after {:.3} s", exit.kind, lived.as_secs_f64());
+            debug!(pool = %name, pid = exit.pid, "{}", exit.describe(lived));
         } else {
             match exit.kind {
                 ExitKind::Code(0) => {
-                    info!(pool = %name, pid = exit.pid, "child {} after {:.3} s", exit.kind, lived.as_secs_f64())
+                    info!(pool = %name, pid = exit.pid, "{}", exit.describe(lived))
                 }
-                _ => {
-                    warn!(pool = %name, pid = exit.pid, "child {} after {:.3} s", exit.kind, lived.as_secs_f64())
-                }
+                _ => warn!(pool = %name, pid = exit.pid, "{}", exit.describe(lived)),
             }
         }
         if self.stopping.is_some() {
@@ -937,7 +938,10 @@ impl Supervisor {
         // asked the child to go (its broken connection is often seen first).
         if matches!(
             exit.kind,
-            ExitKind::Signal(Signal::SIGSEGV | Signal::SIGBUS)
+            ExitKind::Signal {
+                signal: libc::SIGSEGV | libc::SIGBUS,
+                ..
+            }
         ) {
             self.note_crash();
         }
@@ -1037,7 +1041,8 @@ impl Supervisor {
         } else {
             debug!(pool = %self.name(), pid, "child started");
         }
-        forward_output(self.pool.config.name.clone(), pid, output);
+        let startup = crate::output::StartupWindow::new();
+        crate::output::forward(&self.pool.config, pid, output, startup.clone());
         let alive = Arc::new(AtomicBool::new(true));
         self.children.insert(
             pid,
@@ -1059,6 +1064,7 @@ impl Supervisor {
                 served: 0,
                 alive: alive.clone(),
                 idle_since: Instant::now(),
+                startup: startup.clone(),
             });
         }
         Ok(())
@@ -1127,64 +1133,6 @@ pub fn child_spec(config: &PoolConfig, endpoint: PathBuf) -> ChildSpec {
         endpoint,
         backlog: children as i32 + 8,
         death_signal,
+        catch_workers_output: config.catch_workers_output,
     }
-}
-
-/// Logs what a child writes to its stdout/stderr outside FastCGI, a line at
-/// a time, with pool and the pid of the process that wrote it (php-fpm's
-/// `catch_workers_output`). `spawned` is the pid fpmd started (named when
-/// the writer cannot be told).
-fn forward_output(pool: String, spawned: i32, fd: std::os::fd::OwnedFd) {
-    use std::os::fd::AsRawFd;
-    let fd = match tokio::net::UnixStream::from_std(std::os::unix::net::UnixStream::from(fd)) {
-        Ok(fd) => fd,
-        Err(e) => {
-            warn!(pool = %pool, pid = spawned, "cannot read the child's output: {e}");
-            return;
-        }
-    };
-    tokio::spawn(async move {
-        const MAX_LINE: usize = 4096;
-        let mut partial: HashMap<i32, Vec<u8>> = HashMap::new();
-        let mut buf = vec![0u8; 8192];
-        let emit = |pid: i32, line: &[u8]| {
-            let text = String::from_utf8_lossy(line);
-            let text = text.trim_end();
-            if !text.is_empty() {
-                warn!(pool = %pool, pid, "child said into stderr: \"{text}\"");
-            }
-        };
-        loop {
-            if fd.readable().await.is_err() {
-                break;
-            }
-            let (n, writer) = match fd.try_io(tokio::io::Interest::READABLE, || {
-                crate::spawn::read_output(fd.as_raw_fd(), &mut buf)
-            }) {
-                Ok(r) => r,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-                Err(_) => break,
-            };
-            if n == 0 {
-                break;
-            }
-            let pid = writer.unwrap_or(spawned);
-            let pending = partial.entry(pid).or_default();
-            pending.extend_from_slice(&buf[..n]);
-            while let Some(end) = pending.iter().position(|b| *b == b'\n') {
-                emit(pid, &pending[..end]);
-                pending.drain(..=end);
-            }
-            if pending.len() > MAX_LINE {
-                emit(pid, pending);
-                pending.clear();
-            }
-            if pending.is_empty() {
-                partial.remove(&pid);
-            }
-        }
-        for (pid, rest) in partial {
-            emit(pid, &rest);
-        }
-    });
 }

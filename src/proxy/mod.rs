@@ -141,9 +141,12 @@ pub struct Ctx<'a> {
     pub script: script::Options,
 }
 
-/// Client-supplied bytes in a log line: control characters, quotes,
-/// backslashes and invalid UTF-8 escaped (`\n`, `\x1b`, `\"`, `\\`), so a
-/// client cannot forge log lines or send escape codes to a terminal.
+/// Client-supplied bytes as text for a log field or message: invalid
+/// UTF-8 shows as U+FFFD. fpmd's log formatter escapes control
+/// characters, quotes and backslashes in every field and message
+/// ([`crate::log::EscapingFields`]), so a client cannot forge log lines or
+/// send escape codes to a terminal; files written outside the formatter
+/// (the slowlog) use [`crate::log::escape`].
 pub struct Field<'a>(pub &'a [u8]);
 
 /// See [`Field`].
@@ -154,19 +157,9 @@ pub fn field(b: &[u8]) -> Field<'_> {
 impl fmt::Display for Field<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for chunk in self.0.utf8_chunks() {
-            for c in chunk.valid().chars() {
-                match c {
-                    '\n' => f.write_str("\\n")?,
-                    '\r' => f.write_str("\\r")?,
-                    '\t' => f.write_str("\\t")?,
-                    '"' => f.write_str("\\\"")?,
-                    '\\' => f.write_str("\\\\")?,
-                    c if c.is_control() => write!(f, "\\x{:02x}", c as u32)?,
-                    c => write!(f, "{c}")?,
-                }
-            }
-            for b in chunk.invalid() {
-                write!(f, "\\x{b:02x}")?;
+            f.write_str(chunk.valid())?;
+            if !chunk.invalid().is_empty() {
+                f.write_str("\u{fffd}")?;
             }
         }
         Ok(())
@@ -541,6 +534,13 @@ fn write_slowlog(pool: &Pool, pid: i32, info: &exchange::SlowInfo, elapsed: Dura
     let Some(path) = &pool.config.slowlog else {
         return;
     };
+    // The entry's fields come from the client: escaped, so that a URI
+    // cannot forge an entry.
+    let (script, uri, method) = (
+        crate::log::escape(script.as_bytes()),
+        crate::log::escape(uri.as_bytes()),
+        crate::log::escape(method.as_bytes()),
+    );
     let entry = format!(
         "\n[{}] [pool {name}] pid {pid}\nscript_filename = {script}\nrequest_uri = {uri}\nrequest_method = {method}\nelapsed = {:.3} s\n",
         humantime::format_rfc3339_seconds(std::time::SystemTime::now()),
@@ -561,17 +561,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn fields_cannot_forge_log_lines() {
+    fn fields_are_text() {
         assert_eq!(field(b"/index.php?a=1").to_string(), "/index.php?a=1");
-        assert_eq!(
-            field(b"/x\n2026-12-01T00:00:00Z NOTICE forged").to_string(),
-            "/x\\n2026-12-01T00:00:00Z NOTICE forged"
-        );
-        assert_eq!(
-            field(b"\x1b[31mred\"\\").to_string(),
-            "\\x1b[31mred\\\"\\\\"
-        );
-        assert_eq!(field(b"caf\xc3\xa9 \xff").to_string(), "café \\xff");
+        assert_eq!(field(b"caf\xc3\xa9 \xff").to_string(), "caf\u{e9} \u{fffd}");
     }
 
     #[test]

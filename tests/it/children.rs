@@ -1,6 +1,8 @@
 //! Issue 2, items 3, 6 and 7: the pool never exceeds max_children, recycles
 //! children after max_requests, and loses nothing but the one request when
-//! a child is killed; children's own stderr lands in fpmd's log.
+//! a child is killed; children's own stderr lands in fpmd's log; a child
+//! killed by any signal, even one without a name in nix, is logged with its
+//! signal and replaced.
 
 use crate::harness::http::{assert_all_200, concurrent, try_get_with};
 use crate::harness::*;
@@ -216,7 +218,11 @@ fn child_killed_while_idle_costs_nothing() {
 
 #[test]
 fn child_stderr_goes_to_fpmd_log() {
-    let s = Stack::start(Pool::www().max_children(2));
+    let s = Stack::start(
+        Pool::www()
+            .max_children(2)
+            .line("catch_workers_output = true"),
+    );
     let r = get(&s.url("/stderr.php?marker=m4rk3r"));
     assert_eq!(r.status, 200);
     let pid = pid_of(&r.text().replace("ok", ""));
@@ -234,7 +240,9 @@ fn child_stderr_goes_to_fpmd_log() {
         .unwrap()
         .to_string();
     assert!(
-        line.contains(&pid.to_string()) && line.contains("www"),
+        line.ends_with(&format!(
+            "[pool www] child {pid} said into stderr: \"process-stderr:m4rk3r\""
+        )),
         "log line lacks pool or pid {pid}: {line}"
     );
     // Written with error_log(): a FastCGI STDERR record, which nginx logs.
@@ -281,4 +289,53 @@ fn caller_php_fcgi_environment_is_overridden() {
         "php-cgi under fpmd: {}",
         procs::describe(&s.fpmd.children())
     );
+}
+
+/// The processes fpmd spawned: exec, the children; prefork, the php-cgi parents.
+fn spawned(s: &Stack) -> Vec<i32> {
+    let fpmd = s.fpmd.pid();
+    s.fpmd
+        .children()
+        .into_iter()
+        .filter(|p| p.ppid == fpmd && p.alive())
+        .map(|p| p.pid)
+        .collect()
+}
+
+#[test]
+fn exit_on_a_signal_is_logged_with_its_name_and_the_child_replaced() {
+    let s = Stack::start(Pool::www().max_children(2));
+    s.fpmd.wait_workers(2, LONG);
+    // SIGKILL, and a real-time signal (no nix::Signal of its own).
+    let rt = libc::SIGRTMIN() + 1;
+    for (sig, name) in [
+        (libc::SIGKILL, "SIGKILL".to_string()),
+        (rt, "SIGRTMIN+1".to_string()),
+    ] {
+        let victim = *spawned(&s).first().expect("a process spawned by fpmd");
+        let mark = s.fpmd.log_len();
+        // SAFETY: kill(2) with a pid and a signal number.
+        assert_eq!(unsafe { libc::kill(victim, sig) }, 0);
+        let want = format!("child {victim} exited on signal {sig} ({name}) after ");
+        wait_for(Duration::from_secs(5), &format!("a line {want:?}"), || {
+            s.fpmd.log_since(mark).contains(&want)
+        });
+        let line = s
+            .fpmd
+            .log_lines_since(mark)
+            .into_iter()
+            .find(|l| l.contains(&want))
+            .unwrap();
+        eprintln!("{line}");
+        assert!(
+            line.contains(" WARNING ") && line.contains(" seconds from start"),
+            "{line}"
+        );
+        wait_for(LONG, "the pool to be whole again", || {
+            !spawned(&s).contains(&victim) && s.fpmd.workers().len() == 2
+        });
+        for _ in 0..4 {
+            assert_eq!(get(&s.url("/pid.php")).status, 200);
+        }
+    }
 }

@@ -289,7 +289,7 @@ fn terminate_timeout_spares_an_idle_kept_alive_child() {
     assert!(
         lines
             .iter()
-            .all(|l| !l.contains("WARN") && !l.contains("ERROR")),
+            .all(|l| !l.contains("WARNING") && !l.contains("ERROR")),
         "fpmd logged: {lines:#?}"
     );
 }
@@ -410,7 +410,7 @@ fn slowlog_entry_is_written_while_the_request_runs() {
         "elapsed should be the time when the entry was written: {e:?}"
     );
 
-    // And one WARN line in fpmd's log.
+    // And one WARNING line in fpmd's log.
     let lines: Vec<String> = s
         .fpmd
         .log_lines_since(log_mark)
@@ -423,7 +423,7 @@ fn slowlog_entry_is_written_while_the_request_runs() {
         "expected one log line about the slow request: {lines:#?}"
     );
     assert!(
-        lines[0].contains("WARN") && lines[0].contains(&pid.to_string()),
+        lines[0].contains("WARNING") && lines[0].contains(&pid.to_string()),
         "{}",
         lines[0]
     );

@@ -14,6 +14,7 @@ mod emergency;
 mod http;
 mod limits;
 mod listen;
+mod output;
 mod pm_modes;
 mod pool_settings;
 mod signals;

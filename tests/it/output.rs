@@ -1,0 +1,227 @@
+//! What children write to their own stdout and stderr (outside FastCGI):
+//! `catch_workers_output` on and off, `decorate_workers_output` on and
+//! off, php-cgi's start-up warnings with catch off, the per-child rate
+//! limit under a 100 MiB flood, and escaping. Each runs under both
+//! `pm.spawn` strategies (`FPMD_TEST_SPAWN`).
+
+use crate::harness::*;
+use std::time::{Duration, SystemTime};
+
+const LONG: Duration = Duration::from_secs(30);
+const MIB: usize = 1 << 20;
+
+/// "ok PID …" → PID.
+fn pid_of(body: &str) -> i32 {
+    body.split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {body:?}"))
+}
+
+/// The time stamp that starts a line of fpmd's log.
+fn log_time(line: &str) -> Option<SystemTime> {
+    humantime::parse_rfc3339(line.split_whitespace().next()?).ok()
+}
+
+/// Waits for a log line after `mark` containing `needle`; returns it.
+fn wait_line(fpmd: &Fpmd, mark: usize, needle: &str) -> String {
+    let mut found = None;
+    if !wait_until(Duration::from_secs(5), || {
+        found = fpmd
+            .log_lines_since(mark)
+            .into_iter()
+            .find(|l| l.contains(needle));
+        found.is_some()
+    }) {
+        panic!(
+            "no line with {needle:?} in fpmd's log:\n{}",
+            fpmd.log_since(mark)
+        );
+    }
+    found.unwrap()
+}
+
+/// One child, warmed up: its first request is complete, so under
+/// `pm.spawn = "exec"` its start-up window is closed too.
+fn one_child(lines: &[&str]) -> Stack {
+    let s = Stack::start(Pool::www().max_children(1).lines(lines));
+    s.fpmd.wait_workers(1, LONG);
+    assert_eq!(get(&s.url("/pid.php")).status, 200);
+    s
+}
+
+#[test]
+fn catch_off_logs_php_cgi_start_up_warnings_only() {
+    let s = one_child(&[r#"php_admin_value.extension = "nonexistent.so""#]);
+    // php-cgi's warning about the missing extension, written while it
+    // starts (prefork: by the php-cgi parent; exec: by the child).
+    let line = wait_line(
+        &s.fpmd,
+        0,
+        "Unable to load dynamic library 'nonexistent.so'",
+    );
+    eprintln!("start-up line: {line}");
+    assert!(
+        line.contains(" WARNING [pool www] child ")
+            && line.contains(" said into stderr: \"PHP Warning:  PHP Startup:"),
+        "{line}"
+    );
+    assert!(log_time(&line).is_some(), "{line}");
+
+    // What scripts write afterwards goes nowhere, stdout and stderr.
+    let mark = s.fpmd.log_len();
+    let r = get(&s.url("/output.php?marker=quiet1"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = get(&s.url("/stderr.php?marker=quiet2"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let quiet = holds_for(Duration::from_millis(700), || {
+        let log = s.fpmd.log_since(mark);
+        !log.contains("quiet1") && !log.contains("quiet2")
+    });
+    assert!(
+        quiet,
+        "script output was logged with catch_workers_output off:\n{}",
+        s.fpmd.log_since(mark)
+    );
+}
+
+#[test]
+fn catch_on_decorated_lines_name_pool_child_and_stream() {
+    let s = one_child(&["catch_workers_output = true"]);
+    let mark = s.fpmd.log_len();
+    let r = get(&s.url("/output.php?marker=dec1"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let pid = pid_of(&r.text());
+    let prefix = format!("[pool www] child {pid} said into");
+    for (needle, whole) in [
+        (
+            "stdout-line:dec1",
+            format!("{prefix} stdout: \"stdout-line:dec1\""),
+        ),
+        (
+            "stderr-line:dec1",
+            format!("{prefix} stderr: \"stderr-line:dec1\""),
+        ),
+        // Escaped: ESC, quotes and backslash; one line.
+        (
+            "esc:dec1",
+            format!(r#"{prefix} stderr: "esc:dec1 \x1b[31mred\x1b[0m \"quoted\" back\\slash""#),
+        ),
+        (
+            "json",
+            format!(r#"{prefix} stderr: "{{\"json\":\"dec1\"}}""#),
+        ),
+    ] {
+        let line = wait_line(&s.fpmd, mark, needle);
+        assert!(
+            line.ends_with(&whole),
+            "expected a line ending {whole:?}, got {line:?}"
+        );
+        assert!(line.contains(" WARNING "), "{line}");
+        assert!(log_time(&line).is_some(), "{line}");
+    }
+    assert!(
+        !s.fpmd.log().contains('\x1b'),
+        "a raw ESC reached fpmd's log"
+    );
+}
+
+#[test]
+fn catch_on_undecorated_lines_are_the_childs_text() {
+    let s = one_child(&[
+        "catch_workers_output = true",
+        "decorate_workers_output = false",
+    ]);
+    let mark = s.fpmd.log_len();
+    let r = get(&s.url("/output.php?marker=raw1"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    for whole in [
+        "stdout-line:raw1",
+        "stderr-line:raw1",
+        r#"{"json":"raw1"}"#,
+        r#"esc:raw1 \x1b[31mred\x1b[0m "quoted" back\slash"#,
+    ] {
+        let needle = whole.split(' ').next().unwrap();
+        let line = wait_line(&s.fpmd, mark, needle);
+        assert_eq!(
+            line, whole,
+            "a raw line is the child's text alone (control characters escaped)"
+        );
+    }
+}
+
+/// The 100 MiB flood of one request: fpmd's log growth, printed and bounded.
+fn flood(lines: &[&str]) -> (Stack, usize) {
+    let s = one_child(lines);
+    let mark = s.fpmd.log_len();
+    let r = get(&s.url("/flood.php?mib=100"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let written: usize = r
+        .text()
+        .split_whitespace()
+        .nth(2)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        written >= 100 * MIB,
+        "the script wrote only {written} bytes: {}",
+        r.text()
+    );
+    // Settled: the log stops growing (the summary comes within a second).
+    let mut last = usize::MAX;
+    wait_for(
+        Duration::from_secs(10),
+        "fpmd's log to stop growing",
+        || {
+            let now = s.fpmd.log_len();
+            let settled = now == last;
+            last = now;
+            if !settled {
+                std::thread::sleep(Duration::from_millis(1200));
+            }
+            settled
+        },
+    );
+    let grew = s.fpmd.log_len() - mark;
+    eprintln!(
+        "100 MiB to stderr with {lines:?}: fpmd's log grew by {grew} bytes ({:.2} MiB)",
+        grew as f64 / MIB as f64
+    );
+    assert_eq!(get(&s.url("/pid.php")).status, 200, "the pool serves on");
+    (s, grew)
+}
+
+#[test]
+fn flood_of_100_mib_with_catch_on_adds_little_to_the_log() {
+    let (s, grew) = flood(&["catch_workers_output = true"]);
+    assert!(
+        grew <= 4 * MIB,
+        "fpmd's log grew by {grew} bytes for a 100 MiB flood (bar: 4 MiB)"
+    );
+    let mark = 0;
+    let summary = wait_line(&s.fpmd, mark, "wrote more than fpmd logs");
+    eprintln!("{summary}");
+    assert!(
+        summary.contains("[pool www] child ")
+            && summary.contains(" lines (")
+            && summary.contains(" bytes) dropped"),
+        "{summary}"
+    );
+    let logged = s
+        .fpmd
+        .log()
+        .lines()
+        .filter(|l| l.contains("said into stderr: \"xxxx"))
+        .count();
+    assert!(logged >= 1000, "the burst was logged: {logged} lines");
+}
+
+#[test]
+fn flood_of_100_mib_with_catch_off_adds_nothing_to_the_log() {
+    let (s, grew) = flood(&[]);
+    assert!(
+        grew <= 4096,
+        "fpmd's log grew by {grew} bytes with catch_workers_output off:\n{}",
+        s.fpmd.log()
+    );
+}

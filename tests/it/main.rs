@@ -16,3 +16,4 @@ mod listen;
 mod pm_modes;
 mod pool_settings;
 mod signals;
+mod strict;

@@ -18,3 +18,4 @@ mod output;
 mod pm_modes;
 mod pool_settings;
 mod signals;
+mod strict;

@@ -39,6 +39,16 @@ pub fn record(ty: u8, id: u16, content: &[u8]) -> Vec<u8> {
     v
 }
 
+/// One record with exactly these padding bytes after its content (FastCGI
+/// allows 0 to 255 of any value; the receiver must skip them).
+pub fn record_padded(ty: u8, id: u16, content: &[u8], padding: &[u8]) -> Vec<u8> {
+    assert!(content.len() <= 65535 && padding.len() <= 255);
+    let mut v = header(ty, id, content.len() as u16, padding.len() as u8).to_vec();
+    v.extend_from_slice(content);
+    v.extend_from_slice(padding);
+    v
+}
+
 pub fn begin_request(id: u16, flags: u8) -> Vec<u8> {
     let [r1, r0] = RESPONDER.to_be_bytes();
     record(BEGIN_REQUEST, id, &[r1, r0, flags, 0, 0, 0, 0, 0])
@@ -206,6 +216,52 @@ pub fn stdout_of(recs: &[Record], id: u16) -> Vec<u8> {
         .filter(|r| r.ty == STDOUT && r.id == id)
         .flat_map(|r| r.content.clone())
         .collect()
+}
+
+/// STDERR of request `id` concatenated.
+pub fn stderr_of(recs: &[Record], id: u16) -> Vec<u8> {
+    recs.iter()
+        .filter(|r| r.ty == STDERR && r.id == id)
+        .flat_map(|r| r.content.clone())
+        .collect()
+}
+
+/// Sends `bytes` on a new connection to `addr` and reads until the
+/// END_REQUEST of `id`, the peer closes, or `timeout`.
+pub fn exchange(addr: SocketAddr, bytes: &[u8], id: u16, timeout: Duration) -> (Vec<Record>, End) {
+    let mut c = connect(addr);
+    // The server may close while we write (and answer first): read anyway.
+    let _ = c.write_all(bytes);
+    read_records(&mut c, timeout, |r| has_end_request(r, id))
+}
+
+/// A CGI response (STDOUT) split into its status (200 when PHP sent no
+/// `Status:` header), headers and body.
+pub fn cgi_response(stdout: &[u8]) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let text = stdout;
+    let (head, body) = match text.windows(4).position(|w| w == b"\r\n\r\n") {
+        Some(i) => (&text[..i], &text[i + 4..]),
+        None => match text.windows(2).position(|w| w == b"\n\n") {
+            Some(i) => (&text[..i], &text[i + 2..]),
+            None => (text, &[][..]),
+        },
+    };
+    let mut status = 200;
+    let mut headers = Vec::new();
+    for line in String::from_utf8_lossy(head).lines() {
+        if let Some((k, v)) = line.split_once(':') {
+            let (k, v) = (k.trim().to_ascii_lowercase(), v.trim().to_string());
+            if k == "status" {
+                status = v
+                    .split_whitespace()
+                    .next()
+                    .and_then(|c| c.parse().ok())
+                    .unwrap_or(0);
+            }
+            headers.push((k, v));
+        }
+    }
+    (status, headers, body.to_vec())
 }
 
 pub fn has_end_request(recs: &[Record], id: u16) -> bool {

@@ -143,6 +143,10 @@ pub struct FpmdConfig {
     pub global_lines: Vec<String>,
     /// Extra environment of the fpmd process.
     pub env: Vec<(String, String)>,
+    /// `log_level` of `[global]`; default "notice".
+    pub log_level: Option<String>,
+    /// Soft RLIMIT_NOFILE set in the fpmd process before exec (hard limit unchanged).
+    pub nofile_soft: Option<u64>,
 }
 
 impl FpmdConfig {
@@ -166,6 +170,16 @@ impl FpmdConfig {
         self.env.push((k.into(), v.into()));
         self
     }
+    /// `log_level` of `[global]` ("debug", "notice", …).
+    pub fn log_level(mut self, l: &str) -> FpmdConfig {
+        self.log_level = Some(l.into());
+        self
+    }
+    /// Starts fpmd with this soft RLIMIT_NOFILE (its hard limit stays).
+    pub fn nofile_soft(mut self, n: u64) -> FpmdConfig {
+        self.nofile_soft = Some(n);
+        self
+    }
 
     /// Writes the files; returns the path of `fpmd.toml`.
     pub fn write(&self, dir: &TestDir) -> PathBuf {
@@ -176,14 +190,12 @@ impl FpmdConfig {
         writeln!(g, "[global]").unwrap();
         writeln!(g, "pid = {:?}", dir.join("fpmd.pid").display().to_string()).unwrap();
         writeln!(g, "error_log = \"stderr\"").unwrap();
-        // A test may set its own (e.g. "debug").
-        if !self
-            .global_lines
-            .iter()
-            .any(|l| l.trim_start().starts_with("log_level"))
-        {
-            writeln!(g, "log_level = \"notice\"").unwrap();
-        }
+        writeln!(
+            g,
+            "log_level = {:?}",
+            self.log_level.as_deref().unwrap_or("notice")
+        )
+        .unwrap();
         writeln!(g, "include = \"pool.d/*.toml\"").unwrap();
         for l in &self.global_lines {
             writeln!(g, "{l}").unwrap();
@@ -288,6 +300,26 @@ impl Fpmd {
         cmd.stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log);
+        if let Some(soft) = cfg.nofile_soft {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: getrlimit/setrlimit are async-signal-safe; nothing else runs between fork and exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let mut lim = libc::rlimit {
+                        rlim_cur: 0,
+                        rlim_max: 0,
+                    };
+                    if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    lim.rlim_cur = soft.min(lim.rlim_max);
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
         let child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("cannot run {FPMD_BIN}: {e}"));
@@ -469,11 +501,27 @@ impl Drop for Fpmd {
         }
         procs::kill_tagged(&self.tag);
         if std::thread::panicking() {
-            eprintln!(
-                "---- fpmd log ({}) ----\n{}",
-                self.log_path.display(),
-                self.log()
-            );
+            // A flood test can leave a log of 100 MiB: show its ends only.
+            const SHOW: usize = 32 << 10;
+            let log = self.log();
+            if log.len() <= 2 * SHOW {
+                eprintln!("---- fpmd log ({}) ----\n{log}", self.log_path.display());
+            } else {
+                let (mut a, mut b) = (SHOW, log.len() - SHOW);
+                while !log.is_char_boundary(a) {
+                    a -= 1;
+                }
+                while !log.is_char_boundary(b) {
+                    b += 1;
+                }
+                eprintln!(
+                    "---- fpmd log ({}, {} bytes; first and last {SHOW} shown) ----\n{}\n[...]\n{}",
+                    self.log_path.display(),
+                    log.len(),
+                    &log[..a],
+                    &log[b..]
+                );
+            }
         }
     }
 }

@@ -35,10 +35,15 @@ impl Resp {
 }
 
 pub fn agent() -> ureq::Agent {
+    agent_with_timeout(Duration::from_secs(180))
+}
+
+/// An agent whose requests fail (transport error) after `timeout` in all.
+pub fn agent_with_timeout(timeout: Duration) -> ureq::Agent {
     ureq::AgentBuilder::new()
         .redirects(0)
-        .timeout_connect(Duration::from_secs(30))
-        .timeout(Duration::from_secs(180))
+        .timeout_connect(Duration::from_secs(30).min(timeout))
+        .timeout(timeout)
         .build()
 }
 
@@ -83,6 +88,11 @@ pub fn try_post_with(agent: &ureq::Agent, url: &str, body: &[u8]) -> Result<Resp
             .set("Content-Type", "application/octet-stream")
             .send_bytes(body),
     )
+}
+
+/// POST with `Transfer-Encoding: chunked` (no Content-Length), no Content-Type.
+pub fn try_post_chunked_with(agent: &ureq::Agent, url: &str, body: &[u8]) -> Result<Resp, String> {
+    convert(agent.post(url).send(std::io::Cursor::new(body.to_vec())))
 }
 
 /// GET; any status is returned; panics only on transport errors.

@@ -21,6 +21,12 @@ pub struct NginxOpts {
     pub root: Option<PathBuf>,
     /// Name of the sub directory for this instance (several nginx in one test).
     pub name: Option<String>,
+    /// `fastcgi_request_buffering off;`: the body goes to FastCGI as it
+    /// arrives (a chunked body then has no CONTENT_LENGTH).
+    pub request_buffering_off: bool,
+    /// Leave out `try_files $uri =404;`: nginx passes requests for missing
+    /// scripts on to FastCGI.
+    pub no_try_files: bool,
 }
 
 impl NginxOpts {
@@ -45,6 +51,14 @@ impl NginxOpts {
     }
     pub fn name(mut self, n: &str) -> Self {
         self.name = Some(n.into());
+        self
+    }
+    pub fn request_buffering_off(mut self) -> Self {
+        self.request_buffering_off = true;
+        self
+    }
+    pub fn no_try_files(mut self) -> Self {
+        self.no_try_files = true;
         self
     }
 }
@@ -176,7 +190,9 @@ fn config(dir: &std::path::Path, port: u16, t: &TestDir, o: &NginxOpts) -> Strin
     .unwrap();
     writeln!(s, "    index index.php doku.php;").unwrap();
     writeln!(s, "    location ~ \\.php$ {{").unwrap();
-    writeln!(s, "      try_files $uri =404;").unwrap();
+    if !o.no_try_files {
+        writeln!(s, "      try_files $uri =404;").unwrap();
+    }
     writeln!(s, "      include /etc/nginx/fastcgi_params;").unwrap();
     writeln!(
         s,
@@ -187,6 +203,9 @@ fn config(dir: &std::path::Path, port: u16, t: &TestDir, o: &NginxOpts) -> Strin
     writeln!(s, "      fastcgi_read_timeout 120s;").unwrap();
     if o.keepalive {
         writeln!(s, "      fastcgi_keep_conn on;").unwrap();
+    }
+    if o.request_buffering_off {
+        writeln!(s, "      fastcgi_request_buffering off;").unwrap();
     }
     if let Some(b) = &o.bind {
         writeln!(s, "      fastcgi_bind {b};").unwrap();

@@ -181,3 +181,26 @@ pub fn describe(procs: &[ProcInfo]) -> String {
         .collect::<Vec<_>>()
         .join("; ")
 }
+
+/// Resident memory of a process in bytes (/proc/PID/status VmRSS).
+pub fn vm_rss(pid: i32) -> Option<u64> {
+    let st = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = st.lines().find(|l| l.starts_with("VmRSS:"))?;
+    Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
+}
+
+/// Bytes a process has read with read(2) and friends so far (/proc/PID/io
+/// `rchar`: files, pipes and sockets), e.g. to see a child receive a body.
+pub fn rchar(pid: i32) -> Option<u64> {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?;
+    io.lines()
+        .find_map(|l| l.strip_prefix("rchar:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Open file descriptors of a process (entries of /proc/PID/fd).
+pub fn fd_count(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}

@@ -4,7 +4,9 @@
 //! Layers, each in its own module: [`fastcgi`] (protocol codec, no I/O),
 //! [`config`] (validated pool configuration), [`spawn`], [`reap`] and
 //! [`supervisor`] (processes), [`dispatcher`] and [`listener`]
-//! (connections), [`control`] and [`daemon`] (signals, start and stop).
+//! (connections), [`control`] and [`daemon`] (signals, start and stop),
+//! [`request_info`] (what php-fpm makes of SCRIPT_FILENAME and friends, and
+//! what php-cgi must be sent to make the same of them).
 
 pub mod config;
 pub mod control;
@@ -15,6 +17,7 @@ pub mod listener;
 pub mod log;
 pub mod peer;
 pub mod reap;
+pub mod request_info;
 pub mod spawn;
 pub mod supervisor;
 

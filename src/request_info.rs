@@ -460,7 +460,9 @@ pub fn fpm_request_info<'a, F: FileSystem + ?Sized>(
 /// php-cgi 8.2's `init_request_info(fcgi_request *)` (`sapi/cgi/cgi_main.c`
 /// of 8.2.32) in FastCGI mode, applied to `vars`. Never panics: where
 /// php-cgi reads out of bounds in its path walk, [`Resolved::undefined`] is
-/// set instead. Its
+/// set instead. (The php-cgi 8.2.36 this was checked against already has
+/// php-fpm's `pilen > slen` guard, php-src PR 23411: there such requests
+/// end as in php-fpm; [`for_php_cgi`] relies on neither.) Its
 /// `is_valid_path()` (a different one from php-fpm's) also reads past the
 /// NUL of a path ending in `/` or `/.`; that is modelled as reading NUL.
 pub fn cgi_request_info<'a, F: FileSystem + ?Sized>(
@@ -515,8 +517,8 @@ pub enum Action {
     /// path_translated is the empty string. php-fpm refuses it through
     /// `security.limit_extensions` (403 "Access denied.\n"); with no
     /// extension limit its child exits (status 70) in
-    /// `php_request_startup()`, and php-cgi exits the same way. Do not
-    /// forward.
+    /// `php_request_startup()`, and php-cgi exits the same way (both checked
+    /// against php 8.2.36). Do not forward.
     EmptyScript,
     /// php-fpm would fail to open path_translated (a path below a regular
     /// file) and php-cgi cannot be led to the same name: php-fpm answers
@@ -1140,7 +1142,8 @@ mod tests {
         discard_path: true,
     };
 
-    /// The tree every table row runs against.
+    /// The tree every table row runs against. scripts/check_request_info.py
+    /// builds the same tree under another root for the real programs.
     fn tree() -> MapFs {
         MapFs::new()
             .file("/srv/www/index.php")
@@ -1200,7 +1203,11 @@ mod tests {
 
     const NGINX: &[(&str, &str)] = &[("SCRIPT_NAME", "/index.php"), ("DOCUMENT_ROOT", "/srv/www")];
 
-    // Expected values derived from fpm_main.c and cgi_main.c (8.2.32).
+    // Rows marked "real" were also run through php-fpm 8.2.36 and php-cgi
+    // 8.2.36 (Debian packages) by scripts/check_request_info.py: php-fpm's
+    // $_SERVER matched `fpm`, php-cgi's matched `cgi` where given, and
+    // php-cgi fed the planned PARAMS matched `fpm`. All rows are real
+    // unless a comment says otherwise.
     const ROWS: &[Row] = &[
         // nginx, `fastcgi_param SCRIPT_FILENAME $document_root$fastcgi_script_name`.
         Row {
@@ -1704,6 +1711,7 @@ mod tests {
             dropped: false,
         },
         Row {
+            // not real: no pool with cgi.discard_path=1 was set up
             name: "Apache with cgi.fix_pathinfo=0 and cgi.discard_path=1",
             opts: NOFIX_DISCARD,
             input: &[("SCRIPT_FILENAME", "proxy:fcgi://localhost/srv/www/index.php"), ("SCRIPT_NAME", "/index.php"), ("PATH_INFO", "/foo"), ("PATH_TRANSLATED", "/srv/www/foo")],
@@ -2216,6 +2224,71 @@ mod tests {
             }
         }
         v
+    }
+
+    fn json_str(s: &str) -> String {
+        let mut o = String::from("\"");
+        for c in s.chars() {
+            match c {
+                '"' => o.push_str("\\\""),
+                '\\' => o.push_str("\\\\"),
+                c if (c as u32) < 0x20 => o.push_str(&format!("\\u{:04x}", c as u32)),
+                c => o.push(c),
+            }
+        }
+        o.push('"');
+        o
+    }
+
+    fn json_pairs<'p>(pairs: impl Iterator<Item = (&'p str, &'p str)>) -> String {
+        let items: Vec<String> = pairs
+            .map(|(n, v)| format!("[{},{}]", json_str(n), json_str(v)))
+            .collect();
+        format!("[{}]", items.join(","))
+    }
+
+    /// Prints the table, one `ROW {json}` line per row, for
+    /// scripts/check_request_info.py, which runs it through the real
+    /// php-fpm and php-cgi.
+    #[test]
+    #[ignore]
+    fn dump_rows_for_real_php() {
+        let fs = tree();
+        for row in ROWS {
+            let input = vars(row.input);
+            let plan = for_php_cgi(&input, &row.opts, &fs);
+            let mut stream = Vec::new();
+            for (n, v) in row.input {
+                crate::fastcgi::encode_pair(&mut stream, n.as_bytes(), v.as_bytes());
+            }
+            let mut planned = Vec::new();
+            rewrite_params(&stream, &plan.edits, &mut planned).unwrap();
+            let planned: Vec<(String, String)> = crate::fastcgi::pairs(&planned)
+                .map(|p| p.unwrap())
+                .map(|(n, v)| {
+                    (
+                        String::from_utf8_lossy(n).into_owned(),
+                        String::from_utf8_lossy(v).into_owned(),
+                    )
+                })
+                .collect();
+            let cgi = match row.cgi {
+                None => "null".to_string(),
+                Some(UNDEFINED) => json_str("undefined"),
+                Some(e) => json_pairs(e.iter().copied()),
+            };
+            println!(
+                "ROW {{\"name\":{},\"fix_pathinfo\":{},\"discard_path\":{},\"action\":{},\"input\":{},\"planned\":{},\"fpm\":{},\"cgi\":{}}}",
+                json_str(row.name),
+                row.opts.fix_pathinfo,
+                row.opts.discard_path,
+                json_str(&format!("{:?}", plan.action)),
+                json_pairs(row.input.iter().copied()),
+                json_pairs(planned.iter().map(|(n, v)| (n.as_str(), v.as_str()))),
+                json_pairs(row.fpm.iter().copied()),
+                cgi
+            );
+        }
     }
 
     proptest! {

@@ -460,9 +460,10 @@ pub fn fpm_request_info<'a, F: FileSystem + ?Sized>(
 /// php-cgi 8.2's `init_request_info(fcgi_request *)` (`sapi/cgi/cgi_main.c`
 /// of 8.2.32) in FastCGI mode, applied to `vars`. Never panics: where
 /// php-cgi reads out of bounds in its path walk, [`Resolved::undefined`] is
-/// set instead. (The php-cgi 8.2.36 this was checked against already has
-/// php-fpm's `pilen > slen` guard, php-src PR 23411: there such requests
-/// end as in php-fpm; [`for_php_cgi`] relies on neither.) Its
+/// set instead. (The php-cgi 8.2.36 this was checked against ends such
+/// requests as php-fpm does, as if it had php-fpm's `pilen > slen` guard,
+/// the fix php-src PR 23411 proposes; [`for_php_cgi`] relies on neither.)
+/// Its
 /// `is_valid_path()` (a different one from php-fpm's) also reads past the
 /// NUL of a path ending in `/` or `/.`; that is modelled as reading NUL.
 pub fn cgi_request_info<'a, F: FileSystem + ?Sized>(

@@ -3,8 +3,11 @@
 //!
 //! Layers, each in its own module: [`fastcgi`] (protocol codec, no I/O),
 //! [`config`] (validated pool configuration), [`spawn`], [`reap`] and
-//! [`supervisor`] (processes), [`proxy`] and [`listener`]
-//! (connections), [`control`] and [`daemon`] (signals, start and stop).
+//! [`supervisor`] (processes), [`output`] (what children write outside
+//! FastCGI), [`proxy`] and [`listener`] (connections: the strict FastCGI
+//! path, and php-fpm's handling of the CGI variables in
+//! [`proxy::request_info`]), [`control`] and [`daemon`] (signals, start and
+//! stop), [`log`] (fpmd's own log).
 
 pub mod config;
 pub mod control;

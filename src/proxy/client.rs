@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use super::local::Local;
-use super::request::{Edit, Request};
+use super::request::Request;
 use super::{field, script, Charge, Ctx};
 use crate::fastcgi::{
     self, BeginRequest, Deframer, EndRequest, Piece, ProtocolStatus, RecordType, NULL_REQUEST_ID,
@@ -417,16 +417,28 @@ impl Session {
                     return Ok(Step::Answered);
                 }
                 let plan = script::plan(raw, &ctx.script);
-                let edits: &[Edit] = &plan.edits;
-                let lost = r.set_params(raw, edits)?;
+                let lost = r.set_params(raw, &plan.edits)?;
                 for (name, len) in lost {
                     warn!(pool = %ctx.pool, peer = %ctx.peer, "request id {id}: dropped the CGI variable {} ({len} bytes): no FastCGI record can carry it to php-cgi", field(&name));
                 }
-                if plan.missing {
-                    // php-fpm logs this at debug level too (fpm_main.c).
-                    debug!(pool = %ctx.pool, peer = %ctx.peer, script = %field(r.param(b"SCRIPT_FILENAME").unwrap_or_default()),
-                        uri = %field(r.param(b"REQUEST_URI").unwrap_or_default()), "Primary script unknown");
-                    Local::ScriptUnknown.encode(&mut self.replies, id);
+                if plan.dropped_redirect_url {
+                    debug!(pool = %ctx.pool, peer = %ctx.peer, "request id {id}: REDIRECT_URL not passed on: php-cgi would drop PATH_INFO for it, php-fpm keeps both");
+                }
+                if let Some(answer) = plan.answer {
+                    let (script, uri) = (
+                        field(r.param(b"SCRIPT_FILENAME").unwrap_or_default()),
+                        field(r.param(b"REQUEST_URI").unwrap_or_default()),
+                    );
+                    match answer {
+                        // php-fpm logs this at debug level too (fpm_main.c).
+                        Local::ScriptUnknown => {
+                            debug!(pool = %ctx.pool, peer = %ctx.peer, script = %script, uri = %uri, "Primary script unknown")
+                        }
+                        _ => {
+                            warn!(pool = %ctx.pool, peer = %ctx.peer, script = %script, uri = %uri, "refusing the request: {}", answer.status())
+                        }
+                    }
+                    answer.encode(&mut self.replies, id);
                     return Ok(Step::Answered);
                 }
                 *state = State::Stdin;

@@ -33,6 +33,11 @@ use crate::supervisor::ChildConn;
 /// server sends nothing then) before its connection is judged broken.
 const MAX_IN_FLIGHT_EXTRA: usize = 64 * 1024;
 
+/// How long a request past `request_terminate_timeout` may still end on
+/// its own before it is terminated (one turn of the event loop, see the
+/// terminate timer in [`run`]).
+const TERMINATE_RECHECK: Duration = Duration::from_millis(20);
+
 const SENT_NOTHING: u8 = 0;
 const SENT_PARTIAL: u8 = 1;
 const SENT_WHOLE: u8 = 2;
@@ -339,7 +344,15 @@ where
                 biased;
                 d = &mut down => break d,
                 u = &mut up, if up_end.is_none() => up_end = Some(u),
-                _ = &mut term_timer, if term_at.is_some() => break (ChildEnd::TimedOut, None),
+                _ = &mut term_timer, if term_at.is_some() => {
+                    // After fpmd was stopped (SIGSTOP) the timer can fire
+                    // before the runtime has seen the answer that arrived
+                    // meanwhile: let it poll for I/O once more first.
+                    match tokio::time::timeout(TERMINATE_RECHECK, &mut down).await {
+                        Ok(d) => break d,
+                        Err(_) => break (ChildEnd::TimedOut, None),
+                    }
+                }
                 _ = &mut slow_timer, if slow_at.is_some() && !slow_logged => {
                     slow_logged = true;
                     if learned.is_none() {
@@ -457,7 +470,11 @@ mod tests {
 
     fn head(id: u16, content_length: Option<&str>) -> Vec<u8> {
         let mut p = Vec::new();
-        encode_pair(&mut p, b"SCRIPT_FILENAME", b"/srv/x.php");
+        encode_pair(
+            &mut p,
+            b"SCRIPT_FILENAME",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/tests/php/hello.php").as_bytes(),
+        );
         encode_pair(&mut p, b"REQUEST_URI", b"/x.php");
         if let Some(cl) = content_length {
             encode_pair(&mut p, b"CONTENT_LENGTH", cl.as_bytes());
@@ -581,7 +598,7 @@ mod tests {
         let ctx = Ctx {
             pool: "t",
             peer: "test",
-            script: script::Options { fix_pathinfo: true },
+            script: script::Options::default(),
         };
         let (_tx, mut rx) = tokio::sync::watch::channel(false);
         let Next::Request(mut req) = client.read_request(&ctx, &mut rx).await.unwrap() else {
@@ -647,6 +664,11 @@ mod tests {
         let mut c = rec(1, 1, &[0, 1, 1, 0, 0, 0, 0, 0], &[]);
         let mut p = Vec::new();
         encode_pair(&mut p, b"CONTENT_LENGTH", b"2");
+        encode_pair(
+            &mut p,
+            b"SCRIPT_FILENAME",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/tests/php/hello.php").as_bytes(),
+        );
         c.extend(rec(4, 1, &p, &[]));
         c.extend(rec(4, 1, &[], pad));
         c.extend(rec(5, 1, b"ab", &[7; 6]));

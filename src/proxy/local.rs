@@ -21,6 +21,12 @@ pub enum Local {
     /// `File not found.`, and `Primary script unknown` on FastCGI stderr
     /// (php-src `sapi/fpm/fpm/fpm_main.c`, where `path_translated` is NULL).
     ScriptUnknown,
+    /// php-fpm's 403 `Access denied.` (its `security.limit_extensions`
+    /// refuses the script).
+    AccessDenied,
+    /// php-fpm's 404 `No input file specified.` (the script cannot be
+    /// opened).
+    NoInputFile,
     /// 400: the request body ended before `CONTENT_LENGTH` bytes, before it
     /// was handed to a child (it never ran).
     ShortBody,
@@ -36,7 +42,8 @@ impl Local {
             Local::Unavailable(_) | Local::Stopping => "503 Service Unavailable",
             Local::BadGateway => "502 Bad Gateway",
             Local::GatewayTimeout => "504 Gateway Timeout",
-            Local::ScriptUnknown => "404 Not Found",
+            Local::ScriptUnknown | Local::NoInputFile => "404 Not Found",
+            Local::AccessDenied => "403 Forbidden",
             Local::ShortBody => "400 Bad Request",
             Local::HeadTooLarge => "431 Request Header Fields Too Large",
         }
@@ -47,11 +54,20 @@ impl Local {
     pub fn encode(self, out: &mut Vec<u8>, id: u16) {
         let status = self.status();
         let text = match self {
-            Local::ScriptUnknown => {
-                encode_stream(out, RecordType::Stderr, id, b"Primary script unknown");
-                encode_empty(out, RecordType::Stderr, id);
+            Local::ScriptUnknown | Local::AccessDenied | Local::NoInputFile => {
+                let text = match self {
+                    Local::ScriptUnknown => {
+                        encode_stream(out, RecordType::Stderr, id, b"Primary script unknown");
+                        encode_empty(out, RecordType::Stderr, id);
+                        "File not found."
+                    }
+                    Local::AccessDenied => "Access denied.",
+                    _ => "No input file specified.",
+                };
                 // Byte for byte what php-fpm 8.2 sends (with expose_php off).
-                let head = format!("Status: {status}\r\nContent-type: text/html; charset=UTF-8\r\n\r\nFile not found.\n");
+                let head = format!(
+                    "Status: {status}\r\nContent-type: text/html; charset=UTF-8\r\n\r\n{text}\n"
+                );
                 encode_stream(out, RecordType::Stdout, id, head.as_bytes());
                 encode_empty(out, RecordType::Stdout, id);
                 encode_end_request(out, id, EndRequest::COMPLETE);

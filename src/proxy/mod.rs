@@ -22,6 +22,7 @@ pub mod client;
 pub mod exchange;
 pub mod local;
 pub mod request;
+pub mod request_info;
 pub mod script;
 pub mod verdict;
 

@@ -1,32 +1,93 @@
-//! The primary script of a request, as php-fpm finds it (its
-//! `init_request_info`): what fpmd tells php-cgi so that PHP sees the CGI
-//! variables php-fpm would give it, and whether there is a script at all.
+//! The primary script of a request, as php-fpm finds it: the glue between
+//! the proxy and [`super::request_info`] (php-fpm's `init_request_info`,
+//! emulated). Decides what fpmd changes in the PARAMS so that PHP under
+//! php-cgi sees the CGI variables php-fpm would give it (Apache's
+//! `proxy:fcgi://` forms above all), and answers itself, as php-fpm
+//! answers, when there is no script to run.
 
+use super::local::Local;
 use super::request::Edit;
+use super::request_info::{for_php_cgi, Action, Edit as InfoEdit, RealFs, Vars};
 use crate::config::PoolConfig;
 
 /// The pool's settings that change how the script is found.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Options {
-    /// `cgi.fix_pathinfo` (PHP's default: on).
-    pub fix_pathinfo: bool,
+    pub info: super::request_info::Options,
 }
 
 impl Options {
-    pub fn of(_config: &PoolConfig) -> Options {
-        Options { fix_pathinfo: true }
+    /// `cgi.fix_pathinfo` and `cgi.discard_path` as the pool's
+    /// `php_admin_value`/`php_value` set them (admin values win), else
+    /// PHP's defaults (on, off). A value set only in a php.ini is not seen:
+    /// set it in the pool too.
+    pub fn of(config: &PoolConfig) -> Options {
+        let flag = |name: &str, default: bool| {
+            let v = config
+                .php_admin_values
+                .get(name)
+                .or_else(|| config.php_values.get(name));
+            match v.map(|v| v.trim().to_ascii_lowercase()) {
+                Some(v) if matches!(v.as_str(), "1" | "on" | "yes" | "true") => true,
+                Some(v) if matches!(v.as_str(), "0" | "off" | "no" | "false" | "none" | "") => {
+                    false
+                }
+                _ => default,
+            }
+        };
+        Options {
+            info: super::request_info::Options {
+                fix_pathinfo: flag("cgi.fix_pathinfo", true),
+                discard_path: flag("cgi.discard_path", false),
+            },
+        }
     }
 }
 
 /// What to do with a request's PARAMS before they go to php-cgi.
 #[derive(Debug, Default)]
 pub struct Plan {
+    /// Changes to the PARAMS (none in the common case).
     pub edits: Vec<Edit>,
-    /// No script to run: php-fpm's 404.
-    pub missing: bool,
+    /// fpmd answers the request itself, as php-fpm would: there is no
+    /// script to run.
+    pub answer: Option<Local>,
+    /// REDIRECT_URL was left out: php-cgi would otherwise undo PATH_INFO
+    /// (see [`super::request_info::for_php_cgi`]).
+    pub dropped_redirect_url: bool,
 }
 
-/// The plan for the PARAMS stream `raw`.
-pub fn plan(_raw: &[u8], _opts: &Options) -> Plan {
-    Plan::default()
+/// The plan for the PARAMS stream `raw` (its pairs already validated).
+/// Costs one `stat` of the script in the common case (nginx, the script
+/// exists), like php-fpm's own `realpath`.
+pub fn plan(raw: &[u8], opts: &Options) -> Plan {
+    let vars = Vars::from_stream(raw);
+    let p = for_php_cgi(&vars, &opts.info, &RealFs);
+    let answer = match p.action {
+        Action::Forward => None,
+        Action::ScriptUnknown => Some(Local::ScriptUnknown),
+        // php-fpm refuses an empty script name with its default
+        // security.limit_extensions (".php").
+        Action::EmptyScript => Some(Local::AccessDenied),
+        Action::NoInputFile => Some(Local::NoInputFile),
+    };
+    let edits = p
+        .edits
+        .iter()
+        .map(|e| match e {
+            InfoEdit::Set(var, value) => Edit {
+                name: var.name().to_vec(),
+                value: Some(value.to_vec()),
+            },
+            InfoEdit::Delete(var) => Edit {
+                name: var.name().to_vec(),
+                value: None,
+            },
+        })
+        .collect();
+    Plan {
+        edits,
+        answer,
+        dropped_redirect_url: p.dropped_redirect_url,
+    }
 }

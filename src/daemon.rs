@@ -66,6 +66,17 @@ pub async fn run(
     let reaper = Reaper::new();
     tokio::spawn(reaper.clone().run(sigchld));
     let spawner = Spawner::start(reaper)?;
+    if config
+        .pools
+        .iter()
+        .any(|p| p.pm.spawn == crate::config::Spawn::Prefork)
+    {
+        if let Err(e) = crate::proc_events::start() {
+            info!(
+                "no process events ({e}): the exit status of pre-forked children will not be known"
+            );
+        }
+    }
     let runtime_dir = tempfile::Builder::new().prefix("fpmd.").tempdir()?;
     let pid_file = write_pid_file(&config)?;
 

@@ -17,6 +17,7 @@ pub mod listener;
 pub mod log;
 pub mod output;
 pub mod peer;
+pub mod proc_events;
 pub mod proxy;
 pub mod reap;
 pub mod spawn;

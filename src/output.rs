@@ -7,7 +7,7 @@
 //! ([`Lines`]), the per-writer rate limit ([`TokenBucket`]) and the log
 //! lines they become. Must not touch: processes (`spawn` forks, the
 //! supervisor decides), FastCGI, dispatch state. The one thing it needs to
-//! hear from the supervisor is that a php-cgi served its first request
+//! hear from the pool is that a php-cgi is given its first request
 //! ([`StartupWindow::close`]).
 //!
 //! # What is logged
@@ -27,10 +27,10 @@
 //!   - `pm.spawn = "prefork"`: lines from the php-cgi parent, the process
 //!     fpmd spawned. It runs no script: what it writes is about its start
 //!     (or its children). Lines from its children are thrown away.
-//!   - `pm.spawn = "exec"`: lines the child writes until its first request
-//!     is complete (php-cgi's start-up is over before it accepts one; what
-//!     that first request itself wrote before it ended cannot be told
-//!     apart and is logged too). After that, nothing.
+//!   - `pm.spawn = "exec"`: what the child wrote before it was given its
+//!     first request (php-cgi's start-up is over before it accepts one):
+//!     the bytes queued on its stderr at the moment the pool hands it out.
+//!     After that, nothing.
 //!
 //!   Thrown-away output is read and dropped at once, without line
 //!   splitting; a child's writes never fail or block for it.
@@ -215,11 +215,13 @@ fn queued(fd: RawFd) -> usize {
 // Start-up window
 // ---------------------------------------------------------------------------
 
-/// Open while a php-cgi has not yet served a request; the supervisor closes
-/// it when the first request of that php-cgi is complete (under
+/// Open while a php-cgi has not yet been given a request; the pool closes
+/// it when it hands the php-cgi its first request (under
 /// `pm.spawn = "exec"` it ends what is logged of its stderr with
-/// `catch_workers_output = false`). Cheap to clone; closing twice is a
-/// no-op that costs one atomic load.
+/// `catch_workers_output = false`). Closing takes note of how many bytes
+/// of stderr are queued at that instant: those were written while the
+/// php-cgi started and are logged, anything after is the scripts'. Cheap
+/// to clone; closing twice is a no-op that costs one atomic load.
 #[derive(Debug, Clone, Default)]
 pub struct StartupWindow(Arc<WindowState>);
 
@@ -227,16 +229,29 @@ pub struct StartupWindow(Arc<WindowState>);
 struct WindowState {
     closed: AtomicBool,
     notify: Notify,
+    /// fpmd's reading end of the child's stderr, while the reader has it
+    /// open (-1 before and after).
+    stderr: std::sync::atomic::AtomicI32,
+    /// Bytes queued on it when the window closed.
+    queued_at_close: std::sync::atomic::AtomicUsize,
 }
 
 impl StartupWindow {
     pub fn new() -> StartupWindow {
-        StartupWindow::default()
+        let w = StartupWindow::default();
+        w.0.stderr.store(-1, Ordering::Relaxed);
+        w
     }
 
-    /// The php-cgi served a request: its start-up is over.
+    /// The php-cgi is given its first request: its start-up is over.
     pub fn close(&self) {
         if !self.0.closed.load(Ordering::Relaxed) && !self.0.closed.swap(true, Ordering::AcqRel) {
+            // The reader and this run on the same runtime thread, so the fd
+            // cannot be closed (and reused) between the load and the ioctl.
+            let fd = self.0.stderr.load(Ordering::Acquire);
+            if fd >= 0 {
+                self.0.queued_at_close.store(queued(fd), Ordering::Release);
+            }
             self.0.notify.notify_one();
         }
     }
@@ -575,7 +590,7 @@ thread_local! {
 /// (and its children, and whatever they start) writes to fd 1 and fd 2,
 /// and logs it as `config` says (see the module documentation). The task
 /// ends when every writer has closed them. `window` is closed by the
-/// supervisor after the first request of that php-cgi.
+/// pool when it hands that php-cgi its first request.
 pub fn forward(config: &PoolConfig, spawned: i32, readers: Readers, window: StartupWindow) {
     let policy = Policy {
         pool: config.name.as_str().into(),
@@ -635,6 +650,9 @@ async fn sleep_until_opt(at: Option<Instant>) {
 impl Output {
     async fn run(mut self, mut socks: [Option<UnixStream>; 2], window: StartupWindow) {
         let watch_window = !self.policy.catch && !self.policy.prefork;
+        if let Some(sock) = &socks[1] {
+            window.0.stderr.store(sock.as_raw_fd(), Ordering::Release);
+        }
         while socks.iter().any(Option::is_some) {
             let tick = self.next_tick;
             let wake = tokio::select! {
@@ -656,6 +674,9 @@ impl Output {
                     };
                     match turn {
                         Turn::Closed => {
+                            if i == 1 {
+                                window.0.stderr.store(-1, Ordering::Release);
+                            }
                             socks[i] = None;
                             self.flush_stream(stream, Instant::now());
                         }
@@ -664,10 +685,10 @@ impl Output {
                     }
                 }
                 Wake::WindowClosed => {
-                    // What is queued now was written before the first
-                    // request was complete: log it, then stop logging.
+                    // What was queued when the window closed was written
+                    // before the first request: log it, then stop logging.
                     if let Some(sock) = &socks[1] {
-                        let mut left = queued(sock.as_raw_fd());
+                        let mut left = window.0.queued_at_close.load(Ordering::Acquire);
                         while left > 0 {
                             let (turn, n) = self.read_turn(sock, Stream::Stderr, left);
                             left = left.saturating_sub(n);

@@ -22,6 +22,23 @@ pub enum ExitKind {
     Signal { signal: i32, core_dumped: bool },
 }
 
+impl ExitKind {
+    /// The exit of a wait status (`waitpid`'s, or the `exit_code` of the
+    /// kernel's process events); `None` for a stop or continue status.
+    pub fn from_wait_status(status: i32) -> Option<ExitKind> {
+        if libc::WIFEXITED(status) {
+            Some(ExitKind::Code(libc::WEXITSTATUS(status)))
+        } else if libc::WIFSIGNALED(status) {
+            Some(ExitKind::Signal {
+                signal: libc::WTERMSIG(status),
+                core_dumped: libc::WCOREDUMP(status),
+            })
+        } else {
+            None
+        }
+    }
+}
+
 /// One reaped child.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Exit {
@@ -127,14 +144,7 @@ impl Reaper {
             if pid <= 0 {
                 return;
             }
-            let kind = if libc::WIFEXITED(status) {
-                ExitKind::Code(libc::WEXITSTATUS(status))
-            } else if libc::WIFSIGNALED(status) {
-                ExitKind::Signal {
-                    signal: libc::WTERMSIG(status),
-                    core_dumped: libc::WCOREDUMP(status),
-                }
-            } else {
+            let Some(kind) = ExitKind::from_wait_status(status) else {
                 continue;
             };
             let exit = Exit { pid, kind };

@@ -246,8 +246,11 @@ enum Event {
     Demand,
     /// A pre-forked child died in the middle of a request (its parent reaps
     /// it, so this is how fpmd learns of it): counts for
-    /// `emergency_restart_threshold`.
+    /// `emergency_restart_threshold` (when the process events cannot tell
+    /// how it ended).
     Crashed,
+    /// A pre-forked child started or ended (from [`crate::proc_events`]).
+    Forked(crate::proc_events::ForkedEvent),
 }
 
 /// A pool: shared by its listener's connection tasks and its supervisor.
@@ -268,6 +271,7 @@ impl Pool {
             }
             while let Some(w) = d.idle.pop() {
                 if w.is_alive() {
+                    w.startup.close();
                     return Acquired::Lease(Lease {
                         pool: self,
                         worker: Some(w),
@@ -291,10 +295,13 @@ impl Pool {
         };
         let mut waiting = rx;
         let result = match waiting.rx.as_mut().expect("set").await {
-            Ok(w) => Acquired::Lease(Lease {
-                pool: self,
-                worker: Some(w),
-            }),
+            Ok(w) => {
+                w.startup.close();
+                Acquired::Lease(Lease {
+                    pool: self,
+                    worker: Some(w),
+                })
+            }
             Err(_) => Acquired::Closed,
         };
         waiting.rx = None;
@@ -312,7 +319,15 @@ impl Pool {
             }
             Fate::Lost => {
                 self.died_mid_request(&w);
-                self.discard(w);
+                // Nothing to signal: the child is dead (the reaper, or for
+                // a pre-forked child the process events, tell how, at
+                // warning level) or back in accept(). The slot connects
+                // anew; a dead child's slot is skipped or fails to connect.
+                drop(w.conn.take());
+                if w.prefork {
+                    w.reset_slot();
+                }
+                self.offer(w);
             }
             Fate::Kill | Fate::Unreachable => self.discard(w),
             Fate::Terminate => self.terminate(w),
@@ -323,7 +338,6 @@ impl Pool {
     /// read): to the oldest waiter, else onto the idle stack; or retires it
     /// when it reached `pm.max_requests`.
     fn release(&self, mut w: Worker) {
-        w.startup.close();
         w.served += 1;
         w.learn_pid();
         let max = self.config.pm.max_requests;
@@ -399,7 +413,8 @@ impl Pool {
     /// only sign fpmd gets of a crash (the php-cgi parent reaps it); under
     /// exec the reaper's exit status is counted instead.
     fn died_mid_request(&self, w: &Worker) {
-        if w.prefork {
+        // With the process events, the exit status itself is counted.
+        if w.prefork && !crate::proc_events::available() {
             let _ = self.events.send(Event::Crashed);
         }
     }
@@ -617,7 +632,9 @@ pub fn start_pool(
         spawner,
         runtime_dir: runtime_dir.to_path_buf(),
         children: HashMap::new(),
-        exits_tx: exits_sender(events_tx),
+        exits_tx: exits_sender(events_tx.clone()),
+        forked: HashMap::new(),
+        forked_tx: forked_sender(events_tx),
         serial: 0,
         quick_deaths: 0,
         respawn_at: None,
@@ -634,6 +651,20 @@ pub fn start_pool(
 }
 
 /// The reaper sends bare [`Exit`]s; wrap them into supervisor events.
+fn forked_sender(
+    events: mpsc::UnboundedSender<Event>,
+) -> mpsc::UnboundedSender<crate::proc_events::ForkedEvent> {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some(ev) = rx.recv().await {
+            if events.send(Event::Forked(ev)).is_err() {
+                return;
+            }
+        }
+    });
+    tx
+}
+
 fn exits_sender(events: mpsc::UnboundedSender<Event>) -> mpsc::UnboundedSender<Exit> {
     let (tx, mut rx) = mpsc::unbounded_channel::<Exit>();
     tokio::spawn(async move {
@@ -662,6 +693,17 @@ struct Supervisor {
     emergency_restart: Option<(u32, Duration)>,
     /// Recent unexpected deaths (for `emergency_restart_threshold`).
     crashes: VecDeque<Instant>,
+    /// Pre-forked children seen starting (from the process events): when,
+    /// and whether fpmd asked them to go.
+    forked: HashMap<i32, Forked>,
+    /// Where the process events of this pool's php-cgi parents go.
+    forked_tx: mpsc::UnboundedSender<crate::proc_events::ForkedEvent>,
+}
+
+/// A child forked by a php-cgi parent.
+struct Forked {
+    started: Instant,
+    expected_exit: bool,
 }
 
 impl Supervisor {
@@ -884,6 +926,7 @@ impl Supervisor {
             }
             Event::Demand => self.fill().await,
             Event::Crashed => self.note_crash(),
+            Event::Forked(ev) => self.on_forked(ev),
             Event::Broken(generation, pid, conn) => {
                 debug!(pool = %self.name(), pid, "killing child: its connection broke or carried invalid records");
                 self.stop_child(generation, pid, Signal::SIGKILL);
@@ -902,8 +945,63 @@ impl Supervisor {
                 // Already gone, and the pid may have been reused: a root
                 // daemon must not signal a stranger.
                 return;
+            } else {
+                self.forked
+                    .entry(pid)
+                    .or_insert(Forked {
+                        started: c.started,
+                        expected_exit: false,
+                    })
+                    .expected_exit = true;
             }
             let _ = kill(Pid::from_raw(pid), sig);
+        }
+    }
+
+    /// A child of one of this pool's php-cgi parents started or ended: its
+    /// exit is logged as php-fpm logs a child's (warning unless fpmd asked
+    /// it to go), and a crash counts for `emergency_restart_threshold`.
+    fn on_forked(&mut self, ev: crate::proc_events::ForkedEvent) {
+        use crate::proc_events::ForkedEvent;
+        match ev {
+            ForkedEvent::Started { pid, .. } => {
+                self.forked.insert(
+                    pid,
+                    Forked {
+                        started: Instant::now(),
+                        expected_exit: false,
+                    },
+                );
+            }
+            ForkedEvent::Exited { pid, parent, kind } => {
+                let parent_started = self.children.get(&parent).map(|c| c.started);
+                let (started, expected) = match self.forked.remove(&pid) {
+                    Some(f) => (f.started, f.expected_exit),
+                    None => (parent_started.unwrap_or_else(Instant::now), false),
+                };
+                // The parent ending takes its children with it.
+                let expected = expected || parent_started.is_none() || self.stopping.is_some();
+                let exit = Exit { pid, kind };
+                let name = &self.pool.config.name;
+                let lived = started.elapsed();
+                match (expected, kind) {
+                    (true, _) => debug!(pool = %name, pid, "{}", exit.describe(lived)),
+                    (false, ExitKind::Code(0)) => {
+                        info!(pool = %name, pid, "{}", exit.describe(lived))
+                    }
+                    (false, _) => warn!(pool = %name, pid, "{}", exit.describe(lived)),
+                }
+                if matches!(
+                    kind,
+                    ExitKind::Signal {
+                        signal: libc::SIGSEGV | libc::SIGBUS,
+                        ..
+                    }
+                ) && self.stopping.is_none()
+                {
+                    self.note_crash();
+                }
+            }
         }
     }
 
@@ -914,6 +1012,7 @@ impl Supervisor {
         child.alive.store(false, Ordering::Release);
         self.pool.forget_idle(exit.pid);
         if child.prefork {
+            crate::proc_events::unwatch(exit.pid);
             // Children the parent left behind (it only signals them on
             // SIGTERM) must not serve anything any more.
             let _ = kill(Pid::from_raw(-exit.pid), Signal::SIGKILL);
@@ -1043,6 +1142,9 @@ impl Supervisor {
         }
         let startup = crate::output::StartupWindow::new();
         crate::output::forward(&self.pool.config, pid, output, startup.clone());
+        if prefork {
+            crate::proc_events::watch(pid, self.forked_tx.clone());
+        }
         let alive = Arc::new(AtomicBool::new(true));
         self.children.insert(
             pid,

@@ -692,7 +692,7 @@ fn raise_nofile() -> u64 {
             std::io::Error::last_os_error()
         );
     }
-    lim.rlim_cur as u64
+    lim.rlim_cur
 }
 
 #[test]

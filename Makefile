@@ -15,11 +15,13 @@ demo: deps build
 	scripts/demo.sh
 
 # The integration tests run once per spawn strategy (pm.spawn); then a
-# one-round smoke run of the benchmark, so that it cannot rot.
+# one-round smoke run of the benchmark, so that it cannot rot; then each
+# cargo fuzz target for FUZZ_SECS.
 test: deps
 	cargo test
 	FPMD_TEST_SPAWN=exec cargo test --test it
 	$(MAKE) bench-smoke
+	$(MAKE) fuzz-smoke
 
 clean:
 	cargo clean
@@ -50,3 +52,26 @@ BENCH_PM_ARGS ?=
 
 bench-pm: bench-deps build
 	/usr/bin/python3 bench/pm_scenarios.py $(BENCH_PM_ARGS)
+
+# cargo fuzz targets (fuzz/): the codec, and the proxy's request path
+# against a fake child. Needs the nightly toolchain and cargo-fuzz (both
+# installed by scripts/deps-fuzz.sh when missing).
+#   make fuzz-smoke           each target for FUZZ_SECS (30) seconds
+#   make fuzz FUZZ_RUNS=N     each target for N executions (the figure in
+#                             the issue notes: 10 million)
+.PHONY: fuzz-deps fuzz-smoke fuzz
+FUZZ_SECS ?= 30
+FUZZ_RUNS ?= 10000000
+
+fuzz-deps:
+	scripts/deps-fuzz.sh
+
+fuzz-smoke: fuzz-deps
+	cd fuzz && ./seeds.py corpus/request_path
+	cd fuzz && cargo +nightly fuzz run codec -- -max_total_time=$(FUZZ_SECS) -print_final_stats=1
+	cd fuzz && cargo +nightly fuzz run request_path -- -max_total_time=$(FUZZ_SECS) -print_final_stats=1
+
+fuzz: fuzz-deps
+	cd fuzz && ./seeds.py corpus/request_path
+	cd fuzz && cargo +nightly fuzz run codec -- -runs=$(FUZZ_RUNS) -print_final_stats=1
+	cd fuzz && cargo +nightly fuzz run request_path -- -runs=$(FUZZ_RUNS) -print_final_stats=1

@@ -177,8 +177,14 @@ async fn drive(mode: u8, web: Vec<u8>) {
     let _ = feeder.await;
 }
 
+thread_local! {
+    /// One runtime for all inputs (building one per input costs more than
+    /// most inputs); every task an input starts ends with it.
+    static RT: tokio::runtime::Runtime =
+        tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build().unwrap();
+}
+
 fuzz_target!(|input: &[u8]| {
     let Some((&mode, web)) = input.split_first() else { return };
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build().unwrap();
-    rt.block_on(drive(mode, web.to_vec()));
+    RT.with(|rt| rt.block_on(drive(mode, web.to_vec())));
 });

@@ -17,7 +17,11 @@ use crate::listener::{self, BindError, Bound};
 use crate::log::LogWriter;
 use crate::reap::Reaper;
 use crate::spawn::Spawner;
-use crate::supervisor::{self, StopMode};
+
+/// How long a stopping pool's children get after SIGTERM before SIGKILL
+/// (every request has finished by then in a graceful stop).
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+use crate::pool::{self, StopMode};
 
 /// A configuration whose listeners are all bound: nothing has been spawned
 /// yet, so a failure up to here leaves nothing running.
@@ -91,7 +95,7 @@ pub async fn run(
     let (in_flight_tx, mut in_flight_rx) = mpsc::channel::<()>(1);
     let mut pools = Vec::new();
     for (pool_config, bound) in config.pools.iter().zip(bound) {
-        let handle = supervisor::start_pool(
+        let handle = pool::start_pool(
             Arc::new(pool_config.clone()),
             spawner.clone(),
             runtime_dir.path(),
@@ -149,7 +153,7 @@ pub async fn run(
     }
     let mut stopping = Vec::new();
     for handle in pools {
-        stopping.push(tokio::spawn(handle.stop(mode)));
+        stopping.push(tokio::spawn(handle.stop(mode, Some(STOP_GRACE))));
     }
     for s in stopping {
         let _ = s.await;

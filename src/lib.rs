@@ -3,7 +3,7 @@
 //!
 //! Layers, each in its own module: [`fastcgi`] (protocol codec, no I/O),
 //! [`config`] (validated pool configuration), [`spawn`], [`reap`] and
-//! [`supervisor`] (processes), [`output`] (what children write outside
+//! [`pool`] (the slot table, generations, the supervisor), [`output`] (what children write outside
 //! FastCGI), [`proxy`] and [`listener`] (connections: the strict FastCGI
 //! path, and php-fpm's handling of the CGI variables in
 //! [`proxy::request_info`]), [`control`] and [`daemon`] (signals, start and
@@ -17,11 +17,12 @@ pub mod listener;
 pub mod log;
 pub mod output;
 pub mod peer;
+pub mod pool;
 pub mod proc_events;
+pub mod procfs;
 pub mod proxy;
 pub mod reap;
 pub mod spawn;
-pub mod supervisor;
 
 /// Exit status for an invalid configuration (`EX_CONFIG` of sysexits.h).
 pub const EXIT_CONFIG: u8 = 78;

@@ -18,8 +18,8 @@ use tokio::sync::{mpsc, watch, Notify};
 use tracing::{debug, warn};
 
 use crate::config::{ListenAddress, PoolConfig};
+use crate::pool::Pool;
 use crate::proxy::serve_connection;
-use crate::supervisor::Pool;
 
 /// A pool's listening socket, bound but not yet registered with tokio.
 pub struct Bound {
@@ -169,8 +169,8 @@ pub async fn accept_loop(
     mut shutdown: watch::Receiver<bool>,
     in_flight: mpsc::Sender<()>,
 ) {
-    let name = pool.config.name.clone();
-    let allowed: Option<Vec<IpAddr>> = pool.config.listen.allowed_clients.clone();
+    let name = pool.name().to_string();
+    let allowed: Option<Vec<IpAddr>> = pool.config().listen.allowed_clients.clone();
     enum L {
         Tcp(tokio::net::TcpListener),
         Unix(tokio::net::UnixListener),

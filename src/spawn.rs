@@ -26,7 +26,7 @@ use crate::reap::{Exit, Reaper};
 
 /// Everything needed to start one php-cgi child, built before the fork so
 /// that only async-signal-safe calls run between fork and exec.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChildSpec {
     /// Absolute path of the php-cgi binary.
     pub program: PathBuf,

@@ -24,7 +24,7 @@ use fpmd::proxy::exchange::{self, Timers};
 use fpmd::proxy::request::Owed;
 use fpmd::proxy::verdict::{verdict, BodyEnd};
 use fpmd::proxy::{script, Charge, Ctx};
-use fpmd::supervisor::{ChildConn, Fate};
+use fpmd::pool::{ChildConn, Fate};
 use libfuzzer_sys::fuzz_target;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;

@@ -273,7 +273,7 @@ mod tests {
         .encode()
         .to_vec();
         v.extend_from_slice(content);
-        v.extend(std::iter::repeat(0xaa).take(padding as usize));
+        v.extend(std::iter::repeat_n(0xaa, padding as usize));
         v
     }
 

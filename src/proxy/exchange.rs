@@ -26,7 +26,7 @@ use super::client::{management, ClientConn, ClientError};
 use super::request::{Owed, Request};
 use super::verdict::{BodyEnd, ChildEnd, ClientEnd, Outcome, Sent};
 use crate::fastcgi::{self, scan_response, Header, Piece, RecordType, NULL_REQUEST_ID};
-use crate::supervisor::ChildConn;
+use crate::pool::ChildConn;
 
 /// Bytes a web server may send once its STDIN has ended and its request is
 /// in flight (management records only; with `FCGI_MPXS_CONNS` = 0 a web
@@ -77,6 +77,16 @@ pub struct SlowInfo {
     pub script: String,
     pub uri: String,
     pub method: String,
+}
+
+impl From<SlowInfo> for crate::pool::RequestInfo {
+    fn from(s: SlowInfo) -> Self {
+        crate::pool::RequestInfo {
+            script: s.script.into(),
+            uri: s.uri.into(),
+            method: s.method.into(),
+        }
+    }
 }
 
 impl SlowInfo {
@@ -448,10 +458,10 @@ mod tests {
     //! the web server played through an in-memory pipe.
     use super::*;
     use crate::fastcgi::{encode_end_request, encode_pair, encode_record, Deframer, EndRequest};
+    use crate::pool::Fate;
     use crate::proxy::client::Next;
     use crate::proxy::verdict::{verdict, Verdict};
     use crate::proxy::{script, Charge, Ctx};
-    use crate::supervisor::Fate;
     use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream, ReadHalf, WriteHalf};
     use tokio::net::UnixStream;
 

@@ -39,7 +39,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tracing::{debug, error, info, warn};
 
-use crate::supervisor::{Acquired, Fate, Pool};
+use crate::pool::{Acquired, Fate, Pool};
 use client::{ClientConn, ClientError, Next};
 use local::Local;
 use request::Request;
@@ -190,7 +190,7 @@ pub async fn serve_connection<R, W>(
             .map(|s| s.to_string())
             .or_else(|| panic.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "unknown panic".into());
-        error!(pool = %pool.config.name, peer = %peer, "connection task panicked ({what}); its connection is closed, other requests go on");
+        error!(pool = %pool.name(), peer = %peer, "connection task panicked ({what}); its connection is closed, other requests go on");
     }
 }
 
@@ -204,13 +204,15 @@ async fn serve<R, W>(
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let ctx = Ctx {
-        pool: &pool.config.name,
-        peer,
-        script: script::Options::of(&pool.config),
-    };
     let mut client = ClientConn::new(reader, writer, Charge::new());
     loop {
+        // The current generation's settings (a reload may change them
+        // between two requests of one connection).
+        let ctx = Ctx {
+            pool: pool.name(),
+            peer,
+            script: script::Options::of(&pool.config()),
+        };
         let mut req = match client.read_request(&ctx, &mut shutdown).await {
             Ok(Next::Request(req)) => req,
             Ok(Next::Closed) => return,
@@ -307,9 +309,9 @@ where
     W: AsyncWrite + Unpin,
 {
     let uri = |req: &Request| field(req.param(b"REQUEST_URI").unwrap_or_default()).to_string();
-    let attempts = DISPATCH_ATTEMPTS + pool.config.pm.max_children as usize;
-    let queue_deadline = pool
-        .config
+    let config = pool.config();
+    let attempts = DISPATCH_ATTEMPTS + config.pm.max_children as usize;
+    let queue_deadline = config
         .request_queue_timeout
         .map(|d| tokio::time::Instant::now() + d);
     for _ in 0..attempts {
@@ -319,7 +321,7 @@ where
             a = pool.acquire() => a,
             _ = sleep_until_opt(queue_deadline), if queue_deadline.is_some() => {
                 warn!(pool = %ctx.pool, uri = %uri(req), "request waited {:.1} s for a child (request_queue_timeout): answering 503",
-                    pool.config.request_queue_timeout.unwrap_or_default().as_secs_f64());
+                    config.request_queue_timeout.unwrap_or_default().as_secs_f64());
                 client.answer(req.id, Local::Unavailable("every PHP process is busy; retry later")).await?;
                 return Ok(after_answer(client, req));
             }
@@ -335,7 +337,7 @@ where
         let mut lease = match acquired {
             Acquired::Lease(l) => l,
             Acquired::QueueFull => {
-                warn!(pool = %ctx.pool, uri = %uri(req), "request queue full (listen.backlog = {}): answering 503", pool.config.listen.backlog);
+                warn!(pool = %ctx.pool, uri = %uri(req), "request queue full (listen.backlog = {}): answering 503", config.listen.backlog);
                 client
                     .answer(
                         req.id,
@@ -374,13 +376,15 @@ where
                 debug!(pool = %ctx.pool, pid = w.log_pid(), "child took {n} bytes of the request, then: {e}")
             }
         }
-        let slow = pool
-            .config
+        // The limits of the child's generation.
+        let limits = lease.config().clone();
+        let slow = limits
             .request_slowlog_timeout
             .map(|_| exchange::SlowInfo::of(req));
+        lease.set_request(exchange::SlowInfo::of(req).into());
         let timers = exchange::Timers {
-            slowlog: pool.config.request_slowlog_timeout,
-            terminate: pool.config.request_terminate_timeout,
+            slowlog: limits.request_slowlog_timeout,
+            terminate: limits.request_terminate_timeout,
         };
         let w = lease.worker();
         let probe = w.pid_probe();
@@ -392,7 +396,7 @@ where
         };
         let on_slow = |pid: Option<i32>, elapsed| {
             if let Some(info) = &slow {
-                write_slowlog(pool, pid.unwrap_or(known), info, elapsed);
+                write_slowlog(&limits, pid.unwrap_or(known), info, elapsed);
             }
         };
         let report = exchange::run(conn, probe, timers, client, req, on_slow).await;
@@ -523,16 +527,21 @@ pub(crate) async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
 /// php-cgi cannot be traced without ptrace, and fpmd does not need it to
 /// know the script, the URI and the time). Appends to the pool's `slowlog`
 /// file, or logs to fpmd's log when none is set.
-fn write_slowlog(pool: &Pool, pid: i32, info: &exchange::SlowInfo, elapsed: Duration) {
+fn write_slowlog(
+    config: &crate::config::PoolConfig,
+    pid: i32,
+    info: &exchange::SlowInfo,
+    elapsed: Duration,
+) {
     use std::io::Write;
-    let name = &pool.config.name;
+    let name = &config.name;
     let exchange::SlowInfo {
         script,
         uri,
         method,
     } = info;
     warn!(pool = %name, pid, script = %script, uri = %uri, "slow request: running for {:.3} s (request_slowlog_timeout)", elapsed.as_secs_f64());
-    let Some(path) = &pool.config.slowlog else {
+    let Some(path) = &config.slowlog else {
         return;
     };
     // The entry's fields come from the client: escaped, so that a URI

@@ -9,7 +9,7 @@
 //! how it ended. Must not touch: I/O (the exchange records what happened;
 //! the lease carries the verdict out).
 
-use crate::supervisor::Fate;
+use crate::pool::Fate;
 
 /// How the web server's side of the exchange ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

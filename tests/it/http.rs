@@ -53,7 +53,7 @@ fn big_response_arrives_whole() {
     // big.php: line i is 1023 times chr(97 + i % 26), then "\n".
     let mut expected = Vec::with_capacity(5 << 20);
     for i in 0..5 * 1024 {
-        expected.extend(std::iter::repeat(b'a' + (i % 26) as u8).take(1023));
+        expected.extend(std::iter::repeat_n(b'a' + (i % 26) as u8, 1023));
         expected.push(b'\n');
     }
     assert_eq!(r.body.len(), expected.len(), "5 MiB response length");

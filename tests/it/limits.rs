@@ -579,7 +579,7 @@ fn max_memory_retires_leaking_children_in_time() {
     };
     let (serving, exiting): (Vec<_>, Vec<_>) = samples
         .iter()
-        .partition(|(pid, _, when)| retired_at(*pid).map_or(true, |t| *when < t));
+        .partition(|(pid, _, when)| retired_at(*pid).is_none_or(|t| *when < t));
     let max_of = |v: &[&(i32, u64, SystemTime)]| v.iter().map(|(_, r, _)| *r).max().unwrap_or(0);
     let (max_serving, max_exiting) = (max_of(&serving), max_of(&exiting));
     let mib = |b: u64| b as f64 / MIB as f64;

@@ -35,7 +35,7 @@ pub fn record(ty: u8, id: u16, content: &[u8]) -> Vec<u8> {
     let pad = (8 - content.len() % 8) % 8;
     let mut v = header(ty, id, content.len() as u16, pad as u8).to_vec();
     v.extend_from_slice(content);
-    v.extend(std::iter::repeat(0).take(pad));
+    v.extend(std::iter::repeat_n(0, pad));
     v
 }
 

@@ -1,0 +1,699 @@
+//! One pool: its slot table, shared by the connections that lease its
+//! children, and the supervisor task that owns the children.
+//!
+//! Owns: dispatch (the slot table, the idle stack and the bounded queue,
+//! under one lock: [`slots`]), the leases the proxy holds, and the command
+//! channel to the supervisor ([`supervisor`]), which spawns, retires and
+//! kills. Must not touch: FastCGI records or the web server's connections.
+//!
+//! Generations: a reload that changes what children are started with
+//! (ini values, environment, user, binary, …) makes the supervisor start a
+//! new generation; the first of its slots to be ready makes it current, so
+//! every request after that goes to it; the old generation's idle slots are
+//! retired at once and its busy ones when their request is done. No busy
+//! child is ever signalled for a reload (unless `graceful_timeout` runs
+//! out).
+
+pub mod slots;
+pub mod spec;
+mod supervisor;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use nix::sys::signal::Signal;
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, info, warn};
+
+use crate::config::{PmMode, PoolConfig};
+use slots::Table;
+pub use slots::{GenId, RequestInfo, SlotId, SlotState};
+pub use supervisor::start_pool;
+
+/// Grace between SIGTERM and SIGKILL for a child stopped by
+/// `request_terminate_timeout` (php-cgi finishes its script on SIGTERM; a
+/// script may even catch it).
+pub const TERMINATE_GRACE: Duration = Duration::from_secs(1);
+/// Read buffer of a child connection, in bytes: one whole record fits.
+const CHILD_BUF: usize = 64 * 1024 + 512;
+
+/// The persistent keep-conn connection to one child.
+pub struct ChildConn {
+    pub reader: OwnedReadHalf,
+    pub writer: OwnedWriteHalf,
+    /// Bytes read from the child and not yet forwarded.
+    pub buf: BytesMut,
+}
+
+/// What moves with a slot between the idle stack and a lease: its
+/// connection and what is known of its child.
+///
+/// Under `pm.spawn = "exec"` a slot is one exec'd php-cgi. Under
+/// `"prefork"` it is one of the N connection slots of a php-cgi parent
+/// that pre-forked N children: each idle child accepts exactly one
+/// connection and then serves only it, so a connected slot *is* a child;
+/// its pid is learned from the connection (see [`crate::peer`]).
+pub struct Worker {
+    pub slot: SlotId,
+    pub gen: GenId,
+    /// The process fpmd spawned: the child itself (exec) or the php-cgi
+    /// parent (prefork).
+    pub leader: i32,
+    /// The child behind this slot, when known (exec: always; prefork: from
+    /// the first exchange of each connection on).
+    pub pid: Option<i32>,
+    prefork: bool,
+    /// The private listening socket (of the child, or of the parent).
+    endpoint: Arc<PathBuf>,
+    /// Connected lazily, when the first request is ready: php-cgi drops a
+    /// new connection that brings no request within 5 s (design.md).
+    pub conn: Option<ChildConn>,
+    /// Requests this child has answered (for `pm.max_requests`).
+    pub served: u32,
+    alive: Arc<AtomicBool>,
+    /// When it last became idle (for the process manager's scale-down).
+    idle_since: Instant,
+    /// Closed when the php-cgi is handed its first request (see
+    /// `crate::output`).
+    startup: crate::output::StartupWindow,
+}
+
+impl Worker {
+    /// Connects to the child if not yet connected.
+    /// Errors: the child's socket is gone (the child died).
+    pub async fn connect(&mut self) -> std::io::Result<&mut ChildConn> {
+        if self.conn.is_none() {
+            let stream = tokio::net::UnixStream::connect(self.endpoint.as_path()).await?;
+            let (reader, writer) = stream.into_split();
+            self.conn = Some(ChildConn {
+                reader,
+                writer,
+                buf: BytesMut::with_capacity(CHILD_BUF),
+            });
+        }
+        self.conn
+            .as_mut()
+            .ok_or_else(|| std::io::Error::other("no connection"))
+    }
+
+    fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+
+    /// Prefork: finds which child of the parent holds this connection.
+    pub fn learn_pid(&mut self) {
+        if self.pid.is_none() && self.prefork {
+            if let Some(conn) = &self.conn {
+                use std::os::fd::AsRawFd;
+                self.pid =
+                    crate::peer::child_on_connection(conn.writer.as_ref().as_raw_fd(), self.leader);
+            }
+        }
+    }
+
+    /// Prefork: forgets the connection and its child; the slot connects
+    /// again (to whichever child is in accept()) when next used.
+    fn reset_slot(&mut self) {
+        self.conn = None;
+        self.pid = None;
+        self.served = 0;
+    }
+
+    /// Prefork, pid not yet known: the connection's fd and the parent's pid
+    /// to look the child up with [`crate::peer::child_on_connection`].
+    pub fn pid_probe(&self) -> Option<(std::os::fd::RawFd, i32)> {
+        use std::os::fd::AsRawFd;
+        if !self.prefork || self.pid.is_some() {
+            return None;
+        }
+        self.conn
+            .as_ref()
+            .map(|c| (c.writer.as_ref().as_raw_fd(), self.leader))
+    }
+
+    /// Records the pid learned by a probe.
+    pub fn set_pid(&mut self, pid: i32) {
+        self.pid = Some(pid);
+    }
+
+    /// For logs: the child's pid, or the parent's while it is unknown.
+    pub fn log_pid(&self) -> i32 {
+        self.pid.unwrap_or(self.leader)
+    }
+}
+
+/// What [`Pool::acquire`] hands out.
+pub enum Acquired<'p> {
+    Lease(Lease<'p>),
+    /// The queue of waiting requests is full (`listen.backlog`).
+    QueueFull,
+    /// The pool is stopping.
+    Closed,
+}
+
+/// What becomes of a child after an exchange: the verdict of
+/// [`crate::proxy::verdict`], carried out by [`Lease::give_back`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fate {
+    /// A clean exchange: the child and its connection serve the next
+    /// request (or the child is retired at `pm.max_requests` /
+    /// `pm.max_memory`).
+    Keep,
+    /// The child ended its request but its connection cannot be trusted
+    /// (it was half-closed, or the body was not fully read): the connection
+    /// is closed, php-cgi goes back to `accept()`, and the next request
+    /// connects anew. The request counts as served.
+    Reconnect,
+    /// The child closed its connection without ending the request: it is
+    /// dead (its exit is reported by the reaper or the process events) or
+    /// back in accept(). Nothing is signalled; the slot connects anew.
+    /// Under prefork without process events this counts as a crash for
+    /// `emergency_restart_threshold`.
+    Lost,
+    /// The child broke the protocol: SIGKILL.
+    Kill,
+    /// Nothing of the request reached the child: connecting failed, or its
+    /// connection was found closed at the first write (it died while
+    /// idle). It is dropped (killed if still there) without counting as a
+    /// crash, and the request goes to another child.
+    Unreachable,
+    /// `request_terminate_timeout`: SIGTERM, then SIGKILL after
+    /// [`TERMINATE_GRACE`].
+    Terminate,
+}
+
+/// A child borrowed for one request. Given back with [`Lease::give_back`];
+/// dropped without that (a panic, a cancelled task) it is treated as
+/// [`Fate::Kill`], so a borrowed child is never lost to the pool.
+pub struct Lease<'p> {
+    pool: &'p Pool,
+    worker: Option<Worker>,
+    /// The configuration of the worker's generation: the limits this
+    /// request obeys.
+    config: Arc<PoolConfig>,
+}
+
+impl Lease<'_> {
+    /// The borrowed child.
+    pub fn worker(&mut self) -> &mut Worker {
+        // Only `give_back` and `drop` take the worker out, and both consume
+        // the lease.
+        self.worker
+            .as_mut()
+            .expect("a lease holds its worker until given back")
+    }
+
+    /// The configuration of the generation the child belongs to.
+    pub fn config(&self) -> &Arc<PoolConfig> {
+        &self.config
+    }
+
+    /// Notes what request the child runs (status page, graceful_timeout).
+    pub fn set_request(&self, info: RequestInfo) {
+        if let Some(w) = &self.worker {
+            self.pool
+                .table
+                .lock()
+                .unwrap()
+                .set_request(w.slot, info, w.pid);
+        }
+    }
+
+    /// Ends the lease as the verdict says.
+    pub fn give_back(mut self, fate: Fate) {
+        if let Some(w) = self.worker.take() {
+            self.pool.settle(w, fate);
+        }
+    }
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        if let Some(w) = self.worker.take() {
+            warn!(pool = %self.pool.name, pid = w.log_pid(), "a child was given back without a verdict (the connection task ended early): killing it");
+            self.pool.settle(w, Fate::Kill);
+        }
+    }
+}
+
+/// Orders to a pool's supervisor.
+pub enum Command {
+    /// Apply a new configuration of this pool (a reload); answered once it
+    /// is in force (a new generation: once its first child is ready).
+    Reconfigure {
+        config: Arc<PoolConfig>,
+        done: oneshot::Sender<Result<Reconfigured, String>>,
+    },
+    /// Stop the pool: see [`StopMode`]. `grace` bounds how long busy
+    /// children may take (then they are killed); `None`: as long as they
+    /// need.
+    Stop {
+        mode: StopMode,
+        grace: Option<Duration>,
+    },
+}
+
+/// What a [`Command::Reconfigure`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reconfigured {
+    /// The children are started the same way: the new settings apply to
+    /// the running children (pm numbers, timeouts, logs).
+    Retuned,
+    /// A new generation of children took over; the old one drains.
+    Respawned { from: GenId, to: GenId },
+}
+
+/// How the supervisor stops a pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopMode {
+    /// No new request; requests in flight finish; idle children get
+    /// SIGTERM (php-cgi exits at once), busy ones when they are done.
+    Graceful,
+    /// SIGKILL every child at once (in-flight requests are cut, as with
+    /// php-fpm's fast stop).
+    Fast,
+}
+
+/// Messages from the pool (and the reaper, the process events, timers) to
+/// its supervisor.
+enum Event {
+    Exited(crate::reap::Exit),
+    /// Stop this child: it answered its last request (max_requests) or is
+    /// over pm.max_memory, or broke the protocol; with the signal. Its
+    /// connection is closed only after the signal, so that a pre-forked
+    /// child never goes back to accept() and takes a new connection on its
+    /// way out.
+    StopChild {
+        leader: i32,
+        pid: i32,
+        signal: Signal,
+        conn: Option<ChildConn>,
+    },
+    /// `request_terminate_timeout`: SIGTERM now, SIGKILL after
+    /// [`TERMINATE_GRACE`] if it is still there.
+    Terminate {
+        leader: i32,
+        pid: i32,
+        conn: Option<ChildConn>,
+    },
+    /// The grace period of a [`Event::Terminate`] is over.
+    KillIfAlive {
+        leader: i32,
+        pid: i32,
+    },
+    /// Slots out of dispatch for good (old generation, stopping pool):
+    /// stop their children once nothing of theirs is busy.
+    Retire(Vec<Worker>),
+    /// A generation became current.
+    Switched(GenId),
+    /// A request found no idle child (dynamic, ondemand): spawn now.
+    Demand,
+    /// A pre-forked child died in the middle of a request (without process
+    /// events, this is how fpmd learns of it): counts for
+    /// `emergency_restart_threshold`.
+    Crashed,
+    /// A pre-forked child started or ended (from [`crate::proc_events`]).
+    Forked(crate::proc_events::ForkedEvent),
+}
+
+/// A pool: shared by its listeners' connection tasks and its supervisor.
+/// Lives as long as the pool is configured, across reloads.
+pub struct Pool {
+    name: String,
+    table: Mutex<Table>,
+    events: mpsc::UnboundedSender<Event>,
+}
+
+impl Pool {
+    /// The pool's name (its table name in the configuration).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The current generation's configuration: what a request arriving now
+    /// obeys until it gets a child (then its lease's generation counts).
+    pub fn config(&self) -> Arc<PoolConfig> {
+        self.table.lock().unwrap().config().clone()
+    }
+
+    /// Reads the slot table (status page, tests).
+    pub fn with_table<R>(&self, f: impl FnOnce(&Table) -> R) -> R {
+        f(&self.table.lock().unwrap())
+    }
+
+    /// Takes the most recently used idle child, or waits in the pool's
+    /// bounded queue for one. Cancel-safe: a dropped waiter gives nothing up.
+    pub async fn acquire(&self) -> Acquired<'_> {
+        let rx = {
+            let mut t = self.table.lock().unwrap();
+            if t.closed {
+                return Acquired::Closed;
+            }
+            while let Some(w) = t.pop_idle(Instant::now()) {
+                if w.is_alive() {
+                    w.startup.close();
+                    let config = t
+                        .configs
+                        .get(&w.gen)
+                        .cloned()
+                        .unwrap_or_else(|| t.config().clone());
+                    return Acquired::Lease(Lease {
+                        pool: self,
+                        worker: Some(w),
+                        config,
+                    });
+                }
+                t.remove(w.slot);
+            }
+            t.waiters.retain(|s| !s.is_closed());
+            if t.waiters.len() >= t.config().listen.backlog as usize {
+                return Acquired::QueueFull;
+            }
+            let (tx, rx) = oneshot::channel();
+            t.waiters.push_back(tx);
+            if t.config().pm.mode != PmMode::Static {
+                // Scale up now, not at the next tick.
+                let _ = self.events.send(Event::Demand);
+            }
+            Waiting {
+                pool: self,
+                rx: Some(rx),
+            }
+        };
+        let mut waiting = rx;
+        let result = match waiting.rx.as_mut().expect("set").await {
+            Ok(w) => {
+                w.startup.close();
+                let t = self.table.lock().unwrap();
+                let config = t
+                    .configs
+                    .get(&w.gen)
+                    .cloned()
+                    .unwrap_or_else(|| t.config().clone());
+                Acquired::Lease(Lease {
+                    pool: self,
+                    worker: Some(w),
+                    config,
+                })
+            }
+            Err(_) => Acquired::Closed,
+        };
+        waiting.rx = None;
+        result
+    }
+
+    /// Carries out a verdict on a child given back by a [`Lease`].
+    fn settle(&self, mut w: Worker, fate: Fate) {
+        match fate {
+            Fate::Keep => self.release(w),
+            Fate::Reconnect => {
+                w.learn_pid();
+                drop(w.conn.take());
+                self.release(w);
+            }
+            Fate::Lost => {
+                self.died_mid_request(&w);
+                drop(w.conn.take());
+                if w.prefork {
+                    w.reset_slot();
+                }
+                self.offer(w);
+            }
+            Fate::Kill | Fate::Unreachable => self.discard(w),
+            Fate::Terminate => self.terminate(w),
+        }
+    }
+
+    /// Gives a child back after a complete exchange: to the oldest waiter,
+    /// else onto the idle stack; or retires it when it reached
+    /// `pm.max_requests` or is over `pm.max_memory` (its generation's).
+    fn release(&self, mut w: Worker) {
+        w.served += 1;
+        w.learn_pid();
+        let config = { self.table.lock().unwrap().configs.get(&w.gen).cloned() };
+        let Some(config) = config else {
+            self.offer(w);
+            return;
+        };
+        let max = config.pm.max_requests;
+        let over_memory = match (config.pm.max_memory, w.pid) {
+            (Some(limit), Some(pid)) => match crate::procfs::resident_bytes(pid) {
+                Some(rss) if rss > limit => {
+                    info!(pool = %self.name, pid, "child uses {:.1} MiB (RSS) after a request, over pm.max_memory = {:.1} MiB: retiring it",
+                        rss as f64 / 1048576.0, limit as f64 / 1048576.0);
+                    true
+                }
+                _ => false,
+            },
+            _ => false,
+        };
+        if over_memory || (max > 0 && w.served >= max) {
+            if !over_memory {
+                debug!(pool = %self.name, pid = w.log_pid(), "child served {} requests (pm.max_requests): retiring it", w.served);
+            }
+            match w.pid {
+                Some(pid) => {
+                    // Over the memory limit: SIGKILL (the child is idle, its
+                    // request is complete), so it does not grow further on
+                    // its way out; otherwise a graceful SIGTERM.
+                    let signal = if over_memory {
+                        Signal::SIGKILL
+                    } else {
+                        Signal::SIGTERM
+                    };
+                    let _ = self.events.send(Event::StopChild {
+                        leader: w.leader,
+                        pid,
+                        signal,
+                        conn: w.conn.take(),
+                    });
+                }
+                None => {
+                    warn!(pool = %self.name, "cannot tell which child served the last {} requests: not retiring it", w.served)
+                }
+            }
+            if w.prefork {
+                w.reset_slot();
+                self.offer(w);
+            } else {
+                self.table.lock().unwrap().remove(w.slot);
+            }
+            return;
+        }
+        if w.prefork && w.conn.is_none() {
+            // Its connection was closed: the next one lands on whichever
+            // child of the parent is in accept().
+            w.reset_slot();
+        }
+        self.offer(w);
+    }
+
+    /// Ends the request a child is running (`request_terminate_timeout`):
+    /// the child is SIGTERMed, then SIGKILLed after [`TERMINATE_GRACE`];
+    /// its connection is never reused.
+    fn terminate(&self, mut w: Worker) {
+        w.learn_pid();
+        match w.pid {
+            Some(pid) => {
+                let _ = self.events.send(Event::Terminate {
+                    leader: w.leader,
+                    pid,
+                    conn: w.conn.take(),
+                });
+            }
+            None => {
+                warn!(pool = %self.name, "cannot tell which child runs the request to terminate; closing its connection only")
+            }
+        }
+        if w.prefork {
+            w.reset_slot();
+            self.offer(w);
+        } else {
+            self.table.lock().unwrap().remove(w.slot);
+        }
+    }
+
+    /// A child died in the middle of a request. Under prefork without
+    /// process events this is the only sign fpmd gets of a crash (the
+    /// php-cgi parent reaps it); otherwise the exit status is counted.
+    fn died_mid_request(&self, w: &Worker) {
+        if w.prefork && !crate::proc_events::available() {
+            let _ = self.events.send(Event::Crashed);
+        }
+    }
+
+    /// Drops a child whose connection can no longer be trusted; the
+    /// supervisor kills it (exec: and starts a replacement; prefork: the
+    /// php-cgi parent forks one, and the slot reconnects).
+    fn discard(&self, mut w: Worker) {
+        if !w.is_alive() {
+            self.table.lock().unwrap().remove(w.slot);
+            return;
+        }
+        if let Some(pid) = w.pid {
+            let _ = self.events.send(Event::StopChild {
+                leader: w.leader,
+                pid,
+                signal: Signal::SIGKILL,
+                conn: w.conn.take(),
+            });
+        }
+        if w.prefork {
+            w.reset_slot();
+            self.offer(w);
+        } else {
+            self.table.lock().unwrap().remove(w.slot);
+        }
+    }
+
+    /// Puts a worker back into dispatch: to the oldest waiter, else on the
+    /// idle stack. A worker of a generation that is no longer current (or
+    /// of a stopping pool) is retired instead; the first worker of the
+    /// generation being started makes it current.
+    fn offer(&self, w: Worker) {
+        self.put_back(w, false)
+    }
+
+    /// [`Pool::offer`], or onto the least recently used end with `lru`.
+    fn put_back(&self, mut w: Worker, lru: bool) {
+        let mut t = self.table.lock().unwrap();
+        if !w.is_alive() {
+            t.remove(w.slot);
+            return;
+        }
+        if t.slot(w.slot).is_none() {
+            // Its leader exited while it was leased.
+            return;
+        }
+        if w.gen > t.current && t.configs.contains_key(&w.gen) {
+            let old = t.switch_to(w.gen);
+            let _ = self.events.send(Event::Switched(w.gen));
+            if !old.is_empty() {
+                let _ = self.events.send(Event::Retire(old));
+            }
+        }
+        if t.closed || w.gen != t.current {
+            t.retiring(w.slot);
+            drop(t);
+            let _ = self.events.send(Event::Retire(vec![w]));
+            return;
+        }
+        let now = Instant::now();
+        while let Some(tx) = t.waiters.pop_front() {
+            t.lease(&w, now);
+            match tx.send(w) {
+                Ok(()) => return,
+                Err(back) => w = back,
+            }
+        }
+        if !lru {
+            w.idle_since = now;
+        }
+        t.push_idle(w, lru);
+    }
+
+    /// Idle children now, and requests waiting for one.
+    fn idle_and_waiting(&self) -> (usize, usize) {
+        let mut t = self.table.lock().unwrap();
+        t.waiters.retain(|s| !s.is_closed());
+        (t.idle_len(), t.waiters.len())
+    }
+}
+
+/// A request's place in the queue. Dropped while a child is on its way to
+/// it (the web server left, in the same instant a child was handed over),
+/// it gives the child back instead of losing it.
+struct Waiting<'a> {
+    pool: &'a Pool,
+    rx: Option<oneshot::Receiver<Worker>>,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        if let Some(mut rx) = self.rx.take() {
+            rx.close();
+            if let Ok(w) = rx.try_recv() {
+                self.pool.offer(w);
+            }
+        }
+    }
+}
+
+/// Handle used by the daemon to reconfigure and stop a pool.
+pub struct PoolHandle {
+    pub pool: Arc<Pool>,
+    commands: mpsc::UnboundedSender<Command>,
+    done: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl PoolHandle {
+    /// Applies a new configuration of the pool; returns once it is in force.
+    /// Errors: the new generation could not start (the old one serves on).
+    pub async fn reconfigure(&self, config: Arc<PoolConfig>) -> Result<Reconfigured, String> {
+        let (done, rx) = oneshot::channel();
+        self.commands
+            .send(Command::Reconfigure { config, done })
+            .map_err(|_| "the pool is gone".to_string())?;
+        rx.await
+            .map_err(|_| "the pool stopped during the reload".to_string())?
+    }
+
+    /// Stops the pool's children and waits until every one is reaped.
+    pub async fn stop(mut self, mode: StopMode, grace: Option<Duration>) {
+        let _ = self.commands.send(Command::Stop { mode, grace });
+        if let Some(done) = self.done.take() {
+            let _ = done.await;
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A valid pool configuration (children as `nobody` when run as
+    /// root, else as the current user).
+    pub fn test_config() -> PoolConfig {
+        use std::sync::atomic::AtomicU32;
+        static N: AtomicU32 = AtomicU32::new(0);
+        let user = if nix::unistd::Uid::effective().is_root() {
+            "nobody".to_string()
+        } else {
+            nix::unistd::User::from_uid(nix::unistd::Uid::effective())
+                .ok()
+                .flatten()
+                .map(|u| u.name)
+                .unwrap_or_default()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir
+            .path()
+            .join(format!("t{}.toml", N.fetch_add(1, Ordering::Relaxed)));
+        let text = format!("[t]\nuser = {user:?}\nlisten.address = \"127.0.0.1:1\"\npm.max_children = 2\nphp_cgi = \"/bin/true\"\n");
+        std::fs::write(&path, text).unwrap();
+        crate::config::load(&path)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .pools
+            .remove(0)
+    }
+
+    pub fn test_worker(slot: SlotId, gen: GenId, leader: i32) -> Worker {
+        Worker {
+            slot,
+            gen,
+            leader,
+            pid: Some(leader),
+            prefork: false,
+            endpoint: Arc::new(PathBuf::from("/nonexistent")),
+            conn: None,
+            served: 0,
+            alive: Arc::new(AtomicBool::new(true)),
+            idle_since: Instant::now(),
+            startup: crate::output::StartupWindow::new(),
+        }
+    }
+}

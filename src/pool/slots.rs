@@ -1,0 +1,442 @@
+//! The slot table of one pool: the single record of every child slot, its
+//! generation and its state, with the idle stack and the queue of waiting
+//! requests, all under one lock ([`super::Pool`] holds it).
+//!
+//! A *slot* is one child as dispatch sees it: under `pm.spawn = "exec"` one
+//! php-cgi process, under `"prefork"` one of the `pm.max_children`
+//! connections to a php-cgi parent's children. A *generation* is one
+//! configuration of the pool: a reload that changes what children are
+//! started with makes a new one, and the old one drains.
+//!
+//! Must not touch: processes, sockets, timers (pure data; the supervisor
+//! and the proxy act on what it says).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::oneshot;
+
+use super::Worker;
+use crate::config::PoolConfig;
+
+/// A configuration epoch of one pool: 1 at start, +1 per reload that needs
+/// new children. Not a pid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct GenId(pub u32);
+
+impl std::fmt::Display for GenId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// A slot's place in the table, stable for the slot's life (the `child`
+/// label of per-child figures later).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SlotId(pub u32);
+
+/// What a request in flight is, for the status page and for the log line
+/// when `graceful_timeout` ends it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestInfo {
+    pub script: Box<str>,
+    pub uri: Box<str>,
+    pub method: Box<str>,
+}
+
+/// The state of a slot (Horust-style: each state carries its data).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SlotState {
+    /// Idle, never connected (prefork: no child has taken a connection of
+    /// it yet).
+    Cold,
+    /// Idle since then.
+    Idle { since: Instant },
+    /// Leased to a request since then.
+    Busy {
+        since: Instant,
+        request: Option<RequestInfo>,
+    },
+    /// Taken out of dispatch for good (old generation, max_requests,
+    /// scale-down, stop); the supervisor removes it.
+    Retiring,
+}
+
+/// One slot.
+pub struct Slot {
+    pub gen: GenId,
+    /// The php-cgi fpmd spawned for it (the child itself, or the pre-fork
+    /// parent).
+    pub leader: i32,
+    /// The child serving it, when known.
+    pub pid: Option<i32>,
+    pub state: SlotState,
+    /// The slot's worker while it is not leased.
+    worker: Option<Worker>,
+}
+
+/// The table and the queue.
+pub struct Table {
+    slots: BTreeMap<SlotId, Slot>,
+    next: u32,
+    /// Idle slots of the current generation, most recently used last.
+    idle: Vec<SlotId>,
+    /// Requests waiting for a slot, oldest first.
+    pub waiters: VecDeque<oneshot::Sender<Worker>>,
+    /// The generation new requests go to.
+    pub current: GenId,
+    /// Configuration of every generation that still has slots or children.
+    pub configs: BTreeMap<GenId, Arc<PoolConfig>>,
+    /// No new request is accepted (the pool is stopping).
+    pub closed: bool,
+}
+
+impl Table {
+    pub fn new(config: Arc<PoolConfig>) -> Table {
+        let mut configs = BTreeMap::new();
+        configs.insert(GenId(1), config);
+        Table {
+            slots: BTreeMap::new(),
+            next: 0,
+            idle: Vec::new(),
+            waiters: VecDeque::new(),
+            current: GenId(1),
+            configs,
+            closed: false,
+        }
+    }
+
+    /// The current generation's configuration.
+    pub fn config(&self) -> &Arc<PoolConfig> {
+        &self.configs[&self.current]
+    }
+
+    /// A new slot id.
+    pub fn new_slot(&mut self, gen: GenId, leader: i32, pid: Option<i32>) -> SlotId {
+        let id = SlotId(self.next);
+        self.next += 1;
+        self.slots.insert(
+            id,
+            Slot {
+                gen,
+                leader,
+                pid,
+                state: SlotState::Retiring,
+                worker: None,
+            },
+        );
+        id
+    }
+
+    pub fn slot(&self, id: SlotId) -> Option<&Slot> {
+        self.slots.get(&id)
+    }
+
+    /// Every slot, in id order.
+    pub fn slots(&self) -> impl Iterator<Item = (SlotId, &Slot)> {
+        self.slots.iter().map(|(id, s)| (*id, s))
+    }
+
+    /// Puts `w` on the idle stack (most recently used end, or least with
+    /// `lru`). The caller checked that its generation is current.
+    pub fn push_idle(&mut self, w: Worker, lru: bool) {
+        let id = w.slot;
+        let Some(s) = self.slots.get_mut(&id) else {
+            return;
+        };
+        s.pid = w.pid;
+        s.state = if w.conn.is_none() && w.served == 0 {
+            SlotState::Cold
+        } else {
+            SlotState::Idle {
+                since: w.idle_since,
+            }
+        };
+        s.worker = Some(w);
+        if lru {
+            self.idle.insert(0, id);
+        } else {
+            self.idle.push(id);
+        }
+    }
+
+    /// Takes the most recently used idle slot's worker; the slot is Busy.
+    pub fn pop_idle(&mut self, now: Instant) -> Option<Worker> {
+        while let Some(id) = self.idle.pop() {
+            if let Some(w) = self.take(id, now) {
+                return Some(w);
+            }
+        }
+        None
+    }
+
+    /// Takes the worker of idle slot `id` and marks it Busy (leased).
+    fn take(&mut self, id: SlotId, now: Instant) -> Option<Worker> {
+        let s = self.slots.get_mut(&id)?;
+        let w = s.worker.take()?;
+        s.state = SlotState::Busy {
+            since: now,
+            request: None,
+        };
+        Some(w)
+    }
+
+    /// Marks `w`'s slot Busy: it is handed straight to a waiting request.
+    pub fn lease(&mut self, w: &Worker, now: Instant) {
+        if let Some(s) = self.slots.get_mut(&w.slot) {
+            s.pid = w.pid;
+            s.state = SlotState::Busy {
+                since: now,
+                request: None,
+            };
+        }
+    }
+
+    /// Notes what the request on a busy slot is.
+    pub fn set_request(&mut self, id: SlotId, info: RequestInfo, pid: Option<i32>) {
+        if let Some(s) = self.slots.get_mut(&id) {
+            if let SlotState::Busy { request, .. } = &mut s.state {
+                *request = Some(info);
+            }
+            if pid.is_some() {
+                s.pid = pid;
+            }
+        }
+    }
+
+    /// Marks a slot Retiring (its worker is with the caller).
+    pub fn retiring(&mut self, id: SlotId) {
+        if let Some(s) = self.slots.get_mut(&id) {
+            s.state = SlotState::Retiring;
+            s.worker = None;
+        }
+        self.idle.retain(|i| *i != id);
+    }
+
+    /// Removes a slot for good.
+    pub fn remove(&mut self, id: SlotId) -> Option<Slot> {
+        self.idle.retain(|i| *i != id);
+        self.slots.remove(&id)
+    }
+
+    /// Takes up to `limit` idle workers for which `pick` holds, least
+    /// recently used first; their slots are Retiring until the caller puts
+    /// them back or removes them.
+    pub fn take_idle(
+        &mut self,
+        limit: usize,
+        mut pick: impl FnMut(&Worker) -> bool,
+    ) -> Vec<Worker> {
+        let mut taken = Vec::new();
+        let mut i = 0;
+        while i < self.idle.len() && taken.len() < limit {
+            let id = self.idle[i];
+            let hit = self
+                .slots
+                .get(&id)
+                .and_then(|s| s.worker.as_ref())
+                .is_some_and(&mut pick);
+            if hit {
+                self.idle.remove(i);
+                if let Some(s) = self.slots.get_mut(&id) {
+                    s.state = SlotState::Retiring;
+                    if let Some(w) = s.worker.take() {
+                        taken.push(w);
+                    }
+                }
+            } else {
+                i += 1;
+            }
+        }
+        taken
+    }
+
+    /// Idle workers for which `pick` holds.
+    pub fn count_idle(&self, mut pick: impl FnMut(&Worker) -> bool) -> usize {
+        self.idle
+            .iter()
+            .filter_map(|id| self.slots.get(id)?.worker.as_ref())
+            .filter(|w| pick(w))
+            .count()
+    }
+
+    /// Idle slots now.
+    pub fn idle_len(&self) -> usize {
+        self.idle.len()
+    }
+
+    /// Slots of `leader` still in the table (in any state).
+    pub fn slots_of(&self, leader: i32) -> usize {
+        self.slots.values().filter(|s| s.leader == leader).count()
+    }
+
+    /// Busy slots of `gen`.
+    pub fn busy_of(&self, gen: GenId) -> impl Iterator<Item = (SlotId, &Slot)> {
+        self.slots
+            .iter()
+            .filter(move |(_, s)| s.gen == gen && matches!(s.state, SlotState::Busy { .. }))
+            .map(|(id, s)| (*id, s))
+    }
+
+    /// Busy slots of every generation.
+    pub fn busy(&self) -> usize {
+        self.slots
+            .values()
+            .filter(|s| matches!(s.state, SlotState::Busy { .. }))
+            .count()
+    }
+
+    /// Slots of `gen` in any state.
+    pub fn slots_of_gen(&self, gen: GenId) -> usize {
+        self.slots.values().filter(|s| s.gen == gen).count()
+    }
+
+    /// Removes every slot of `leader` (it exited); returns the workers that
+    /// were idle.
+    pub fn forget_leader(&mut self, leader: i32) {
+        let gone: Vec<SlotId> = self
+            .slots
+            .iter()
+            .filter(|(_, s)| s.leader == leader)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in gone {
+            // A busy slot's lease finds it gone when given back.
+            self.remove(id);
+        }
+    }
+
+    /// Makes `gen` current; the idle workers of older generations leave the
+    /// idle stack (Retiring) and are returned for retirement.
+    pub fn switch_to(&mut self, gen: GenId) -> Vec<Worker> {
+        self.current = gen;
+        let old: Vec<SlotId> = self
+            .idle
+            .iter()
+            .copied()
+            .filter(|id| self.slots.get(id).is_some_and(|s| s.gen < gen))
+            .collect();
+        let mut out = Vec::new();
+        for id in old {
+            self.idle.retain(|i| *i != id);
+            if let Some(s) = self.slots.get_mut(&id) {
+                s.state = SlotState::Retiring;
+                if let Some(w) = s.worker.take() {
+                    out.push(w);
+                }
+            }
+        }
+        out
+    }
+
+    /// Closes the queue: waiting requests are told the pool is stopping,
+    /// idle workers are returned for retirement.
+    pub fn close(&mut self) -> Vec<Worker> {
+        self.closed = true;
+        self.waiters.clear();
+        let idle = std::mem::take(&mut self.idle);
+        let mut out = Vec::new();
+        for id in idle {
+            if let Some(s) = self.slots.get_mut(&id) {
+                s.state = SlotState::Retiring;
+                if let Some(w) = s.worker.take() {
+                    out.push(w);
+                }
+            }
+        }
+        out
+    }
+
+    /// Generations other than the current one that have no slot left.
+    pub fn drained(&self) -> Vec<GenId> {
+        self.configs
+            .keys()
+            .copied()
+            .filter(|g| *g != self.current && self.slots_of_gen(*g) == 0)
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pool::tests::test_worker;
+
+    fn table() -> Table {
+        Table::new(Arc::new(crate::pool::tests::test_config()))
+    }
+
+    fn add(t: &mut Table, gen: u32, leader: i32) -> SlotId {
+        let id = t.new_slot(GenId(gen), leader, Some(leader));
+        t.push_idle(test_worker(id, GenId(gen), leader), false);
+        id
+    }
+
+    #[test]
+    fn lifo_dispatch_and_states() {
+        let mut t = table();
+        let a = add(&mut t, 1, 10);
+        let b = add(&mut t, 1, 11);
+        assert_eq!(t.slot(a).unwrap().state, SlotState::Cold);
+        let now = Instant::now();
+        let w = t.pop_idle(now).unwrap();
+        assert_eq!(w.slot, b, "most recently used first");
+        assert!(matches!(t.slot(b).unwrap().state, SlotState::Busy { .. }));
+        t.set_request(
+            b,
+            RequestInfo {
+                uri: "/x.php".into(),
+                ..Default::default()
+            },
+            Some(99),
+        );
+        assert_eq!(t.slot(b).unwrap().pid, Some(99));
+        assert_eq!(t.busy_of(GenId(1)).count(), 1);
+        t.push_idle(w, false);
+        assert_eq!(t.busy(), 0);
+        assert_eq!(t.idle_len(), 2);
+    }
+
+    #[test]
+    fn switching_generation_retires_old_idle_slots_only() {
+        let mut t = table();
+        add(&mut t, 1, 10);
+        let busy = add(&mut t, 1, 11);
+        let w = t.pop_idle(Instant::now()).unwrap();
+        assert_eq!(w.slot, busy);
+        t.configs.insert(GenId(2), t.config().clone());
+        let new = add(&mut t, 2, 20);
+        let retired = t.switch_to(GenId(2));
+        assert_eq!(retired.len(), 1, "the old idle slot");
+        assert_eq!(t.current, GenId(2));
+        assert_eq!(t.idle_len(), 1);
+        assert_eq!(t.pop_idle(Instant::now()).unwrap().slot, new);
+        // the old busy slot is still counted until it is given back
+        assert_eq!(t.busy_of(GenId(1)).count(), 1);
+        for w in retired {
+            t.remove(w.slot);
+        }
+        assert!(t.drained().is_empty(), "gen 1 still has its busy slot");
+        t.remove(busy);
+        assert_eq!(t.drained(), vec![GenId(1)]);
+    }
+
+    #[test]
+    fn take_idle_is_least_recently_used_first_and_close_empties() {
+        let mut t = table();
+        let a = add(&mut t, 1, 10);
+        add(&mut t, 1, 11);
+        let taken = t.take_idle(1, |_| true);
+        assert_eq!(taken[0].slot, a);
+        assert_eq!(t.slot(a).unwrap().state, SlotState::Retiring);
+        assert_eq!(t.count_idle(|_| true), 1);
+        let closed = t.close();
+        assert_eq!(closed.len(), 1);
+        assert!(t.closed);
+        assert_eq!(t.idle_len(), 0);
+        t.forget_leader(10);
+        assert_eq!(t.slots_of(10), 0);
+        assert_eq!(t.slots_of(11), 1);
+    }
+}

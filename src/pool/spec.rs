@@ -1,0 +1,61 @@
+//! How a pool's php-cgi is started: the spawn spec built from its
+//! configuration, and the template that decides whether a reload needs new
+//! children.
+//!
+//! Must not touch: processes (the spawner forks).
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use crate::config::{PoolConfig, Spawn};
+use crate::spawn::ChildSpec;
+
+/// Builds the argv and environment of a child of `config`.
+///
+/// The environment follows php-fpm's `clear_env` and `env[…]`; on top of it
+/// `PHP_FCGI_CHILDREN` (0 for exec: php-cgi must not fork a hidden
+/// sub-pool; `pm.max_children` for prefork, whose children fpmd tracks one
+/// by one) and `PHP_FCGI_MAX_REQUESTS=0` (php-cgi must not retire itself:
+/// fpmd applies `pm.max_requests`) are always set, whatever fpmd's own
+/// environment says.
+pub fn child_spec(config: &PoolConfig, endpoint: PathBuf) -> ChildSpec {
+    let mut env: Vec<(OsString, OsString)> = Vec::new();
+    if !config.clear_env {
+        env.extend(std::env::vars_os());
+    }
+    for (k, v) in &config.env {
+        env.push((k.into(), v.into()));
+    }
+    env.retain(|(k, _)| {
+        k != "PHP_FCGI_CHILDREN" && k != "PHP_FCGI_MAX_REQUESTS" && k != "FCGI_WEB_SERVER_ADDRS"
+    });
+    let (children, death_signal) = match config.pm.spawn {
+        Spawn::Exec => (0, libc::SIGKILL),
+        Spawn::Prefork => (config.pm.max_children, libc::SIGTERM),
+    };
+    env.push(("PHP_FCGI_CHILDREN".into(), children.to_string().into()));
+    env.push(("PHP_FCGI_MAX_REQUESTS".into(), "0".into()));
+    ChildSpec {
+        program: config.php_cgi.clone(),
+        args: config.ini_args(),
+        env,
+        cwd: config.chdir.clone(),
+        uid: config.user.uid,
+        gid: config.user.gid,
+        groups: config.user.groups.clone(),
+        endpoint,
+        backlog: children as i32 + 8,
+        death_signal,
+        catch_workers_output: config.catch_workers_output,
+    }
+}
+
+/// The spawn spec without its endpoint: two configurations whose templates
+/// are equal start the same children, so a reload between them keeps the
+/// children and applies the rest live (pm numbers under exec, timeouts,
+/// logs). Anything else (ini values, environment, user, binary, working
+/// directory, `pm.max_children` under prefork, `pm.spawn`,
+/// `catch_workers_output`) needs a new generation.
+pub fn template(config: &PoolConfig) -> ChildSpec {
+    child_spec(config, PathBuf::new())
+}

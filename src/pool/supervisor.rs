@@ -1,0 +1,1099 @@
+//! The supervisor of one pool: the one task that owns its children.
+//!
+//! Owns: every php-cgi the pool spawned (through [`crate::spawn`]), their
+//! generations, retiring and killing them, respawning with back-off after
+//! crashes, the process manager (static / dynamic / ondemand), and the
+//! pool's commands (reconfigure, stop). Must not touch: FastCGI or the web
+//! server's connections; dispatch state only through the slot table's
+//! operations.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, error, info, warn};
+
+use super::slots::{GenId, SlotState, Table};
+use super::spec::{child_spec, template};
+use super::{Command, Event, Pool, PoolHandle, Reconfigured, StopMode, Worker, TERMINATE_GRACE};
+use crate::config::{PmMode, PoolConfig, Spawn};
+use crate::procfs::parent_of;
+use crate::reap::{Exit, ExitKind};
+use crate::spawn::{Spawned, Spawner};
+
+/// Back-off after a child that died within [`QUICK_DEATH`] of its start:
+/// first delay, doubled per further quick death, capped at [`BACKOFF_MAX`].
+const BACKOFF_FIRST: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+const QUICK_DEATH: Duration = Duration::from_secs(1);
+/// How often a new pre-fork parent is checked for its first child.
+const FORK_POLL: Duration = Duration::from_millis(5);
+
+/// A php-cgi fpmd spawned: a child (exec) or a pre-fork parent.
+struct ChildState {
+    gen: GenId,
+    started: Instant,
+    alive: Arc<AtomicBool>,
+    endpoint: Arc<PathBuf>,
+    /// fpmd asked it to go (retire, stop, broken connection).
+    expected_exit: bool,
+    /// A pre-fork parent (its process group holds its children).
+    prefork: bool,
+}
+
+/// A child forked by a php-cgi parent.
+struct Forked {
+    started: Instant,
+    expected_exit: bool,
+}
+
+/// One generation as the supervisor sees it.
+struct GenState {
+    config: Arc<PoolConfig>,
+    /// Spawns made for it (dynamic: the first round is `start_servers`).
+    spawned: u64,
+    /// The reload waiting for it to become current.
+    done: Option<oneshot::Sender<Result<Reconfigured, String>>>,
+    /// The generation current when this one was started.
+    from: GenId,
+    /// Draining (no longer current): when `graceful_timeout` runs out.
+    drain_deadline: Option<tokio::time::Instant>,
+}
+
+/// A pre-fork parent whose slots wait for its first fork: once php-cgi has
+/// forked a child, its start-up (modules, ini) went well.
+struct Pending {
+    leader: i32,
+    gen: GenId,
+    endpoint: Arc<PathBuf>,
+    alive: Arc<AtomicBool>,
+    startup: crate::output::StartupWindow,
+    since: Instant,
+    /// The slow start was reported.
+    warned: bool,
+}
+
+struct Stopping {
+    mode: StopMode,
+    /// When remaining children are killed.
+    deadline: Option<tokio::time::Instant>,
+}
+
+struct Supervisor {
+    pool: Arc<Pool>,
+    spawner: Spawner,
+    runtime_dir: PathBuf,
+    children: HashMap<i32, ChildState>,
+    exits_tx: mpsc::UnboundedSender<Exit>,
+    forked_tx: mpsc::UnboundedSender<crate::proc_events::ForkedEvent>,
+    /// Counter for unique socket names.
+    serial: u64,
+    /// Children that died within [`QUICK_DEATH`] of start, in a row.
+    quick_deaths: u32,
+    /// When the back-off allows the next spawn.
+    respawn_at: Option<tokio::time::Instant>,
+    stopping: Option<Stopping>,
+    emergency_restart: Option<(u32, Duration)>,
+    /// Recent unexpected deaths (for `emergency_restart_threshold`).
+    crashes: VecDeque<Instant>,
+    /// Pre-forked children seen starting (from the process events).
+    forked: HashMap<i32, Forked>,
+    gens: BTreeMap<GenId, GenState>,
+    /// The newest generation: the one children are spawned for.
+    target: GenId,
+    pending: Vec<Pending>,
+}
+
+/// Starts a pool's supervisor, which spawns the pool's first generation.
+/// `runtime_dir` is fpmd's private 0700 directory for the children's
+/// sockets. `emergency_restart` is the global (threshold, interval),
+/// applied to this pool alone.
+pub fn start_pool(
+    config: Arc<PoolConfig>,
+    spawner: Spawner,
+    runtime_dir: &Path,
+    emergency_restart: Option<(u32, Duration)>,
+) -> PoolHandle {
+    let (events_tx, events_rx) = mpsc::unbounded_channel();
+    let (commands_tx, commands_rx) = mpsc::unbounded_channel();
+    let pool = Arc::new(Pool {
+        name: config.name.clone(),
+        table: Mutex::new(Table::new(config.clone())),
+        events: events_tx.clone(),
+    });
+    let mut gens = BTreeMap::new();
+    gens.insert(
+        GenId(1),
+        GenState {
+            config,
+            spawned: 0,
+            done: None,
+            from: GenId(1),
+            drain_deadline: None,
+        },
+    );
+    let sup = Supervisor {
+        pool: pool.clone(),
+        spawner,
+        runtime_dir: runtime_dir.to_path_buf(),
+        children: HashMap::new(),
+        exits_tx: relay(events_tx.clone(), Event::Exited),
+        forked_tx: relay(events_tx, Event::Forked),
+        serial: 0,
+        quick_deaths: 0,
+        respawn_at: None,
+        stopping: None,
+        emergency_restart,
+        crashes: VecDeque::new(),
+        forked: HashMap::new(),
+        gens,
+        target: GenId(1),
+        pending: Vec::new(),
+    };
+    let done = tokio::spawn(sup.run(events_rx, commands_rx));
+    PoolHandle {
+        pool,
+        commands: commands_tx,
+        done: Some(done),
+    }
+}
+
+/// A sender of `T` whose messages reach the supervisor as events.
+fn relay<T: Send + 'static>(
+    events: mpsc::UnboundedSender<Event>,
+    wrap: fn(T) -> Event,
+) -> mpsc::UnboundedSender<T> {
+    let (tx, mut rx) = mpsc::unbounded_channel::<T>();
+    tokio::spawn(async move {
+        while let Some(m) = rx.recv().await {
+            if events.send(wrap(m)).is_err() {
+                return;
+            }
+        }
+    });
+    tx
+}
+
+/// The pool's `graceful_timeout` (the configuration key lands with the
+/// configuration's reload support).
+fn graceful_timeout(_config: &PoolConfig) -> Option<Duration> {
+    None
+}
+
+async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
+impl Supervisor {
+    fn name(&self) -> &str {
+        &self.pool.name
+    }
+
+    /// The configuration children are spawned with now.
+    fn config(&self) -> Arc<PoolConfig> {
+        self.gens[&self.target].config.clone()
+    }
+
+    /// The generation requests go to now.
+    fn current(&self) -> GenId {
+        self.pool.table.lock().unwrap().current
+    }
+
+    async fn run(
+        mut self,
+        mut events: mpsc::UnboundedReceiver<Event>,
+        mut commands: mpsc::UnboundedReceiver<Command>,
+    ) {
+        let pm = self.config().pm.clone();
+        info!(pool = %self.name(), "starting (pm.mode = {}, pm.max_children = {}, pm.spawn = {})",
+            pm.mode.as_str(), pm.max_children, pm.spawn.as_str());
+        self.fill().await;
+        // The process manager's scale-down pass (dynamic, ondemand); scale-up
+        // is driven by queued requests (Event::Demand), not by this tick.
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut fork_poll = tokio::time::interval(FORK_POLL);
+        let mut commands_open = true;
+        loop {
+            if let Some(s) = &self.stopping {
+                if self.children.is_empty() {
+                    info!(pool = %self.name(), "all children are gone");
+                    return;
+                }
+                let deadline = s.deadline;
+                tokio::select! {
+                    Some(ev) = events.recv() => self.handle(ev).await,
+                    _ = sleep_until_opt(deadline), if deadline.is_some() => self.kill_the_rest(),
+                }
+                continue;
+            }
+            let respawn_at = self.respawn_at;
+            let drain_at = self.gens.values().filter_map(|g| g.drain_deadline).min();
+            let ticking = self.config().pm.mode != PmMode::Static;
+            let polling = !self.pending.is_empty();
+            tokio::select! {
+                Some(ev) = events.recv() => self.handle(ev).await,
+                c = commands.recv(), if commands_open => match c {
+                    Some(c) => self.command(c).await,
+                    // The daemon dropped the handle without stopping: stop.
+                    None => {
+                        commands_open = false;
+                        self.begin_stop(StopMode::Fast, None);
+                    }
+                },
+                _ = sleep_until_opt(respawn_at), if respawn_at.is_some() => {
+                    self.respawn_at = None;
+                    self.fill().await;
+                }
+                _ = sleep_until_opt(drain_at), if drain_at.is_some() => self.drain_deadline_passed(),
+                _ = fork_poll.tick(), if polling => self.check_pending(),
+                _ = tick.tick(), if ticking => self.scale_down().await,
+            }
+        }
+    }
+
+    async fn command(&mut self, c: Command) {
+        match c {
+            Command::Reconfigure { config, done } => self.reconfigure(config, done).await,
+            Command::Stop { mode, grace } => self.begin_stop(mode, grace),
+        }
+    }
+
+    /// Applies a new configuration: live when the children would be started
+    /// the same way, else by a new generation (see the module docs of
+    /// [`super`]).
+    async fn reconfigure(
+        &mut self,
+        config: Arc<PoolConfig>,
+        done: oneshot::Sender<Result<Reconfigured, String>>,
+    ) {
+        if self.stopping.is_some() {
+            let _ = done.send(Err("the pool is stopping".into()));
+            return;
+        }
+        let old = self.config();
+        if template(&old) == template(&config) {
+            self.gens
+                .get_mut(&self.target)
+                .expect("target generation")
+                .config = config.clone();
+            self.pool
+                .table
+                .lock()
+                .unwrap()
+                .configs
+                .insert(self.target, config);
+            info!(pool = %self.name(), "reloaded: new settings applied to the running children (generation {})", self.target);
+            let _ = done.send(Ok(Reconfigured::Retuned));
+            self.trim_excess();
+            self.fill().await;
+            return;
+        }
+        self.new_generation(config, Some(done)).await;
+    }
+
+    /// Starts a new generation with `config`; it becomes current when its
+    /// first child is ready, and `done` is answered then.
+    async fn new_generation(
+        &mut self,
+        config: Arc<PoolConfig>,
+        done: Option<oneshot::Sender<Result<Reconfigured, String>>>,
+    ) {
+        let from = self.current();
+        let gen = GenId(self.target.0 + 1);
+        // A generation still starting is superseded: it never serves.
+        if self.target != from {
+            self.abandon_target("superseded by a newer configuration");
+        }
+        info!(pool = %self.name(), "reloading: starting generation {gen} (generation {from} drains)");
+        self.pool
+            .table
+            .lock()
+            .unwrap()
+            .configs
+            .insert(gen, config.clone());
+        self.gens.insert(
+            gen,
+            GenState {
+                config,
+                spawned: 0,
+                done,
+                from,
+                drain_deadline: None,
+            },
+        );
+        self.target = gen;
+        self.respawn_at = None;
+        self.quick_deaths = 0;
+        self.fill().await;
+    }
+
+    /// The generation being started never becomes current: its children are
+    /// stopped, its reload is answered with `why`, and the current one
+    /// serves on.
+    fn abandon_target(&mut self, why: &str) {
+        let gen = self.target;
+        let current = self.current();
+        if gen == current {
+            return;
+        }
+        self.target = current;
+        if let Some(mut g) = self.gens.remove(&gen) {
+            if let Some(done) = g.done.take() {
+                let _ = done.send(Err(why.to_string()));
+            }
+        }
+        self.pool.table.lock().unwrap().configs.remove(&gen);
+        self.pending.retain(|p| p.gen != gen);
+        let leaders: Vec<i32> = self
+            .children
+            .iter()
+            .filter(|(_, c)| c.gen == gen)
+            .map(|(p, _)| *p)
+            .collect();
+        for leader in leaders {
+            self.stop_child(leader, leader, Signal::SIGTERM);
+        }
+        warn!(pool = %self.name(), "generation {gen} abandoned ({why}); generation {current} serves on");
+    }
+
+    /// A generation became current: the older ones drain, bounded by the
+    /// new generation's `graceful_timeout`.
+    fn switched(&mut self, gen: GenId) {
+        let grace = self
+            .gens
+            .get(&gen)
+            .and_then(|g| graceful_timeout(&g.config));
+        let now = tokio::time::Instant::now();
+        let mut from = gen;
+        for (id, g) in self.gens.iter_mut() {
+            if *id < gen && g.drain_deadline.is_none() {
+                g.drain_deadline = grace.map(|d| now + d);
+            }
+        }
+        if let Some(g) = self.gens.get_mut(&gen) {
+            from = g.from;
+            if let Some(done) = g.done.take() {
+                let _ = done.send(Ok(Reconfigured::Respawned { from, to: gen }));
+            }
+        }
+        info!(pool = %self.name(), "generation {gen} serves; generation {from} drains");
+        self.collect_drained();
+    }
+
+    /// Forgets generations with no slot and no child left.
+    fn collect_drained(&mut self) {
+        let drained = self.pool.table.lock().unwrap().drained();
+        for gen in drained {
+            if gen == self.target || self.children.values().any(|c| c.gen == gen) {
+                continue;
+            }
+            self.gens.remove(&gen);
+            self.pool.table.lock().unwrap().configs.remove(&gen);
+            debug!(pool = %self.name(), "generation {gen} has drained");
+        }
+    }
+
+    /// `graceful_timeout` ran out for a draining generation: its children
+    /// still busy are killed, each logged with what it was running.
+    fn drain_deadline_passed(&mut self) {
+        let now = tokio::time::Instant::now();
+        let due: Vec<GenId> = self
+            .gens
+            .iter()
+            .filter(|(_, g)| g.drain_deadline.is_some_and(|d| d <= now))
+            .map(|(id, _)| *id)
+            .collect();
+        for gen in due {
+            if let Some(g) = self.gens.get_mut(&gen) {
+                g.drain_deadline = None;
+            }
+            let grace = graceful_timeout(&self.config()).unwrap_or_default();
+            let busy: Vec<(i32, Option<i32>, Instant, Option<super::RequestInfo>)> = {
+                let t = self.pool.table.lock().unwrap();
+                t.busy_of(gen)
+                    .map(|(_, s)| match &s.state {
+                        SlotState::Busy { since, request } => {
+                            (s.leader, s.pid, *since, request.clone())
+                        }
+                        _ => (s.leader, s.pid, Instant::now(), None),
+                    })
+                    .collect()
+            };
+            for (leader, pid, since, request) in busy {
+                let r = request.unwrap_or_default();
+                let target = pid.unwrap_or(leader);
+                warn!(pool = %self.name(), pid = target, script = %r.script, uri = %r.uri,
+                    "child of generation {gen} still busy {:.1} s after the reload, past graceful_timeout = {:.1} s: killing it",
+                    since.elapsed().as_secs_f64(), grace.as_secs_f64());
+                match pid {
+                    Some(pid) => self.stop_child(leader, pid, Signal::SIGKILL),
+                    // A pre-forked child fpmd could not name: its whole
+                    // (old) group goes.
+                    None => {
+                        if let Some(c) = self.children.get_mut(&leader) {
+                            c.expected_exit = true;
+                            let _ = kill(Pid::from_raw(-leader), Signal::SIGKILL);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Under exec, `pm.max_children` lowered by a reload: idle children over
+    /// it are retired.
+    fn trim_excess(&mut self) {
+        let config = self.config();
+        if config.pm.spawn != Spawn::Exec {
+            return;
+        }
+        let gen = self.target;
+        let active = self
+            .children
+            .values()
+            .filter(|c| c.gen == gen && !c.expected_exit)
+            .count();
+        let max = config.pm.max_children as usize;
+        if active > max {
+            let extra = self
+                .pool
+                .table
+                .lock()
+                .unwrap()
+                .take_idle(active - max, |w| w.gen == gen);
+            for w in extra {
+                info!(pool = %self.name(), pid = w.log_pid(), "pm.max_children lowered to {max}: retiring an idle child");
+                self.retire_idle(w);
+            }
+        }
+    }
+
+    /// Retires idle children the process manager no longer wants: under
+    /// ondemand those idle longer than `pm.process_idle_timeout`, under
+    /// dynamic the least recently used one while more than
+    /// `pm.max_spare_servers` are idle (one per tick, as php-fpm). Under
+    /// prefork a retired child is replaced by a fresh fork of the parent
+    /// (its memory comes back; the process count stays), and an ondemand
+    /// pool whose children are all idle past the timeout stops its parent.
+    async fn scale_down(&mut self) {
+        let config = self.config();
+        let prefork = config.pm.spawn == Spawn::Prefork;
+        let gen = self.current();
+        let now = Instant::now();
+        match config.pm.mode {
+            PmMode::Static => {}
+            PmMode::Ondemand {
+                process_idle_timeout,
+                ..
+            } => {
+                let before = now.checked_sub(process_idle_timeout).unwrap_or(now);
+                if prefork {
+                    let slots = config.pm.max_children as usize;
+                    let leaders: Vec<i32> = self
+                        .children
+                        .iter()
+                        .filter(|(_, c)| !c.expected_exit && c.gen == gen)
+                        .map(|(p, _)| *p)
+                        .collect();
+                    for leader in leaders {
+                        let all_idle = {
+                            let t = self.pool.table.lock().unwrap();
+                            t.slots_of(leader) >= slots
+                                && t.count_idle(|w| w.leader == leader) >= slots
+                                && t.count_idle(|w| w.leader == leader && w.idle_since > before)
+                                    == 0
+                        };
+                        if all_idle {
+                            info!(pool = %self.name(), pid = leader, "every child idle for {:.1} s (pm.process_idle_timeout): stopping the php-cgi parent",
+                                process_idle_timeout.as_secs_f64());
+                            let workers = self
+                                .pool
+                                .table
+                                .lock()
+                                .unwrap()
+                                .take_idle(usize::MAX, |w| w.leader == leader);
+                            for w in workers {
+                                self.pool.table.lock().unwrap().remove(w.slot);
+                            }
+                            self.stop_child(leader, leader, Signal::SIGTERM);
+                        }
+                    }
+                }
+                let idle = self.pool.table.lock().unwrap().take_idle(usize::MAX, |w| {
+                    w.idle_since <= before && (!w.prefork || w.conn.is_some())
+                });
+                for w in idle {
+                    info!(pool = %self.name(), pid = w.log_pid(), "child idle for {:.1} s (pm.process_idle_timeout): retiring it", process_idle_timeout.as_secs_f64());
+                    self.retire_idle(w);
+                }
+            }
+            PmMode::Dynamic {
+                max_spare_servers, ..
+            } => {
+                let max = max_spare_servers as usize;
+                // Under prefork only children that served requests count:
+                // a cold fork costs next to nothing and is not retired.
+                let warm = |w: &Worker| !w.prefork || w.conn.is_some();
+                let idle = self.pool.table.lock().unwrap().count_idle(warm);
+                if idle > max {
+                    let taken = self.pool.table.lock().unwrap().take_idle(1, warm);
+                    for w in taken {
+                        info!(pool = %self.name(), pid = w.log_pid(), "{idle} idle children, over pm.max_spare_servers = {max}: retiring the least recently used");
+                        self.retire_idle(w);
+                    }
+                }
+                self.fill().await;
+            }
+        }
+    }
+
+    /// Counts an unexpected child death; past `emergency_restart_threshold`
+    /// within `emergency_restart_interval`, restarts this pool's children
+    /// as a new generation (php-fpm restarts its whole master; here other
+    /// pools go on, and busy children finish their requests).
+    async fn note_crash(&mut self) {
+        let Some((threshold, interval)) = self.emergency_restart else {
+            return;
+        };
+        let now = Instant::now();
+        self.crashes.push_back(now);
+        while self
+            .crashes
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > interval)
+        {
+            self.crashes.pop_front();
+        }
+        if self.crashes.len() < threshold as usize {
+            return;
+        }
+        error!(pool = %self.name(), "{} children died within {:.0} s (emergency_restart_threshold = {threshold}): restarting the pool's children",
+            self.crashes.len(), interval.as_secs_f64());
+        self.crashes.clear();
+        let config = self.config();
+        self.new_generation(config, None).await;
+    }
+
+    /// Retires an idle worker taken out of the idle stack (scale-down):
+    /// SIGTERM (the child is idle and exits at once), then its connection
+    /// is closed. Under prefork the slot stays and reconnects to a fresh
+    /// fork.
+    fn retire_idle(&mut self, mut w: Worker) {
+        if w.prefork {
+            if w.conn.is_some() {
+                w.learn_pid();
+                if let Some(pid) = w.pid {
+                    self.stop_child(w.leader, pid, Signal::SIGTERM);
+                }
+            }
+            w.reset_slot();
+            self.pool.put_back(w, true);
+        } else {
+            self.pool.table.lock().unwrap().remove(w.slot);
+            self.stop_child(w.leader, w.leader, Signal::SIGTERM);
+        }
+    }
+
+    /// Slots out of dispatch for good: their children are stopped once
+    /// nothing of theirs is busy (a pre-fork parent only when none of its
+    /// slots is left, so that no busy child is ever signalled).
+    fn retire(&mut self, workers: Vec<Worker>) {
+        for w in workers {
+            self.pool.table.lock().unwrap().remove(w.slot);
+            let leader = w.leader;
+            let left = self.pool.table.lock().unwrap().slots_of(leader);
+            if w.prefork {
+                if left == 0 {
+                    debug!(pool = %self.name(), pid = leader, "every slot of the php-cgi parent is retired: stopping it");
+                    self.stop_child(leader, leader, Signal::SIGTERM);
+                }
+            } else {
+                self.stop_child(leader, leader, Signal::SIGTERM);
+            }
+            drop(w);
+        }
+        self.collect_drained();
+    }
+
+    fn begin_stop(&mut self, mode: StopMode, grace: Option<Duration>) {
+        let idle = self.pool.table.lock().unwrap().close();
+        for g in self.gens.values_mut() {
+            if let Some(done) = g.done.take() {
+                let _ = done.send(Err("the pool is stopping".into()));
+            }
+        }
+        self.pending.clear();
+        let now = tokio::time::Instant::now();
+        match mode {
+            StopMode::Graceful => {
+                self.stopping = Some(Stopping {
+                    mode,
+                    deadline: grace.map(|g| now + g),
+                });
+                self.retire(idle);
+                // Children with no slot at all (a parent still starting).
+                let orphans: Vec<i32> = self
+                    .children
+                    .keys()
+                    .copied()
+                    .filter(|leader| self.pool.table.lock().unwrap().slots_of(*leader) == 0)
+                    .collect();
+                for leader in orphans {
+                    self.stop_child(leader, leader, Signal::SIGTERM);
+                }
+            }
+            StopMode::Fast => {
+                self.stopping = Some(Stopping {
+                    mode,
+                    deadline: Some(now + Duration::from_secs(1)),
+                });
+                drop(idle);
+                for (pid, c) in self.children.iter_mut() {
+                    c.expected_exit = true;
+                    // php-cgi only finishes its script on SIGTERM (an
+                    // interrupted sleep() even returns early and the script
+                    // runs on): a fast stop kills, as php-fpm's does.
+                    let target = if c.prefork { -*pid } else { *pid };
+                    let _ = kill(Pid::from_raw(target), Signal::SIGKILL);
+                }
+            }
+        }
+    }
+
+    /// The stop's grace is over: whatever is left is killed.
+    fn kill_the_rest(&mut self) {
+        let busy: Vec<(i32, Option<super::RequestInfo>)> = {
+            let t = self.pool.table.lock().unwrap();
+            t.slots()
+                .filter_map(|(_, s)| match &s.state {
+                    SlotState::Busy { request, .. } => {
+                        Some((s.pid.unwrap_or(s.leader), request.clone()))
+                    }
+                    _ => None,
+                })
+                .collect()
+        };
+        for (pid, r) in busy {
+            let r = r.unwrap_or_default();
+            warn!(pool = %self.name(), pid, script = %r.script, uri = %r.uri, "child still busy when the stop's grace ran out: SIGKILL");
+        }
+        let name = self.pool.name.clone();
+        for (pid, c) in self.children.iter_mut() {
+            c.expected_exit = true;
+            debug!(pool = %name, pid, "child still alive after the stop grace period: SIGKILL");
+            let target = if c.prefork { -*pid } else { *pid };
+            let _ = kill(Pid::from_raw(target), Signal::SIGKILL);
+        }
+        if let Some(s) = &mut self.stopping {
+            s.mode = StopMode::Fast;
+            s.deadline = None;
+        }
+    }
+
+    async fn handle(&mut self, ev: Event) {
+        match ev {
+            Event::Exited(exit) => self.on_exit(exit).await,
+            Event::StopChild {
+                leader,
+                pid,
+                signal,
+                conn,
+            } => {
+                self.stop_child(leader, pid, signal);
+                drop(conn);
+            }
+            Event::Terminate { leader, pid, conn } => {
+                self.stop_child(leader, pid, Signal::SIGTERM);
+                drop(conn);
+                let events = self.pool.events.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(TERMINATE_GRACE).await;
+                    let _ = events.send(Event::KillIfAlive { leader, pid });
+                });
+            }
+            Event::KillIfAlive { leader, pid } => {
+                let alive = if leader == pid {
+                    self.children.contains_key(&pid)
+                } else {
+                    parent_of(pid) == Some(leader)
+                };
+                if alive {
+                    warn!(pool = %self.name(), pid, "child still running {:.1} s after SIGTERM: SIGKILL", TERMINATE_GRACE.as_secs_f64());
+                    self.stop_child(leader, pid, Signal::SIGKILL);
+                }
+            }
+            Event::Retire(workers) => self.retire(workers),
+            Event::Switched(gen) => self.switched(gen),
+            Event::Demand => self.fill().await,
+            Event::Crashed => self.note_crash().await,
+            Event::Forked(ev) => self.on_forked(ev).await,
+        }
+    }
+
+    /// Signals one child. Exec: the child is the leader. Prefork: a child
+    /// of the leader (the parent), which forks its replacement.
+    fn stop_child(&mut self, leader: i32, pid: i32, sig: Signal) {
+        if let Some(c) = self.children.get_mut(&leader) {
+            if leader == pid {
+                c.expected_exit = true;
+            } else if parent_of(pid) != Some(leader) {
+                // Already gone, and the pid may have been reused: a root
+                // daemon must not signal a stranger.
+                return;
+            } else {
+                self.forked
+                    .entry(pid)
+                    .or_insert(Forked {
+                        started: c.started,
+                        expected_exit: false,
+                    })
+                    .expected_exit = true;
+            }
+            if let Err(e) = kill(Pid::from_raw(pid), sig) {
+                if e != nix::errno::Errno::ESRCH {
+                    warn!(pool = %self.pool.name, pid, "cannot send {sig}: {e}");
+                }
+            }
+        }
+    }
+
+    /// A child of one of this pool's php-cgi parents started or ended: its
+    /// exit is logged as php-fpm logs a child's (warning unless fpmd asked
+    /// it to go), and a crash counts for `emergency_restart_threshold`.
+    async fn on_forked(&mut self, ev: crate::proc_events::ForkedEvent) {
+        use crate::proc_events::ForkedEvent;
+        match ev {
+            ForkedEvent::Started { pid, .. } => {
+                self.forked.insert(
+                    pid,
+                    Forked {
+                        started: Instant::now(),
+                        expected_exit: false,
+                    },
+                );
+            }
+            ForkedEvent::Exited { pid, parent, kind } => {
+                let parent_state = self
+                    .children
+                    .get(&parent)
+                    .map(|c| (c.started, c.expected_exit));
+                let (started, expected) = match self.forked.remove(&pid) {
+                    Some(f) => (f.started, f.expected_exit),
+                    None => (
+                        parent_state.map(|p| p.0).unwrap_or_else(Instant::now),
+                        false,
+                    ),
+                };
+                // The parent ending takes its children with it.
+                let expected =
+                    expected || parent_state.is_none_or(|p| p.1) || self.stopping.is_some();
+                let exit = Exit { pid, kind };
+                let lived = started.elapsed();
+                match (expected, kind) {
+                    (true, _) => debug!(pool = %self.name(), pid, "{}", exit.describe(lived)),
+                    (false, ExitKind::Code(0)) => {
+                        info!(pool = %self.name(), pid, "{}", exit.describe(lived))
+                    }
+                    (false, _) => warn!(pool = %self.name(), pid, "{}", exit.describe(lived)),
+                }
+                if matches!(
+                    kind,
+                    ExitKind::Signal {
+                        signal: libc::SIGSEGV | libc::SIGBUS,
+                        ..
+                    }
+                ) && self.stopping.is_none()
+                {
+                    self.note_crash().await;
+                }
+            }
+        }
+    }
+
+    /// New pre-fork parents: once one has forked a child (its PHP start-up
+    /// went well), its slots enter dispatch; for a new generation that makes
+    /// it current.
+    fn check_pending(&mut self) {
+        let mut ready = Vec::new();
+        let name = self.pool.name.clone();
+        let mut waiting = Vec::new();
+        for mut p in std::mem::take(&mut self.pending) {
+            if !p.alive.load(Ordering::Acquire) {
+                continue;
+            }
+            if !crate::peer::children_of(p.leader).is_empty() {
+                ready.push(p);
+                continue;
+            }
+            if !p.warned && p.since.elapsed() > Duration::from_secs(10) {
+                p.warned = true;
+                warn!(pool = %name, pid = p.leader, "the php-cgi parent has not forked a child after 10 s");
+            }
+            waiting.push(p);
+        }
+        self.pending = waiting;
+        for p in ready {
+            debug!(pool = %self.name(), pid = p.leader, "php-cgi parent forked its children: its slots serve");
+            let slots = self
+                .gens
+                .get(&p.gen)
+                .map_or(0, |g| g.config.pm.max_children);
+            self.add_slots(&p, true, slots);
+        }
+    }
+
+    /// Puts `n` slots of `leader` into dispatch.
+    fn add_slots(&mut self, leader: &Pending, prefork: bool, n: u32) {
+        for _ in 0..n {
+            let pid = (!prefork).then_some(leader.leader);
+            let slot = self
+                .pool
+                .table
+                .lock()
+                .unwrap()
+                .new_slot(leader.gen, leader.leader, pid);
+            self.pool.offer(Worker {
+                slot,
+                gen: leader.gen,
+                leader: leader.leader,
+                pid,
+                prefork,
+                endpoint: leader.endpoint.clone(),
+                conn: None,
+                served: 0,
+                alive: leader.alive.clone(),
+                idle_since: Instant::now(),
+                startup: leader.startup.clone(),
+            });
+        }
+    }
+
+    async fn on_exit(&mut self, exit: Exit) {
+        let Some(child) = self.children.remove(&exit.pid) else {
+            return;
+        };
+        child.alive.store(false, Ordering::Release);
+        self.pool.table.lock().unwrap().forget_leader(exit.pid);
+        self.pending.retain(|p| p.leader != exit.pid);
+        if child.prefork {
+            crate::proc_events::unwatch(exit.pid);
+            // Children the parent left behind (it only signals them on
+            // SIGTERM) must not serve anything any more.
+            let _ = kill(Pid::from_raw(-exit.pid), Signal::SIGKILL);
+        }
+        let _ = std::fs::remove_file(child.endpoint.as_path());
+        let lived = child.started.elapsed();
+        if child.expected_exit {
+            debug!(pool = %self.name(), pid = exit.pid, "{}", exit.describe(lived));
+        } else {
+            match exit.kind {
+                ExitKind::Code(0) => {
+                    info!(pool = %self.name(), pid = exit.pid, "{}", exit.describe(lived))
+                }
+                _ => warn!(pool = %self.name(), pid = exit.pid, "{}", exit.describe(lived)),
+            }
+        }
+        self.collect_drained();
+        if self.stopping.is_some() {
+            return;
+        }
+        // A new generation's php-cgi that dies before it served: the reload
+        // fails, the current generation serves on.
+        if child.gen == self.target && self.target != self.current() && !child.expected_exit {
+            let why = format!(
+                "its php-cgi {} after {:.3} s",
+                exit.kind,
+                lived.as_secs_f64()
+            );
+            self.abandon_target(&why);
+            return;
+        }
+        if child.gen != self.target {
+            // An old generation draining: nothing to replace.
+            return;
+        }
+        // fpmd never sends these, so they count even when fpmd had already
+        // asked the child to go (its broken connection is often seen first).
+        if matches!(
+            exit.kind,
+            ExitKind::Signal {
+                signal: libc::SIGSEGV | libc::SIGBUS,
+                ..
+            }
+        ) {
+            self.note_crash().await;
+        }
+        if !child.expected_exit && lived < QUICK_DEATH {
+            if self.respawn_at.is_some() {
+                // Another child of the same round of spawns: the back-off
+                // step is already counted and announced.
+                debug!(pool = %self.name(), pid = exit.pid, "child died {:.3} s after start", lived.as_secs_f64());
+                return;
+            }
+            self.quick_deaths += 1;
+            let delay = BACKOFF_FIRST
+                .saturating_mul(1 << (self.quick_deaths - 1).min(16))
+                .min(BACKOFF_MAX);
+            warn!(pool = %self.name(), pid = exit.pid, "child died {:.3} s after start ({} in a row): next spawn in {:.1} s",
+                lived.as_secs_f64(), self.quick_deaths, delay.as_secs_f64());
+            self.respawn_at = Some(tokio::time::Instant::now() + delay);
+            return;
+        }
+        if lived >= QUICK_DEATH {
+            self.quick_deaths = 0;
+        }
+        self.fill().await;
+    }
+
+    /// Spawns children of the target generation until the process manager
+    /// has what it wants (exec: processes; prefork: one parent that keeps
+    /// `pm.max_children` forked).
+    async fn fill(&mut self) {
+        if self.stopping.is_some() || self.respawn_at.is_some() {
+            return;
+        }
+        let gen = self.target;
+        let config = self.config();
+        let pm = &config.pm;
+        let max = pm.max_children as usize;
+        let mine = self.children.values().filter(|c| c.gen == gen).count();
+        let active = self
+            .children
+            .values()
+            .filter(|c| c.gen == gen && !c.expected_exit)
+            .count();
+        let first_round = self.gens.get(&gen).is_none_or(|g| g.spawned == 0);
+        let (idle, waiting) = if gen == self.current() {
+            self.pool.idle_and_waiting()
+        } else {
+            (0, 0)
+        };
+        let spawns = match (pm.spawn, pm.mode) {
+            (Spawn::Exec, PmMode::Static) => max.saturating_sub(mine),
+            (
+                Spawn::Exec,
+                PmMode::Dynamic {
+                    start_servers,
+                    min_spare_servers,
+                    max_spawn_rate,
+                    ..
+                },
+            ) => {
+                let min_idle = min_spare_servers as usize;
+                // At start: start_servers; then enough for the waiting
+                // requests plus the idle children min_spare_servers asks for.
+                let want = if first_round {
+                    start_servers as usize
+                } else {
+                    waiting + min_idle.saturating_sub(idle)
+                };
+                want.min(max.saturating_sub(mine))
+                    .min(max_spawn_rate as usize)
+            }
+            (Spawn::Exec, PmMode::Ondemand { max_spawn_rate, .. }) => {
+                // A new generation of an ondemand pool starts one child, so
+                // that it can take over.
+                let want = if gen != self.current() && mine == 0 {
+                    1
+                } else {
+                    waiting
+                };
+                want.min(max.saturating_sub(mine))
+                    .min(max_spawn_rate as usize)
+            }
+            // One parent keeps all children forked; ondemand starts it only
+            // for a request (or to take over after a reload).
+            (Spawn::Prefork, PmMode::Ondemand { .. }) => {
+                usize::from(active == 0 && (waiting > 0 || gen != self.current()))
+            }
+            (Spawn::Prefork, _) => usize::from(active == 0),
+        };
+        for _ in 0..spawns {
+            if self.stopping.is_some() {
+                return;
+            }
+            if let Err(e) = self.spawn_one().await {
+                if self.target != self.current() {
+                    self.abandon_target(&format!("cannot start php-cgi: {e}"));
+                    return;
+                }
+                self.quick_deaths += 1;
+                let delay = BACKOFF_FIRST
+                    .saturating_mul(1 << (self.quick_deaths - 1).min(16))
+                    .min(BACKOFF_MAX);
+                error!(pool = %self.name(), "cannot start php-cgi: {e}; next try in {:.1} s", delay.as_secs_f64());
+                self.respawn_at = Some(tokio::time::Instant::now() + delay);
+                return;
+            }
+        }
+    }
+
+    async fn spawn_one(&mut self) -> std::io::Result<()> {
+        self.serial += 1;
+        let gen = self.target;
+        let config = self.config();
+        let endpoint = Arc::new(
+            self.runtime_dir
+                .join(format!("{}.{}.sock", config.name, self.serial)),
+        );
+        let spec = child_spec(&config, endpoint.to_path_buf());
+        let Spawned { pid, output } = self.spawner.spawn(spec, self.exits_tx.clone()).await?;
+        if let Some(g) = self.gens.get_mut(&gen) {
+            g.spawned += 1;
+        }
+        let prefork = config.pm.spawn == Spawn::Prefork;
+        if prefork {
+            debug!(pool = %self.name(), pid, "php-cgi parent started (generation {gen}), pre-forking {} children", config.pm.max_children);
+        } else {
+            debug!(pool = %self.name(), pid, "child started (generation {gen})");
+        }
+        let startup = crate::output::StartupWindow::new();
+        crate::output::forward(&config, pid, output, startup.clone());
+        let alive = Arc::new(AtomicBool::new(true));
+        self.children.insert(
+            pid,
+            ChildState {
+                gen,
+                started: Instant::now(),
+                alive: alive.clone(),
+                endpoint: endpoint.clone(),
+                expected_exit: false,
+                prefork,
+            },
+        );
+        if prefork {
+            crate::proc_events::watch(pid, self.forked_tx.clone());
+            self.pending.push(Pending {
+                leader: pid,
+                gen,
+                endpoint,
+                alive,
+                startup,
+                since: Instant::now(),
+                warned: false,
+            });
+            self.check_pending();
+        } else {
+            let leader = Pending {
+                leader: pid,
+                gen,
+                endpoint,
+                alive,
+                startup,
+                since: Instant::now(),
+                warned: false,
+            };
+            self.add_slots(&leader, false, 1);
+        }
+        Ok(())
+    }
+}

@@ -593,9 +593,19 @@ pub struct PoolHandle {
     pub pool: Arc<Pool>,
     stop: watch::Sender<Option<StopMode>>,
     done: Option<tokio::task::JoinHandle<()>>,
+    started: Option<oneshot::Receiver<()>>,
 }
 
 impl PoolHandle {
+    /// Returns once the supervisor's first fill is done: the pool's first
+    /// children are spawned (none under ondemand), or their spawn failed and
+    /// is retried with back-off.
+    pub async fn started(&mut self) {
+        if let Some(rx) = self.started.take() {
+            let _ = rx.await;
+        }
+    }
+
     /// Stops the pool's children and waits until every one is reaped.
     pub async fn stop(mut self, mode: StopMode) {
         let _ = self.stop.send(Some(mode));
@@ -642,11 +652,13 @@ pub fn start_pool(
         emergency_restart,
         crashes: VecDeque::new(),
     };
-    let done = tokio::spawn(sup.run(events_rx, stop_rx));
+    let (started_tx, started_rx) = oneshot::channel();
+    let done = tokio::spawn(sup.run(events_rx, stop_rx, started_tx));
     PoolHandle {
         pool,
         stop: stop_tx,
         done: Some(done),
+        started: Some(started_rx),
     }
 }
 
@@ -715,11 +727,13 @@ impl Supervisor {
         mut self,
         mut events: mpsc::UnboundedReceiver<Event>,
         mut stop: watch::Receiver<Option<StopMode>>,
+        started: oneshot::Sender<()>,
     ) {
         let pm = self.pool.config.pm.clone();
         info!(pool = %self.name(), "starting (pm.mode = {}, pm.max_children = {}, pm.spawn = {})",
             pm.mode.as_str(), pm.max_children, pm.spawn.as_str());
         self.fill().await;
+        let _ = started.send(());
         // The process manager's scale-down pass (dynamic, ondemand); scale-up
         // is driven by queued requests (Event::Demand), not by this tick.
         let mut tick = tokio::time::interval(Duration::from_secs(1));

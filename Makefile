@@ -14,12 +14,14 @@ build:
 demo: deps build
 	scripts/demo.sh
 
-# The integration tests run once per spawn strategy (pm.spawn); then a
-# one-round smoke run of the benchmark, so that it cannot rot; then each
-# cargo fuzz target for FUZZ_SECS.
+# The integration tests run once per spawn strategy (pm.spawn); then the
+# packaging files are verified (packaging/check.sh, on the binary cargo test
+# built); then a one-round smoke run of the benchmark, so that it cannot
+# rot; then each cargo fuzz target for FUZZ_SECS.
 test: deps
 	cargo test
 	FPMD_TEST_SPAWN=exec cargo test --test it
+	packaging/check.sh
 	$(MAKE) bench-smoke
 	$(MAKE) fuzz-smoke
 

@@ -15,13 +15,14 @@ use crate::config::Config;
 use crate::control::Intent;
 use crate::listener::{self, BindError, Bound};
 use crate::log::LogWriter;
+use crate::pool::{self, StopMode};
 use crate::reap::Reaper;
 use crate::spawn::Spawner;
+use crate::systemd::{Notifier, Notify};
 
 /// How long a stopping pool's children get after SIGTERM before SIGKILL
 /// (every request has finished by then in a graceful stop).
 const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
-use crate::pool::{self, StopMode};
 
 /// A configuration whose listeners are all bound: nothing has been spawned
 /// yet, so a failure up to here leaves nothing running.
@@ -60,6 +61,7 @@ pub async fn run(
     log: LogWriter,
 ) -> anyhow::Result<()> {
     let Prepared { config, bound } = prepared;
+    let sd = Notifier::from_env();
     // Orphans of our children (a pre-fork parent's children, processes a
     // script started) are reparented to fpmd and reaped here, not left as
     // zombies elsewhere.
@@ -110,11 +112,18 @@ pub async fn run(
         ));
         pools.push(handle);
     }
+    for handle in &mut pools {
+        handle.started().await;
+    }
     info!(
         "fpmd {} ready to handle connections ({} pools)",
         env!("CARGO_PKG_VERSION"),
         pools.len()
     );
+    sd.send(&[
+        Notify::Ready,
+        Notify::Status(serving(pools.len(), children)),
+    ]);
     // Start-up code (configuration parsing, command line) is not needed
     // again: let the kernel take back fpmd's own code pages; the request
     // path faults its few pages back in. Less of fpmd counts in each pool.
@@ -131,9 +140,11 @@ pub async fn run(
                 Ok(()) => info!("log file reopened"),
                 Err(e) => error!("cannot reopen the log file: {e}"),
             },
+            // Reload: sd.send(&[Notify::Reloading]), then Ready + Status(serving(..)) once it serves.
             Some(Intent::Reload) => warn!("reload is not supported by this version of fpmd yet; restart it to apply a new configuration"),
         }
     };
+    sd.send(&[Notify::Stopping, Notify::Status(stopping(mode).into())]);
     let _ = shutdown_tx.send(true);
     drop(in_flight_tx);
     if mode == StopMode::Graceful {
@@ -144,6 +155,7 @@ pub async fn run(
                 i = intents.recv() => if matches!(i, Some(Intent::FastStop) | None) {
                     warn!("fast stop requested during the graceful stop");
                     mode = StopMode::Fast;
+                    sd.send(&[Notify::Status(stopping(mode).into())]);
                     break;
                 },
             }
@@ -163,6 +175,20 @@ pub async fn run(
     }
     info!("exiting");
     Ok(())
+}
+
+/// The `STATUS=` line while serving: "1 pool, up to 4 children".
+fn serving(pools: usize, children: usize) -> String {
+    let s = if pools == 1 { "" } else { "s" };
+    format!("{pools} pool{s}, up to {children} children")
+}
+
+/// The `STATUS=` line of a stop.
+fn stopping(mode: StopMode) -> &'static str {
+    match mode {
+        StopMode::Graceful => "graceful stop: waiting for in-flight requests",
+        StopMode::Fast => "fast stop",
+    }
 }
 
 fn write_pid_file(config: &Config) -> std::io::Result<Option<PathBuf>> {

@@ -7,7 +7,8 @@
 //! FastCGI), [`proxy`] and [`listener`] (connections: the strict FastCGI
 //! path, and php-fpm's handling of the CGI variables in
 //! [`proxy::request_info`]), [`control`] and [`daemon`] (signals, start and
-//! stop), [`log`] (fpmd's own log).
+//! stop), [`systemd`] (readiness and status for systemd), [`log`] (fpmd's
+//! own log).
 
 pub mod config;
 pub mod control;
@@ -23,6 +24,7 @@ pub mod procfs;
 pub mod proxy;
 pub mod reap;
 pub mod spawn;
+pub mod systemd;
 
 /// Exit status for an invalid configuration (`EX_CONFIG` of sysexits.h).
 pub const EXIT_CONFIG: u8 = 78;

@@ -628,9 +628,19 @@ pub struct PoolHandle {
     pub pool: Arc<Pool>,
     commands: mpsc::UnboundedSender<Command>,
     done: Option<tokio::task::JoinHandle<()>>,
+    started: Option<oneshot::Receiver<()>>,
 }
 
 impl PoolHandle {
+    /// Returns once the supervisor's first fill is done: the pool's first
+    /// children are spawned (none under ondemand), or their spawn failed and
+    /// is retried with back-off.
+    pub async fn started(&mut self) {
+        if let Some(rx) = self.started.take() {
+            let _ = rx.await;
+        }
+    }
+
     /// Applies a new configuration of the pool; returns once it is in force.
     /// Errors: the new generation could not start (the old one serves on).
     pub async fn reconfigure(&self, config: Arc<PoolConfig>) -> Result<Reconfigured, String> {

@@ -155,11 +155,13 @@ pub fn start_pool(
         target: GenId(1),
         pending: Vec::new(),
     };
-    let done = tokio::spawn(sup.run(events_rx, commands_rx));
+    let (started_tx, started_rx) = oneshot::channel();
+    let done = tokio::spawn(sup.run(events_rx, commands_rx, started_tx));
     PoolHandle {
         pool,
         commands: commands_tx,
         done: Some(done),
+        started: Some(started_rx),
     }
 }
 
@@ -211,11 +213,13 @@ impl Supervisor {
         mut self,
         mut events: mpsc::UnboundedReceiver<Event>,
         mut commands: mpsc::UnboundedReceiver<Command>,
+        started: oneshot::Sender<()>,
     ) {
         let pm = self.config().pm.clone();
         info!(pool = %self.name(), "starting (pm.mode = {}, pm.max_children = {}, pm.spawn = {})",
             pm.mode.as_str(), pm.max_children, pm.spawn.as_str());
         self.fill().await;
+        let _ = started.send(());
         // The process manager's scale-down pass (dynamic, ondemand); scale-up
         // is driven by queued requests (Event::Demand), not by this tick.
         let mut tick = tokio::time::interval(Duration::from_secs(1));

@@ -19,3 +19,4 @@ mod pm_modes;
 mod pool_settings;
 mod signals;
 mod strict;
+mod systemd;

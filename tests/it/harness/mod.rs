@@ -1,6 +1,7 @@
 //! Shared fixtures of the integration tests: temporary directories, free ports,
 //! real nginx and Apache, real php-cgi behind the real fpmd binary, php-fpm for
-//! comparisons, HTTP and raw FastCGI clients, and /proc helpers.
+//! comparisons, HTTP and raw FastCGI clients, /proc helpers, and a stand-in for
+//! systemd's notification socket.
 //!
 //! Rules: every test owns one `TestDir` and its own ports, so tests run in
 //! parallel; nothing here sleeps to "let things settle": waits are
@@ -17,6 +18,7 @@ pub mod http;
 pub mod nginx;
 pub mod phpfpm;
 pub mod procs;
+pub mod systemd;
 
 use std::net::{SocketAddr, TcpListener};
 use std::os::unix::fs::PermissionsExt;
@@ -27,6 +29,7 @@ pub use apache::{Apache, ApacheOpts, FcgiStyle};
 pub use fpmd::{Addr, Fpmd, FpmdConfig, Pool};
 pub use http::{get, post, Resp};
 pub use nginx::{Nginx, NginxOpts};
+pub use systemd::{start_notified, NotifySocket};
 
 /// The fpmd binary under test. Cargo builds it for integration tests.
 pub const FPMD_BIN: &str = env!("CARGO_BIN_EXE_fpmd");

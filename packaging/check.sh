@@ -1,0 +1,41 @@
+#!/bin/sh
+# Checks the packaging files without installing anything:
+#   packaging/check.sh [FPMD_BINARY]     (default: target/debug/fpmd)
+# `systemd-analyze verify` wants ExecStart='s binary to exist, so the unit is
+# verified inside a scratch root holding the binary as /usr/sbin/fpmd and a
+# copy of this machine's systemd units. Any warning counts as a failure
+# (systemd-analyze itself exits 0 on unknown keys or types).
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+bin=${1:-${CARGO_TARGET_DIR:-$here/../target}/debug/fpmd}
+[ -x "$bin" ] || { echo "check.sh: no fpmd binary at $bin (cargo build first)" >&2; exit 1; }
+root=$(mktemp -d)
+trap 'rm -rf "$root"' EXIT
+status=0
+
+if command -v systemd-analyze >/dev/null; then
+	mkdir -p "$root/usr/sbin" "$root/bin" "$root/usr/lib" "$root/etc/systemd/system"
+	cp "$bin" "$root/usr/sbin/fpmd"
+	cp /bin/kill "$root/bin/kill"
+	cp -a /usr/lib/systemd "$root/usr/lib/"
+	cp "$here/systemd/fpmd.service" "$root/etc/systemd/system/"
+	ok=ok
+	out=$(systemd-analyze verify --root="$root" fpmd.service 2>&1) || ok=FAILED
+	[ -z "$out" ] || { printf '%s\n' "$out"; ok=FAILED; }
+	echo "systemd-analyze verify ($(systemctl --version | head -n1)): $ok"
+	[ $ok = ok ] || status=1
+else
+	echo "systemd-analyze not installed: unit not verified"
+fi
+
+if command -v logrotate >/dev/null; then
+	ok=ok
+	out=$(logrotate -d -s "$root/logrotate.state" "$here/logrotate/fpmd" 2>&1) || ok=FAILED
+	if printf '%s\n' "$out" | grep -qi 'error'; then ok=FAILED; fi
+	[ $ok = ok ] || printf '%s\n' "$out"
+	echo "logrotate -d: $ok"
+	[ $ok = ok ] || status=1
+else
+	echo "logrotate not installed: rotation not checked"
+fi
+exit $status

@@ -12,6 +12,7 @@
 
 pub mod config;
 pub mod control;
+pub mod ctl;
 pub mod daemon;
 pub mod fastcgi;
 pub mod listener;

@@ -1,0 +1,253 @@
+//! The control socket: how `fpmd reload`, `fpmd stop` and `fpmd status`
+//! talk to the running daemon.
+//!
+//! Owns: the unix socket at `[global] control_socket`, its one-line
+//! protocol, and the client side the subcommands use. Must not touch: what
+//! a command does (the daemon does it and writes the answer).
+//!
+//! Protocol (text, one request per connection): the client sends one line,
+//! `reload`, `stop`, `status` or `upgrade`; the daemon answers with a
+//! first line `ok`, `error` or `error config`, then the lines of the
+//! message, then closes. Only root (or fpmd's own user) may connect: the
+//! socket is mode 0600 and every peer's credentials are checked.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, warn};
+
+/// A request from `fpmd CMD`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Request {
+    Reload,
+    Stop,
+    Status,
+    Upgrade,
+}
+
+impl Request {
+    /// The request word on the wire and on the command line.
+    pub fn word(self) -> &'static str {
+        match self {
+            Request::Reload => "reload",
+            Request::Stop => "stop",
+            Request::Status => "status",
+            Request::Upgrade => "upgrade",
+        }
+    }
+
+    pub fn parse(word: &str) -> Option<Request> {
+        Some(match word.trim() {
+            "reload" => Request::Reload,
+            "stop" => Request::Stop,
+            "status" => Request::Status,
+            "upgrade" => Request::Upgrade,
+            _ => return None,
+        })
+    }
+}
+
+/// The daemon's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    Ok(String),
+    /// The new configuration does not validate (`fpmd` exits 78).
+    ConfigError(String),
+    Error(String),
+}
+
+impl Answer {
+    fn encode(&self) -> String {
+        let (head, text) = match self {
+            Answer::Ok(t) => ("ok", t),
+            Answer::ConfigError(t) => ("error config", t),
+            Answer::Error(t) => ("error", t),
+        };
+        let mut s = format!("{head}\n{text}");
+        if !s.ends_with('\n') {
+            s.push('\n');
+        }
+        s
+    }
+
+    fn decode(text: &str) -> Answer {
+        let (head, rest) = text.split_once('\n').unwrap_or((text, ""));
+        let rest = rest.trim_end_matches('\n').to_string();
+        match head.trim() {
+            "ok" => Answer::Ok(rest),
+            "error config" => Answer::ConfigError(rest),
+            _ => Answer::Error(rest),
+        }
+    }
+}
+
+/// A request waiting for the daemon's answer.
+pub struct Call {
+    pub request: Request,
+    pub reply: oneshot::Sender<Answer>,
+}
+
+/// Binds the control socket at `path` (its directory is created 0755 if
+/// missing; a stale socket is replaced, a live one refused) and serves it:
+/// each request reaches `calls`. Errors: the path cannot be bound.
+pub fn serve(path: &Path, calls: mpsc::UnboundedSender<Call>) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(dir) = path.parent() {
+        if !dir.as_os_str().is_empty() && !dir.exists() {
+            std::fs::create_dir_all(dir)?;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+        }
+    }
+    if path.exists() {
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!("{}: another fpmd answers on it", path.display()),
+            ));
+        }
+        std::fs::remove_file(path)?;
+    }
+    let listener = UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    let me = nix::unistd::Uid::effective().as_raw();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let allowed = stream
+                .peer_cred()
+                .map(|c| c.uid() == 0 || c.uid() == me)
+                .unwrap_or(false);
+            if !allowed {
+                warn!("control socket: refused a connection from a user other than root");
+                continue;
+            }
+            let calls = calls.clone();
+            tokio::spawn(async move {
+                if let Err(e) = answer_one(stream, calls).await {
+                    debug!("control socket: {e}");
+                }
+            });
+        }
+    });
+    Ok(())
+}
+
+async fn answer_one(stream: UnixStream, calls: mpsc::UnboundedSender<Call>) -> io::Result<()> {
+    let (r, mut w) = stream.into_split();
+    let mut line = String::new();
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        BufReader::new(r).read_line(&mut line),
+    )
+    .await;
+    let answer = match (read, Request::parse(&line)) {
+        (Ok(Ok(_)), Some(request)) => {
+            let (reply, rx) = oneshot::channel();
+            if calls.send(Call { request, reply }).is_err() {
+                Answer::Error("fpmd is stopping".into())
+            } else {
+                rx.await
+                    .unwrap_or_else(|_| Answer::Error("fpmd is stopping".into()))
+            }
+        }
+        _ => Answer::Error(format!(
+            "unknown request {:?}: reload, stop, status or upgrade",
+            line.trim()
+        )),
+    };
+    w.write_all(answer.encode().as_bytes()).await?;
+    w.shutdown().await
+}
+
+/// Sends `request` to the daemon listening at `path` and waits for its
+/// answer (a reload answers once the new configuration is in force).
+/// Errors: nobody listens there (fpmd is not running, or runs with another
+/// `control_socket`).
+pub fn call(path: &Path, request: Request) -> io::Result<Answer> {
+    use std::io::{Read, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(path).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("cannot reach fpmd at {}: {e}", path.display()),
+        )
+    })?;
+    s.write_all(format!("{}\n", request.word()).as_bytes())?;
+    let mut text = String::new();
+    s.read_to_string(&mut text)?;
+    Ok(Answer::decode(&text))
+}
+
+/// The default control socket: `/run/fpmd/fpmd.sock` for root, else
+/// `fpmd.sock` beside the main configuration file.
+pub fn default_path(main_config: &Path) -> PathBuf {
+    if nix::unistd::Uid::effective().is_root() {
+        PathBuf::from("/run/fpmd/fpmd.sock")
+    } else {
+        main_config
+            .parent()
+            .unwrap_or(Path::new("."))
+            .join("fpmd.sock")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_round_trip() {
+        for a in [
+            Answer::Ok("reloaded\npool www: respawned".into()),
+            Answer::ConfigError("f.toml:3: bad".into()),
+            Answer::Error(String::new()),
+        ] {
+            assert_eq!(Answer::decode(&a.encode()), a);
+        }
+        assert_eq!(Request::parse("reload\n"), Some(Request::Reload));
+        assert_eq!(Request::parse("nope"), None);
+    }
+
+    #[tokio::test]
+    async fn serves_one_request_per_connection() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run/ctl.sock");
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        serve(&path, tx.clone()).unwrap();
+        assert!(serve(&path, tx).is_err(), "a live socket is not stolen");
+        tokio::spawn(async move {
+            while let Some(c) = rx.recv().await {
+                let _ = c
+                    .reply
+                    .send(Answer::Ok(format!("did {}", c.request.word())));
+            }
+        });
+        let p = path.clone();
+        let got = tokio::task::spawn_blocking(move || call(&p, Request::Status))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got, Answer::Ok("did status".into()));
+        let p = path.clone();
+        let bad = tokio::task::spawn_blocking(move || {
+            use std::io::{Read, Write};
+            let mut s = std::os::unix::net::UnixStream::connect(&p).unwrap();
+            s.write_all(b"dance\n").unwrap();
+            let mut t = String::new();
+            s.read_to_string(&mut t).unwrap();
+            t
+        })
+        .await
+        .unwrap();
+        assert!(bad.starts_with("error\nunknown request \"dance\""), "{bad}");
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+    }
+}

@@ -4,7 +4,7 @@
 //! Layers, each in its own module: [`fastcgi`] (protocol codec, no I/O),
 //! [`config`] (validated pool configuration), [`spawn`], [`reap`] and
 //! [`supervisor`] (processes), [`output`] (what children write outside
-//! FastCGI), [`proxy`] and [`listener`] (connections: the strict FastCGI
+//! FastCGI), [`proxy`] and [`listen`] (connections: the strict FastCGI
 //! path, and php-fpm's handling of the CGI variables in
 //! [`proxy::request_info`]), [`control`] and [`daemon`] (signals, start and
 //! stop), [`log`] (fpmd's own log).
@@ -13,7 +13,7 @@ pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod fastcgi;
-pub mod listener;
+pub mod listen;
 pub mod log;
 pub mod output;
 pub mod peer;

@@ -13,7 +13,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::config::Config;
 use crate::control::Intent;
-use crate::listener::{self, BindError, Bound};
+use crate::listen::{self, BindError, ListenKey, Listener, ListenerTable, Route};
 use crate::log::LogWriter;
 use crate::pool::{self, StopMode};
 use crate::reap::Reaper;
@@ -28,13 +28,14 @@ const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
 /// yet, so a failure up to here leaves nothing running.
 pub struct Prepared {
     config: Config,
-    bound: Vec<Bound>,
+    listeners: ListenerTable,
 }
 
 /// Binds every pool's listening socket. Errors: the first address that
-/// cannot be bound (in use, permission); sockets bound before it are closed.
+/// cannot be bound (in use, permission); sockets bound before it are closed
+/// (and their files removed).
 pub fn prepare(config: Config) -> Result<Prepared, BindError> {
-    let mut bound = Vec::with_capacity(config.pools.len());
+    let mut listeners = ListenerTable::new();
     for (i, pool) in config.pools.iter().enumerate() {
         if let Some(other) = config.pools[..i]
             .iter()
@@ -48,9 +49,9 @@ pub fn prepare(config: Config) -> Result<Prepared, BindError> {
                 ),
             });
         }
-        bound.push(listener::bind(pool)?);
+        listeners.obtain(&pool.name, &pool.listen)?;
     }
-    Ok(Prepared { config, bound })
+    Ok(Prepared { config, listeners })
 }
 
 /// Runs until a stop intent; returns once every child is reaped. Must run
@@ -60,7 +61,7 @@ pub async fn run(
     mut intents: mpsc::UnboundedReceiver<Intent>,
     log: LogWriter,
 ) -> anyhow::Result<()> {
-    let Prepared { config, bound } = prepared;
+    let Prepared { config, listeners } = prepared;
     let sd = Notifier::from_env();
     // Orphans of our children (a pre-fork parent's children, processes a
     // script started) are reparented to fpmd and reaped here, not left as
@@ -91,25 +92,39 @@ pub async fn run(
         .iter()
         .map(|p| p.pm.max_children as usize)
         .sum();
-    let (nofile, cap) = listener::raise_nofile(children);
+    let (nofile, cap) = listen::raise_nofile(children);
     debug!("RLIMIT_NOFILE {nofile}: at most {cap} web server connections");
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (in_flight_tx, mut in_flight_rx) = mpsc::channel::<()>(1);
     let mut pools = Vec::new();
-    for (pool_config, bound) in config.pools.iter().zip(bound) {
+    // One route per pool: a reload will point it elsewhere; dropping it
+    // (or sending None) stops the address's accept loop.
+    let mut routes = Vec::new();
+    let mut accepting = Vec::new();
+    for pool_config in &config.pools {
         let handle = pool::start_pool(
             Arc::new(pool_config.clone()),
             spawner.clone(),
             runtime_dir.path(),
             config.global.emergency_restart,
         );
-        info!(pool = %pool_config.name, "listening on {}", bound.address);
-        tokio::spawn(listener::accept_loop(
-            bound,
-            handle.pool.clone(),
-            shutdown_rx.clone(),
-            in_flight_tx.clone(),
-        ));
+        let key = ListenKey::new(&pool_config.listen.address);
+        let (route, route_rx) = watch::channel(Some(Arc::new(Route::to_pool(handle.pool.clone()))));
+        match Listener::register(&listeners, &key) {
+            Ok(l) => {
+                info!(pool = %pool_config.name, "listening on {key}");
+                accepting.push(tokio::spawn(listen::accept_loop(
+                    l,
+                    route_rx,
+                    shutdown_rx.clone(),
+                    in_flight_tx.clone(),
+                )));
+            }
+            Err(e) => {
+                warn!(pool = %pool_config.name, "cannot register {key} with the event loop: {e}")
+            }
+        }
+        routes.push(route);
         pools.push(handle);
     }
     for handle in &mut pools {
@@ -147,6 +162,14 @@ pub async fn run(
     sd.send(&[Notify::Stopping, Notify::Status(stopping(mode).into())]);
     let _ = shutdown_tx.send(true);
     drop(in_flight_tx);
+    // The accept loops end at once; then the sockets close and their files
+    // go, so that a web server connecting during the drain is refused at
+    // once instead of waiting in a queue nobody accepts from.
+    for a in accepting {
+        let _ = a.await;
+    }
+    drop(routes);
+    drop(listeners);
     if mode == StopMode::Graceful {
         info!("graceful stop: no new connections; waiting for in-flight requests");
         loop {

@@ -3,8 +3,9 @@
 //!
 //! Layers, each in its own module: [`fastcgi`] (protocol codec, no I/O),
 //! [`config`] (validated pool configuration), [`spawn`], [`reap`] and
-//! [`pool`] (the slot table, generations, the supervisor), [`output`] (what children write outside
-//! FastCGI), [`proxy`] and [`listener`] (connections: the strict FastCGI
+//! [`pool`] (the slot table, generations, the supervisor), [`output`] (what
+//! children write outside FastCGI), [`proxy`] and [`listen`] (connections:
+//! the listener table, and the strict FastCGI
 //! path, and php-fpm's handling of the CGI variables in
 //! [`proxy::request_info`]), [`control`] and [`daemon`] (signals, start and
 //! stop), [`systemd`] (readiness and status for systemd), [`log`] (fpmd's
@@ -15,7 +16,7 @@ pub mod control;
 pub mod ctl;
 pub mod daemon;
 pub mod fastcgi;
-pub mod listener;
+pub mod listen;
 pub mod log;
 pub mod output;
 pub mod peer;

@@ -1,0 +1,326 @@
+//! The accept loop of one listening address: accepts connections, turns
+//! away clients outside `listen.allowed_clients`, and hands each connection
+//! to the proxy for the pool its [`Route`] names at that moment.
+//!
+//! The route is a `watch` the daemon writes: a reload points it at another
+//! pool (or changes `allowed_clients`) without touching the socket, and
+//! `None` ends the loop. Ending a loop closes only its clone of the socket:
+//! the socket stays in the [`ListenerTable`], nothing is unlinked, and
+//! connections already accepted go on.
+//!
+//! Owns: the connection cap (from `RLIMIT_NOFILE`) and the count of open
+//! web server connections. Must not touch: the socket's life or its file
+//! (the table), FastCGI records (the proxy reads them) or processes.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch, Notify};
+use tracing::{debug, warn};
+
+use super::{ListenKey, ListenerTable};
+use crate::config::ListenAddress;
+use crate::pool::Pool;
+use crate::proxy::serve_connection;
+
+/// Where the connections of one address go.
+pub struct Route {
+    pub pool: Arc<Pool>,
+    /// `listen.allowed_clients` (TCP only): `None` allows any client.
+    pub allowed_clients: Option<Vec<IpAddr>>,
+}
+
+impl Route {
+    /// The route to `pool` with its configured `listen.allowed_clients`.
+    pub fn to_pool(pool: Arc<Pool>) -> Route {
+        let allowed_clients = pool.config().listen.allowed_clients.clone();
+        Route {
+            pool,
+            allowed_clients,
+        }
+    }
+}
+
+/// What an accept loop reads its route from; `None` stops it.
+pub type RouteWatch = watch::Receiver<Option<Arc<Route>>>;
+
+/// A clone of a table socket registered with the event loop.
+pub struct Listener {
+    key: ListenKey,
+    inner: Inner,
+}
+
+enum Inner {
+    Tcp(tokio::net::TcpListener),
+    Unix(tokio::net::UnixListener),
+}
+
+enum Conn {
+    Tcp(tokio::net::TcpStream, SocketAddr),
+    Unix(tokio::net::UnixStream),
+}
+
+impl Listener {
+    /// Registers a clone of the table's socket for `key`. Must be called
+    /// inside a tokio runtime.
+    pub fn register(table: &ListenerTable, key: &ListenKey) -> io::Result<Listener> {
+        let socket = table.clone_socket(key)?;
+        let inner = match key.address() {
+            ListenAddress::Tcp(_) => Inner::Tcp(tokio::net::TcpListener::from_std(socket.into())?),
+            ListenAddress::Unix(_) => {
+                Inner::Unix(tokio::net::UnixListener::from_std(socket.into())?)
+            }
+        };
+        Ok(Listener {
+            key: key.clone(),
+            inner,
+        })
+    }
+
+    pub fn key(&self) -> &ListenKey {
+        &self.key
+    }
+
+    async fn accept(&self) -> io::Result<Conn> {
+        match &self.inner {
+            Inner::Tcp(l) => l.accept().await.map(|(s, peer)| Conn::Tcp(s, peer)),
+            Inner::Unix(l) => l.accept().await.map(|(s, _)| Conn::Unix(s)),
+        }
+    }
+}
+
+/// Accepts connections on `listener` until its route turns `None` (or its
+/// sender is dropped) or `shutdown` turns true, spawning a proxy task for
+/// each. Every task holds a clone of `in_flight`, and so does the loop, so
+/// the daemon knows when they have all finished.
+pub async fn accept_loop(
+    listener: Listener,
+    mut route: RouteWatch,
+    mut shutdown: watch::Receiver<bool>,
+    in_flight: mpsc::Sender<()>,
+) {
+    let key = listener.key.clone();
+    let mut last_pool = String::new();
+    loop {
+        if *shutdown.borrow_and_update() {
+            break;
+        }
+        let Some(current) = route.borrow_and_update().clone() else {
+            break;
+        };
+        last_pool.clear();
+        last_pool.push_str(current.pool.name());
+        let name = current.pool.name();
+        // At the connection cap, leave new connections in the kernel's
+        // listen queue until one closes (accepting and closing would turn
+        // a wait into an error at the web server).
+        if OPEN.load(Ordering::Relaxed) >= crate::proxy::max_connections() {
+            let mut closed = pin!(CLOSED.notified());
+            closed.as_mut().enable();
+            if OPEN.load(Ordering::Relaxed) >= crate::proxy::max_connections() {
+                if !CAP_WARNED.swap(true, Ordering::Relaxed) {
+                    warn!(pool = %name, "{} web server connections open, the limit (from RLIMIT_NOFILE): new connections wait in the listen queue",
+                        crate::proxy::max_connections());
+                }
+                tokio::select! {
+                    r = shutdown.changed() => if r.is_err() { break },
+                    r = route.changed() => if r.is_err() { break },
+                    _ = closed => {}
+                }
+                continue;
+            }
+        }
+        let accepted = tokio::select! {
+            r = shutdown.changed() => if r.is_err() { break } else { continue },
+            r = route.changed() => if r.is_err() { break } else { continue },
+            a = listener.accept() => a,
+        };
+        let conn = match accepted {
+            Ok(c) => c,
+            Err(e) => {
+                // EMFILE and friends: wait a little instead of spinning.
+                warn!(pool = %name, "accept on {key} failed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        // The route as it is now; a connection accepted as the route was
+        // withdrawn still goes to the pool it was accepted for.
+        let current = route.borrow().clone().unwrap_or(current);
+        let name = current.pool.name();
+        let pool = current.pool.clone();
+        let shutdown = shutdown.clone();
+        let guard = (in_flight.clone(), Open::new());
+        match conn {
+            Conn::Tcp(stream, peer) => {
+                if !client_allowed(&current.allowed_clients, &peer) {
+                    warn!(pool = %name, peer = %peer, "connection refused: {} is not in listen.allowed_clients", peer.ip());
+                    drop(stream);
+                    continue;
+                }
+                let _ = stream.set_nodelay(true);
+                let (r, w) = stream.into_split();
+                tokio::spawn(async move {
+                    serve_connection(pool, r, w, peer.to_string(), shutdown).await;
+                    drop(guard);
+                });
+            }
+            Conn::Unix(stream) => {
+                let (r, w) = stream.into_split();
+                tokio::spawn(async move {
+                    serve_connection(pool, r, w, "unix".to_string(), shutdown).await;
+                    drop(guard);
+                });
+            }
+        }
+    }
+    debug!(pool = %last_pool, "stopped accepting on {key}");
+}
+
+/// Web server connections open, across all listeners.
+static OPEN: AtomicUsize = AtomicUsize::new(0);
+/// Woken when one closes (an accept loop may wait at the cap).
+static CLOSED: Notify = Notify::const_new();
+/// The cap was reported (once per episode).
+static CAP_WARNED: AtomicBool = AtomicBool::new(false);
+
+/// Counts one open connection for as long as it lives.
+struct Open;
+
+impl Open {
+    fn new() -> Open {
+        OPEN.fetch_add(1, Ordering::Relaxed);
+        Open
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        if OPEN.fetch_sub(1, Ordering::Relaxed) <= crate::proxy::max_connections() {
+            CAP_WARNED.store(false, Ordering::Relaxed);
+        }
+        CLOSED.notify_waiters();
+    }
+}
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit (nginx and systemd
+/// units do the same: under systemd's default soft limit of 1,024 about a
+/// thousand idle web server connections would refuse every new one) and
+/// sets the connection cap from it: what is left after the children's
+/// sockets and fpmd's own files. Returns (soft limit, connection cap).
+pub fn raise_nofile(children: usize) -> (u64, usize) {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (mut soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap_or((1024, 1024));
+    if soft < hard {
+        match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            Ok(()) => soft = hard,
+            Err(e) => warn!("cannot raise RLIMIT_NOFILE from {soft} to {hard}: {e}"),
+        }
+    }
+    // Per child: its connection, its listening socket or output sockets
+    // while spawning; plus fpmd's listeners, log files and slack.
+    let reserve = 64 + 4 * children;
+    let cap = (soft as usize).saturating_sub(reserve).max(16);
+    crate::proxy::set_max_connections(cap);
+    (soft, cap)
+}
+
+/// `listen.allowed_clients`: none configured allows everyone; an
+/// IPv4-mapped IPv6 peer matches its IPv4 form.
+fn client_allowed(allowed: &Option<Vec<IpAddr>>, peer: &SocketAddr) -> bool {
+    let Some(list) = allowed else { return true };
+    let ip = match peer.ip() {
+        IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .map(IpAddr::V4)
+            .unwrap_or(IpAddr::V6(v6)),
+        v4 => v4,
+    };
+    list.contains(&ip)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allowed_clients() {
+        let peer: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        assert!(client_allowed(&None, &peer));
+        assert!(client_allowed(
+            &Some(vec!["127.0.0.1".parse().unwrap()]),
+            &peer
+        ));
+        assert!(!client_allowed(
+            &Some(vec!["127.0.0.2".parse().unwrap()]),
+            &peer
+        ));
+        let mapped: SocketAddr = "[::ffff:127.0.0.1]:5000".parse().unwrap();
+        assert!(client_allowed(
+            &Some(vec!["127.0.0.1".parse().unwrap()]),
+            &mapped
+        ));
+    }
+
+    /// A loop whose route is withdrawn (`None`, or its sender gone) or
+    /// whose shutdown comes ends; the socket stays in the table, listening,
+    /// and its file stays.
+    #[tokio::test]
+    async fn a_withdrawn_route_ends_the_loop_and_leaves_the_socket() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("www.sock");
+        let listen = crate::config::Listen {
+            address: ListenAddress::Unix(path.clone()),
+            owner: None,
+            group: None,
+            mode: 0o600,
+            backlog: 8,
+            allowed_clients: None,
+        };
+        let mut table = ListenerTable::new();
+        table.obtain("www", &listen).unwrap();
+        let key = ListenKey::new(&listen.address);
+        let (_shutdown_tx, shutdown) = watch::channel(false);
+        let (in_flight, mut all_done) = mpsc::channel(1);
+
+        let (route_tx, route) = watch::channel::<Option<Arc<Route>>>(None);
+        let l = Listener::register(&table, &key).unwrap();
+        let run = tokio::spawn(accept_loop(l, route, shutdown.clone(), in_flight.clone()));
+        tokio::time::timeout(Duration::from_secs(5), run)
+            .await
+            .expect("a None route ends the loop")
+            .unwrap();
+        drop(route_tx);
+
+        let (route_tx, route) = watch::channel::<Option<Arc<Route>>>(None);
+        drop(route_tx);
+        let l = Listener::register(&table, &key).unwrap();
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            accept_loop(l, route, shutdown.clone(), in_flight.clone()),
+        )
+        .await
+        .expect("a dropped route sender ends the loop");
+
+        let (shutdown_tx, shutdown) = watch::channel(true);
+        let (_route_tx, route) = watch::channel::<Option<Arc<Route>>>(None);
+        let l = Listener::register(&table, &key).unwrap();
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            accept_loop(l, route, shutdown, in_flight),
+        )
+        .await
+        .expect("shutdown ends the loop");
+        drop(shutdown_tx);
+        assert!(all_done.recv().await.is_none(), "no loop holds in_flight");
+
+        assert!(table.contains(&key));
+        assert!(path.exists(), "the loop unlinked the socket file");
+        let c = tokio::net::UnixStream::connect(&path).await;
+        assert!(c.is_ok(), "the socket no longer listens: {c:?}");
+    }
+}

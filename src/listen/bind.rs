@@ -1,0 +1,214 @@
+//! Binding a pool's listening socket with php-fpm's `listen.*` options, and
+//! re-applying them to a socket that is kept: `listen.owner`,
+//! `listen.group` and `listen.mode` on a unix socket's file, `listen()`
+//! again for `listen.backlog` (Linux updates the backlog of a listening
+//! socket in place).
+//!
+//! Owns: the system calls that create a socket and its file. Must not
+//! touch: which sockets exist (the [`ListenerTable`](super::ListenerTable)
+//! decides) or connections.
+
+use std::io;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use socket2::{Domain, SockAddr, Socket, Type};
+use tracing::warn;
+
+use crate::config::{Listen, ListenAddress};
+
+/// Errors binding a listening socket, or re-applying `listen.*` to a kept
+/// one; each names the address.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    #[error("listen address {address} is already in use{detail}")]
+    InUse { address: String, detail: String },
+    #[error("cannot listen on {address}: {source}")]
+    Io { address: String, source: io::Error },
+}
+
+impl BindError {
+    fn io(address: &ListenAddress, source: io::Error) -> BindError {
+        if source.kind() == io::ErrorKind::AddrInUse {
+            BindError::InUse {
+                address: address.to_string(),
+                detail: String::new(),
+            }
+        } else {
+            BindError::Io {
+                address: address.to_string(),
+                source,
+            }
+        }
+    }
+}
+
+/// The file of a unix listening socket, as it was when fpmd bound (or
+/// adopted) it. Its device and inode tell fpmd's file from one that
+/// replaced it: fpmd changes or unlinks only its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SocketFile {
+    pub path: PathBuf,
+    dev: u64,
+    ino: u64,
+}
+
+impl SocketFile {
+    /// Records the socket file now at `path`. Errors: there is none, or it
+    /// is not a socket.
+    pub fn at(path: &Path) -> io::Result<SocketFile> {
+        let meta = std::fs::symlink_metadata(path)?;
+        if !meta.file_type().is_socket() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is not a socket", path.display()),
+            ));
+        }
+        Ok(SocketFile {
+            path: path.to_path_buf(),
+            dev: meta.dev(),
+            ino: meta.ino(),
+        })
+    }
+
+    /// Whether the file at the path is still the one recorded.
+    pub fn is_current(&self) -> bool {
+        std::fs::symlink_metadata(&self.path)
+            .is_ok_and(|m| m.file_type().is_socket() && m.dev() == self.dev && m.ino() == self.ino)
+    }
+
+    /// Removes the file if it is still the one recorded (never one that
+    /// another process put there since).
+    pub fn unlink(&self) {
+        if !self.is_current() {
+            return;
+        }
+        if let Err(e) = std::fs::remove_file(&self.path) {
+            if e.kind() != io::ErrorKind::NotFound {
+                warn!("cannot remove socket file {}: {e}", self.path.display());
+            }
+        }
+    }
+}
+
+/// The kernel's cap on listen backlogs (`net.core.somaxconn`).
+pub fn somaxconn() -> Option<u32> {
+    std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// `listen.backlog` for `listen(2)`, warning when `somaxconn` caps it.
+fn backlog(pool: &str, listen: &Listen) -> i32 {
+    let backlog = listen.backlog;
+    if let Some(max) = somaxconn() {
+        if backlog > max {
+            warn!(pool = %pool, "listen.backlog = {backlog} is capped by the kernel to net.core.somaxconn = {max}");
+        }
+    }
+    backlog.min(i32::MAX as u32) as i32
+}
+
+/// Binds a new listening socket for `listen` (non-blocking, close-on-exec).
+/// A unix socket gets `listen.owner`, `listen.group` and `listen.mode`; a
+/// stale socket file nobody listens on is replaced, a live one is not, and
+/// a path that is not a socket is never touched. On error nothing is left
+/// behind (the file bound here is removed).
+pub(crate) fn bind(pool: &str, listen: &Listen) -> Result<(Socket, Option<SocketFile>), BindError> {
+    let address = &listen.address;
+    let err = |e| BindError::io(address, e);
+    let backlog = backlog(pool, listen);
+    match address {
+        ListenAddress::Tcp(addr) => {
+            let domain = if addr.is_ipv6() {
+                Domain::IPV6
+            } else {
+                Domain::IPV4
+            };
+            let socket = Socket::new(domain, Type::STREAM, None).map_err(err)?;
+            socket.set_reuse_address(true).map_err(err)?;
+            if addr.is_ipv6() {
+                socket.set_only_v6(true).map_err(err)?;
+            }
+            socket.bind(&SockAddr::from(*addr)).map_err(err)?;
+            socket.listen(backlog).map_err(err)?;
+            socket.set_nonblocking(true).map_err(err)?;
+            Ok((socket, None))
+        }
+        ListenAddress::Unix(path) => {
+            if let Ok(meta) = std::fs::symlink_metadata(path) {
+                if !meta.file_type().is_socket() {
+                    // Never delete what is not a socket (a typo in the path
+                    // must not cost a file).
+                    return Err(BindError::Io {
+                        address: address.to_string(),
+                        source: io::Error::new(
+                            io::ErrorKind::AlreadyExists,
+                            "the path exists and is not a socket",
+                        ),
+                    });
+                }
+                if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                    return Err(BindError::InUse {
+                        address: address.to_string(),
+                        detail: ": another process accepts connections on it".into(),
+                    });
+                }
+                // A stale socket left by a process that is gone.
+                std::fs::remove_file(path).map_err(err)?;
+            }
+            let socket = Socket::new(Domain::UNIX, Type::STREAM, None).map_err(err)?;
+            socket
+                .bind(&SockAddr::unix(path).map_err(err)?)
+                .map_err(err)?;
+            let file = match SocketFile::at(path) {
+                Ok(f) => f,
+                Err(e) => {
+                    let _ = std::fs::remove_file(path);
+                    return Err(err(e));
+                }
+            };
+            let finish = || -> io::Result<()> {
+                set_owner_mode(path, listen)?;
+                socket.listen(backlog)?;
+                socket.set_nonblocking(true)
+            };
+            if let Err(e) = finish() {
+                file.unlink();
+                return Err(err(e));
+            }
+            Ok((socket, Some(file)))
+        }
+    }
+}
+
+/// Re-applies `listen.backlog` (a second `listen()`) and, when `file` is
+/// given, `listen.owner`, `listen.group` and `listen.mode` to a socket fpmd
+/// keeps.
+pub(crate) fn reapply(
+    pool: &str,
+    listen: &Listen,
+    socket: &Socket,
+    file: Option<&SocketFile>,
+) -> Result<(), BindError> {
+    let err = |e| BindError::io(&listen.address, e);
+    if let Some(file) = file {
+        set_owner_mode(&file.path, listen).map_err(err)?;
+    }
+    socket.listen(backlog(pool, listen)).map_err(err)
+}
+
+fn set_owner_mode(path: &Path, listen: &Listen) -> io::Result<()> {
+    if let Some(owner) = listen.owner {
+        let me = nix::unistd::Uid::effective();
+        if me.is_root() || me.as_raw() != owner {
+            std::os::unix::fs::chown(path, Some(owner), listen.group).map_err(|e| {
+                let group = listen.group.map_or("-".into(), |g| g.to_string());
+                io::Error::new(e.kind(), format!("chown {owner}:{group}: {e}"))
+            })?;
+        }
+    }
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(listen.mode))
+}

@@ -1,28 +1,41 @@
-//! The daemon's life: bind every pool's listener, start the supervisors and
-//! accept loops, act on intents, drain and stop.
+//! The daemon's life: bind every pool's listener, start the pools and
+//! accept loops, act on intents (signals, the control socket), reload,
+//! drain and stop.
 //!
-//! Owns: the order of start and stop, the pid file and the private runtime
-//! directory of the children's sockets. Must not touch: FastCGI records or
-//! single children (the proxy and supervisors do).
+//! Owns: the pools by name, the listener table, the route of every listen
+//! address, the order of start, reload and stop, the pid file and the
+//! private runtime directory of the children's sockets. Must not touch:
+//! FastCGI records or single children (the proxy and the pools do).
+//!
+//! A reload is all or nothing up to the point where anything changes: the
+//! new configuration is read and validated whole, then every new or
+//! changed address is bound or re-configured (a failure closes what this
+//! reload bound and changes nothing else), then every pool is told at once:
+//! added pools start, removed ones stop accepting and drain, the others
+//! apply the new settings (live, or with a new generation of children; see
+//! [`crate::pool`]).
 
+use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, error, info, warn};
 
-use crate::config::Config;
+use crate::config::{Config, PoolConfig};
 use crate::control::Intent;
-use crate::listen::{self, BindError, ListenKey, Listener, ListenerTable, Route};
+use crate::ctl::{self, Answer, Call, Request};
+use crate::listen::{self, BindError, ListenKey, Listener, ListenerTable, Obtained, Route};
 use crate::log::LogWriter;
-use crate::pool::{self, StopMode};
+use crate::pool::{self, PoolHandle, Reconfigured, StopMode};
 use crate::reap::Reaper;
 use crate::spawn::Spawner;
 use crate::systemd::{Notifier, Notify};
 
 /// How long a stopping pool's children get after SIGTERM before SIGKILL
 /// (every request has finished by then in a graceful stop).
-const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+const STOP_GRACE: Duration = Duration::from_secs(3);
 
 /// A configuration whose listeners are all bound: nothing has been spawned
 /// yet, so a failure up to here leaves nothing running.
@@ -36,6 +49,16 @@ pub struct Prepared {
 /// (and their files removed).
 pub fn prepare(config: Config) -> Result<Prepared, BindError> {
     let mut listeners = ListenerTable::new();
+    bind_all(&mut listeners, &config)?;
+    Ok(Prepared { config, listeners })
+}
+
+/// `obtain` for every pool of `config`, refusing two pools on one address.
+fn bind_all(
+    listeners: &mut ListenerTable,
+    config: &Config,
+) -> Result<Vec<(ListenKey, Obtained)>, BindError> {
+    let mut got = Vec::new();
     for (i, pool) in config.pools.iter().enumerate() {
         if let Some(other) = config.pools[..i]
             .iter()
@@ -49,9 +72,34 @@ pub fn prepare(config: Config) -> Result<Prepared, BindError> {
                 ),
             });
         }
-        listeners.obtain(&pool.name, &pool.listen)?;
+        let o = listeners.obtain(&pool.name, &pool.listen)?;
+        got.push((ListenKey::new(&pool.listen.address), o));
     }
-    Ok(Prepared { config, listeners })
+    Ok(got)
+}
+
+/// An address being accepted on: its route (which pool gets its
+/// connections) and its accept loop.
+struct Accepting {
+    route: watch::Sender<Option<Arc<Route>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Everything the running daemon holds.
+struct Daemon {
+    config: Config,
+    listeners: ListenerTable,
+    pools: BTreeMap<String, PoolHandle>,
+    accepting: BTreeMap<ListenKey, Accepting>,
+    spawner: Spawner,
+    runtime_dir: tempfile::TempDir,
+    shutdown: watch::Receiver<bool>,
+    in_flight: mpsc::Sender<()>,
+    sd: Notifier,
+    log: LogWriter,
+    pid_file: Option<PathBuf>,
+    /// Pools removed by a reload, draining.
+    removed: Vec<tokio::task::JoinHandle<()>>,
 }
 
 /// Runs until a stop intent; returns once every child is reaped. Must run
@@ -62,7 +110,6 @@ pub async fn run(
     log: LogWriter,
 ) -> anyhow::Result<()> {
     let Prepared { config, listeners } = prepared;
-    let sd = Notifier::from_env();
     // Orphans of our children (a pre-fork parent's children, processes a
     // script started) are reparented to fpmd and reaped here, not left as
     // zombies elsewhere.
@@ -73,102 +120,118 @@ pub async fn run(
     let reaper = Reaper::new();
     tokio::spawn(reaper.clone().run(sigchld));
     let spawner = Spawner::start(reaper)?;
-    if config
-        .pools
-        .iter()
-        .any(|p| p.pm.spawn == crate::config::Spawn::Prefork)
-    {
-        if let Err(e) = crate::proc_events::start() {
-            info!(
-                "no process events ({e}): the exit status of pre-forked children will not be known"
-            );
-        }
+    if let Err(e) = crate::proc_events::start() {
+        info!("no process events ({e}): the exit status of pre-forked children will not be known");
     }
     let runtime_dir = tempfile::Builder::new().prefix("fpmd.").tempdir()?;
     let pid_file = write_pid_file(&config)?;
-
-    let children: usize = config
-        .pools
-        .iter()
-        .map(|p| p.pm.max_children as usize)
-        .sum();
-    let (nofile, cap) = listen::raise_nofile(children);
+    let (nofile, cap) = listen::raise_nofile(children_of(&config));
     debug!("RLIMIT_NOFILE {nofile}: at most {cap} web server connections");
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (in_flight_tx, mut in_flight_rx) = mpsc::channel::<()>(1);
-    let mut pools = Vec::new();
-    // One route per pool: a reload will point it elsewhere; dropping it
-    // (or sending None) stops the address's accept loop.
-    let mut routes = Vec::new();
-    let mut accepting = Vec::new();
-    for pool_config in &config.pools {
-        let handle = pool::start_pool(
-            Arc::new(pool_config.clone()),
-            spawner.clone(),
-            runtime_dir.path(),
-            config.global.emergency_restart,
-        );
-        let key = ListenKey::new(&pool_config.listen.address);
-        let (route, route_rx) = watch::channel(Some(Arc::new(Route::to_pool(handle.pool.clone()))));
-        match Listener::register(&listeners, &key) {
-            Ok(l) => {
-                info!(pool = %pool_config.name, "listening on {key}");
-                accepting.push(tokio::spawn(listen::accept_loop(
-                    l,
-                    route_rx,
-                    shutdown_rx.clone(),
-                    in_flight_tx.clone(),
-                )));
-            }
-            Err(e) => {
-                warn!(pool = %pool_config.name, "cannot register {key} with the event loop: {e}")
-            }
-        }
-        routes.push(route);
-        pools.push(handle);
+    let mut d = Daemon {
+        config,
+        listeners,
+        pools: BTreeMap::new(),
+        accepting: BTreeMap::new(),
+        spawner,
+        runtime_dir,
+        shutdown: shutdown_rx,
+        in_flight: in_flight_tx,
+        sd: Notifier::from_env(),
+        log,
+        pid_file,
+        removed: Vec::new(),
+    };
+    let pools: Vec<PoolConfig> = d.config.pools.clone();
+    for p in &pools {
+        d.start_pool(p);
     }
-    for handle in &mut pools {
-        handle.started().await;
+    for p in &pools {
+        d.route(p);
+    }
+    for h in d.pools.values_mut() {
+        h.started().await;
+    }
+    let (calls_tx, mut calls) = mpsc::unbounded_channel::<Call>();
+    let ctl_path = ctl::default_path(&d.config.file);
+    if let Err(e) = ctl::serve(&ctl_path, calls_tx) {
+        warn!("no control socket ({e}): `fpmd reload` and `fpmd stop` will not reach this daemon; signals still do");
     }
     info!(
         "fpmd {} ready to handle connections ({} pools)",
         env!("CARGO_PKG_VERSION"),
-        pools.len()
+        d.pools.len()
     );
-    sd.send(&[
-        Notify::Ready,
-        Notify::Status(serving(pools.len(), children)),
-    ]);
+    d.sd.send(&[Notify::Ready, Notify::Status(d.serving())]);
     // Start-up code (configuration parsing, command line) is not needed
     // again: let the kernel take back fpmd's own code pages; the request
     // path faults its few pages back in. Less of fpmd counts in each pool.
     tokio::spawn(async {
-        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
         release_startup_pages();
     });
 
+    // Intents that arrived while a reload ran, in order.
+    let mut queued: VecDeque<Intent> = VecDeque::new();
     let mut mode = loop {
-        match intents.recv().await {
-            Some(Intent::GracefulStop) => break StopMode::Graceful,
-            Some(Intent::FastStop) | None => break StopMode::Fast,
-            Some(Intent::ReopenLogs) => match log.reopen() {
+        let intent = match queued.pop_front() {
+            Some(i) => i,
+            None => tokio::select! {
+                i = intents.recv() => i.unwrap_or(Intent::FastStop),
+                Some(call) = calls.recv() => match call.request {
+                    Request::Reload => {
+                        let answer = d.reload_coalescing(&mut intents, &mut queued).await;
+                        let _ = call.reply.send(answer);
+                        continue;
+                    }
+                    Request::Stop => {
+                        let _ = call.reply.send(Answer::Ok("stopping: no new connections, in-flight requests finish".into()));
+                        Intent::GracefulStop
+                    }
+                    Request::Status => {
+                        let _ = call.reply.send(Answer::Ok(d.status()));
+                        continue;
+                    }
+                    Request::Upgrade => {
+                        let _ = call.reply.send(Answer::Error("upgrade is not supported by this version of fpmd".into()));
+                        continue;
+                    }
+                },
+            },
+        };
+        match intent {
+            Intent::GracefulStop => break StopMode::Graceful,
+            Intent::FastStop => break StopMode::Fast,
+            Intent::ReopenLogs => match d.log.reopen() {
                 Ok(()) => info!("log file reopened"),
                 Err(e) => error!("cannot reopen the log file: {e}"),
             },
-            // Reload: sd.send(&[Notify::Reloading]), then Ready + Status(serving(..)) once it serves.
-            Some(Intent::Reload) => warn!("reload is not supported by this version of fpmd yet; restart it to apply a new configuration"),
+            Intent::Reload => {
+                d.reload_coalescing(&mut intents, &mut queued).await;
+            }
         }
     };
-    sd.send(&[Notify::Stopping, Notify::Status(stopping(mode).into())]);
+    d.sd.send(&[Notify::Stopping, Notify::Status(stopping(mode).into())]);
     let _ = shutdown_tx.send(true);
-    drop(in_flight_tx);
+    let Daemon {
+        pools,
+        accepting,
+        listeners,
+        in_flight,
+        sd,
+        pid_file,
+        removed,
+        ..
+    } = d;
+    drop(in_flight);
+    let _ = std::fs::remove_file(&ctl_path);
     // The accept loops end at once; then the sockets close and their files
     // go, so that a web server connecting during the drain is refused at
     // once instead of waiting in a queue nobody accepts from.
-    for a in accepting {
-        let _ = a.await;
+    for (_, a) in accepting {
+        let _ = a.task.await;
     }
-    drop(routes);
     drop(listeners);
     if mode == StopMode::Graceful {
         info!("graceful stop: no new connections; waiting for in-flight requests");
@@ -187,10 +250,10 @@ pub async fn run(
         info!("fast stop");
     }
     let mut stopping = Vec::new();
-    for handle in pools {
+    for (_, handle) in pools {
         stopping.push(tokio::spawn(handle.stop(mode, Some(STOP_GRACE))));
     }
-    for s in stopping {
+    for s in stopping.into_iter().chain(removed) {
         let _ = s.await;
     }
     if let Some(p) = pid_file {
@@ -198,6 +261,283 @@ pub async fn run(
     }
     info!("exiting");
     Ok(())
+}
+
+fn children_of(config: &Config) -> usize {
+    config
+        .pools
+        .iter()
+        .map(|p| p.pm.max_children as usize)
+        .sum()
+}
+
+impl Daemon {
+    fn start_pool(&mut self, p: &PoolConfig) {
+        let handle = pool::start_pool(
+            Arc::new(p.clone()),
+            self.spawner.clone(),
+            self.runtime_dir.path(),
+            self.config.global.emergency_restart,
+        );
+        self.pools.insert(p.name.clone(), handle);
+    }
+
+    /// Points `p`'s listen address at its pool, starting the accept loop
+    /// if the address has none.
+    fn route(&mut self, p: &PoolConfig) {
+        let key = ListenKey::new(&p.listen.address);
+        let Some(handle) = self.pools.get(&p.name) else {
+            return;
+        };
+        let route = Some(Arc::new(Route {
+            pool: handle.pool.clone(),
+            allowed_clients: p.listen.allowed_clients.clone(),
+        }));
+        if let Some(a) = self.accepting.get(&key) {
+            if !a.task.is_finished() {
+                let _ = a.route.send(route);
+                return;
+            }
+        }
+        let (tx, rx) = watch::channel(route);
+        match Listener::register(&self.listeners, &key) {
+            Ok(l) => {
+                info!(pool = %p.name, "listening on {key}");
+                let task = tokio::spawn(listen::accept_loop(
+                    l,
+                    rx,
+                    self.shutdown.clone(),
+                    self.in_flight.clone(),
+                ));
+                self.accepting.insert(key, Accepting { route: tx, task });
+            }
+            Err(e) => warn!(pool = %p.name, "cannot register {key} with the event loop: {e}"),
+        }
+    }
+
+    /// Stops accepting on `key`; connections already accepted go on.
+    async fn unroute(&mut self, key: &ListenKey) {
+        if let Some(a) = self.accepting.remove(key) {
+            let _ = a.route.send(None);
+            let _ = a.task.await;
+        }
+    }
+
+    /// The `STATUS=` line while serving.
+    fn serving(&self) -> String {
+        serving(self.pools.len(), children_of(&self.config))
+    }
+
+    /// A few lines for `fpmd status`: per pool, its generation and its
+    /// slots.
+    fn status(&self) -> String {
+        let mut out = String::new();
+        for (name, h) in &self.pools {
+            let line = h.pool.with_table(|t| {
+                let (mut idle, mut busy) = (0, 0);
+                for (_, s) in t.slots() {
+                    match s.state {
+                        pool::SlotState::Busy { .. } => busy += 1,
+                        pool::SlotState::Idle { .. } | pool::SlotState::Cold => idle += 1,
+                        pool::SlotState::Retiring => {}
+                    }
+                }
+                format!(
+                    "pool {name}: generation {}, {busy} busy, {idle} idle, {} waiting",
+                    t.current,
+                    t.waiters.len()
+                )
+            });
+            out.push_str(&line);
+            out.push('\n');
+        }
+        out
+    }
+
+    /// Reloads, then once more if more reload requests arrived meanwhile
+    /// (they are coalesced into that one); other intents that arrived are
+    /// queued in order. Returns the first reload's answer.
+    async fn reload_coalescing(
+        &mut self,
+        intents: &mut mpsc::UnboundedReceiver<Intent>,
+        queued: &mut VecDeque<Intent>,
+    ) -> Answer {
+        let answer = self.reload().await;
+        loop {
+            let mut again = false;
+            while let Ok(i) = intents.try_recv() {
+                match i {
+                    Intent::Reload => again = true,
+                    other => queued.push_back(other),
+                }
+            }
+            if !again
+                || queued
+                    .iter()
+                    .any(|i| matches!(i, Intent::GracefulStop | Intent::FastStop))
+            {
+                return answer;
+            }
+            info!("reload requests arrived during the reload: reloading once more");
+            self.reload().await;
+        }
+    }
+
+    /// One reload (see the module docs).
+    async fn reload(&mut self) -> Answer {
+        self.sd.send(&[Notify::Reloading]);
+        info!("reloading {}", self.config.file.display());
+        let answer = self.apply(crate::config::load(&self.config.file)).await;
+        match &answer {
+            Answer::Ok(summary) => info!("reload done: {}", summary.replace('\n', "; ")),
+            Answer::ConfigError(e) => {
+                error!("reload refused, the running configuration stays: {e}")
+            }
+            Answer::Error(e) => error!("reload failed: {e}"),
+        }
+        self.sd
+            .send(&[Notify::Ready, Notify::Status(self.serving())]);
+        answer
+    }
+
+    async fn apply(&mut self, loaded: Result<Config, crate::config::ConfigError>) -> Answer {
+        let new = match loaded {
+            Ok(c) => c,
+            Err(e) => return Answer::ConfigError(e.to_string()),
+        };
+        let old_keys: Vec<ListenKey> = self
+            .config
+            .pools
+            .iter()
+            .map(|p| ListenKey::new(&p.listen.address))
+            .collect();
+        // Listeners first: nothing else changes if one cannot be had.
+        let obtained = match bind_all(&mut self.listeners, &new) {
+            Ok(o) => o,
+            Err(e) => {
+                self.listeners.retain(&old_keys);
+                // Put the kept sockets' options back.
+                let _ = bind_all(&mut self.listeners, &self.config);
+                return Answer::ConfigError(e.to_string());
+            }
+        };
+        // Global settings that apply live.
+        let g = &new.global;
+        if g.log_level != self.config.global.log_level {
+            crate::log::set_level(&g.log_level);
+        }
+        if g.error_log != self.config.global.error_log {
+            if let Err(e) = self.log.retarget(&g.error_log) {
+                error!(
+                    "cannot switch the log to {:?}: {e}; it stays where it was",
+                    g.error_log
+                );
+            }
+        }
+        if g.pid != self.config.global.pid {
+            if let Some(p) = self.pid_file.take() {
+                let _ = std::fs::remove_file(p);
+            }
+            self.pid_file = write_pid_file(&new).unwrap_or_else(|e| {
+                error!("{e}");
+                None
+            });
+        }
+        let old = std::mem::replace(&mut self.config, new);
+        let new_names: Vec<&str> = self.config.pools.iter().map(|p| p.name.as_str()).collect();
+        let mut summary = Vec::new();
+        // Removed pools: no new connection, drain, stop.
+        let removed: Vec<PoolConfig> = old
+            .pools
+            .iter()
+            .filter(|p| !new_names.contains(&p.name.as_str()))
+            .cloned()
+            .collect();
+        for p in &removed {
+            let key = ListenKey::new(&p.listen.address);
+            if !obtained.iter().any(|(k, _)| *k == key) {
+                self.unroute(&key).await;
+            }
+            if let Some(h) = self.pools.remove(&p.name) {
+                info!(pool = %p.name, "removed by the reload: no new requests; it stops once its requests are done");
+                self.removed.push(tokio::spawn(
+                    h.stop(StopMode::Graceful, graceful_timeout(p)),
+                ));
+            }
+            summary.push(format!("pool {}: removed", p.name));
+        }
+        // Added and kept pools.
+        let mut changes = Vec::new();
+        let pools: Vec<PoolConfig> = self.config.pools.clone();
+        for p in &pools {
+            match self.pools.get(&p.name) {
+                None => {
+                    self.start_pool(p);
+                    summary.push(format!("pool {}: added", p.name));
+                }
+                Some(_) => changes.push((p.name.clone(), Arc::new(p.clone()))),
+            }
+        }
+        let pools_now = &self.pools;
+        let results =
+            futures_util::future::join_all(changes.iter().map(|(name, config)| async move {
+                match pools_now.get(name) {
+                    Some(h) => (name.clone(), h.reconfigure(config.clone()).await),
+                    None => (name.clone(), Err("the pool is gone".to_string())),
+                }
+            }))
+            .await;
+        let mut failed = Vec::new();
+        for (name, r) in results {
+            match r {
+                Ok(Reconfigured::Retuned) => summary.push(format!("pool {name}: children kept")),
+                Ok(Reconfigured::Respawned { from, to }) => summary.push(format!(
+                    "pool {name}: new children (generation {from} → {to})"
+                )),
+                Err(e) => {
+                    failed.push(format!("pool {name}: {e}"));
+                    summary.push(format!(
+                        "pool {name}: FAILED, its old children serve on: {e}"
+                    ));
+                }
+            }
+        }
+        // Routes: every address of the new configuration to its pool (a
+        // rebound socket needs a new accept loop); then close what nothing
+        // routes to.
+        for (key, o) in &obtained {
+            if *o == Obtained::Rebound {
+                self.unroute(key).await;
+            }
+        }
+        for p in &pools {
+            self.route(p);
+        }
+        let keep: Vec<ListenKey> = obtained.iter().map(|(k, _)| k.clone()).collect();
+        let stale: Vec<ListenKey> = self
+            .accepting
+            .keys()
+            .filter(|k| !keep.contains(k))
+            .cloned()
+            .collect();
+        for k in stale {
+            self.unroute(&k).await;
+        }
+        for k in self.listeners.retain(&keep) {
+            info!("no longer listening on {k}");
+        }
+        if failed.is_empty() {
+            Answer::Ok(summary.join("\n"))
+        } else {
+            Answer::Error(summary.join("\n"))
+        }
+    }
+}
+
+/// A pool's `graceful_timeout` (the configuration key lands with the
+/// configuration's reload support).
+fn graceful_timeout(_config: &PoolConfig) -> Option<Duration> {
+    None
 }
 
 /// The `STATUS=` line while serving: "1 pool, up to 4 children".

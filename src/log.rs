@@ -23,20 +23,41 @@ use tracing_subscriber::fmt::MakeWriter;
 
 use crate::config::{LogLevel, LogTarget};
 
-/// Where log lines go; cheap to clone, reopenable.
+/// Where log lines go; cheap to clone, reopenable, and retargetable by a
+/// reload.
 #[derive(Clone)]
 pub struct LogWriter {
-    file: Option<Arc<(PathBuf, Mutex<File>)>>,
+    sink: Arc<Mutex<Sink>>,
+}
+
+enum Sink {
+    Stderr,
+    File { path: PathBuf, file: File },
 }
 
 impl LogWriter {
     /// Reopens the log file (after logrotate moved it). No-op for stderr.
     /// Errors: the file cannot be opened; the old one stays in use.
     pub fn reopen(&self) -> io::Result<()> {
-        if let Some(f) = &self.file {
-            let new = open_append(&f.0)?;
-            *f.1.lock().unwrap() = new;
+        let mut sink = self.sink.lock().unwrap();
+        if let Sink::File { path, file } = &mut *sink {
+            *file = open_append(path)?;
         }
+        Ok(())
+    }
+
+    /// Sends the log to `target` from now on (a reload changed
+    /// `error_log`). Errors: the new file cannot be opened; the old target
+    /// stays.
+    pub fn retarget(&self, target: &LogTarget) -> io::Result<()> {
+        let new = match target {
+            LogTarget::Stderr => Sink::Stderr,
+            LogTarget::File(p) => Sink::File {
+                path: p.clone(),
+                file: open_append(p)?,
+            },
+        };
+        *self.sink.lock().unwrap() = new;
         Ok(())
     }
 }
@@ -46,22 +67,19 @@ fn open_append(path: &Path) -> io::Result<File> {
 }
 
 /// A handle that writes one formatted event.
-pub enum LogSink<'a> {
-    Stderr(io::Stderr),
-    File(std::sync::MutexGuard<'a, File>),
-}
+pub struct LogSink<'a>(std::sync::MutexGuard<'a, Sink>);
 
 impl Write for LogSink<'_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            LogSink::Stderr(s) => s.write(buf),
-            LogSink::File(f) => f.write(buf),
+        match &mut *self.0 {
+            Sink::Stderr => io::stderr().write(buf),
+            Sink::File { file, .. } => file.write(buf),
         }
     }
     fn flush(&mut self) -> io::Result<()> {
-        match self {
-            LogSink::Stderr(s) => s.flush(),
-            LogSink::File(f) => f.flush(),
+        match &mut *self.0 {
+            Sink::Stderr => io::stderr().flush(),
+            Sink::File { file, .. } => file.flush(),
         }
     }
 }
@@ -69,10 +87,7 @@ impl Write for LogSink<'_> {
 impl<'a> MakeWriter<'a> for LogWriter {
     type Writer = LogSink<'a>;
     fn make_writer(&'a self) -> Self::Writer {
-        match &self.file {
-            None => LogSink::Stderr(io::stderr()),
-            Some(f) => LogSink::File(f.1.lock().unwrap()),
-        }
+        LogSink(self.sink.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 
@@ -88,21 +103,48 @@ pub fn level_filter(level: &LogLevel) -> tracing::level_filters::LevelFilter {
     }
 }
 
+/// Changes the level of the installed subscriber (a reload changed
+/// `log_level`). No-op before [`init`].
+pub fn set_level(level: &LogLevel) {
+    if let Some(h) = LEVEL.get() {
+        let _ = h.modify(|f| *f = level_filter(level));
+    }
+}
+
+type LevelHandle = tracing_subscriber::reload::Handle<
+    tracing::level_filters::LevelFilter,
+    tracing_subscriber::Registry,
+>;
+static LEVEL: std::sync::OnceLock<LevelHandle> = std::sync::OnceLock::new();
+
 /// Installs the global subscriber. Errors: the log file cannot be opened.
 pub fn init(target: &LogTarget, level: &LogLevel) -> io::Result<LogWriter> {
-    let writer = match target {
-        LogTarget::Stderr => LogWriter { file: None },
-        LogTarget::File(p) => LogWriter {
-            file: Some(Arc::new((p.clone(), Mutex::new(open_append(p)?)))),
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let sink = match target {
+        LogTarget::Stderr => Sink::Stderr,
+        LogTarget::File(p) => Sink::File {
+            path: p.clone(),
+            file: open_append(p)?,
         },
     };
-    let _ = tracing_subscriber::fmt()
-        .with_max_level(level_filter(level))
+    let writer = LogWriter {
+        sink: Arc::new(Mutex::new(sink)),
+    };
+    let (filter, handle) = tracing_subscriber::reload::Layer::new(level_filter(level));
+    let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(false)
         .event_format(PhpFpmFormat::default())
         .fmt_fields(EscapingFields)
-        .with_writer(writer.clone())
-        .try_init();
+        .with_writer(writer.clone());
+    if tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt)
+        .try_init()
+        .is_ok()
+    {
+        let _ = LEVEL.set(handle);
+    }
     Ok(writer)
 }
 

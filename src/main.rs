@@ -33,6 +33,44 @@ struct Cli {
     /// Print the version and exit.
     #[arg(short = 'v', short_alias = 'V', long = "version", action = clap::ArgAction::Version)]
     version: (),
+    /// Control the fpmd running with this configuration, over its control
+    /// socket: `reload` (waits until the new configuration is in force;
+    /// exits 78 printing why when it does not validate), `stop` (graceful),
+    /// `status`.
+    #[arg(value_name = "COMMAND", value_parser = ["reload", "stop", "status"])]
+    command: Option<String>,
+}
+
+/// `fpmd -c FILE reload|stop|status`: asks the running daemon. The control
+/// socket is found from the configuration's `[global]` (or its default),
+/// even when the rest of the file does not validate (the daemon then says
+/// why the reload is refused).
+fn control_running(path: &std::path::Path, command: &str) -> ExitCode {
+    let Some(request) = fpmd::ctl::Request::parse(command) else {
+        eprintln!("fpmd: unknown command {command:?}");
+        return ExitCode::from(64);
+    };
+    let socket = fpmd::ctl::default_path(path);
+    match fpmd::ctl::call(&socket, request) {
+        Ok(fpmd::ctl::Answer::Ok(text)) => {
+            if !text.is_empty() {
+                println!("{text}");
+            }
+            ExitCode::SUCCESS
+        }
+        Ok(fpmd::ctl::Answer::ConfigError(text)) => {
+            eprintln!("fpmd: {command} refused: {text}");
+            ExitCode::from(EXIT_CONFIG)
+        }
+        Ok(fpmd::ctl::Answer::Error(text)) => {
+            eprintln!("fpmd: {command} failed: {text}");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("fpmd: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -48,6 +86,9 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
+    if let Some(command) = &cli.command {
+        return control_running(&path, command);
+    }
     if cli.test > 0 {
         print!("{}", config.to_toml());
         eprintln!(

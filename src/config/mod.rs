@@ -34,6 +34,9 @@
 //! - when fpmd does not run as root it cannot change user: `user`/`group`
 //!   may then only name fpmd's own user/group (php-fpm ignores them with a
 //!   notice; fpmd refuses, so that the printed configuration is the truth);
+//! - two pools never share a listen address, nor overlapping TCP addresses
+//!   (`0.0.0.0:9000` and `127.0.0.1:9000`): validation refuses it, naming
+//!   both pools, so `fpmd -t` finds it and not only the bind;
 //! - pool names may contain only ASCII letters, digits, `.`, `_` and `-`
 //!   (they appear in logs, socket names and on the `fpmd status` command
 //!   line); a name with a dot must be quoted in TOML: `["example.com"]`.
@@ -148,11 +151,15 @@ fn load_as(path: &Path, ids: Ids) -> Result<Config, ConfigError> {
     validate::check_pool_names(&files)?;
 
     let mut pools = Vec::new();
-    for (src, raw_pools) in files.iter_mut() {
+    let mut origin = Vec::new();
+    for (i, (src, raw_pools)) in files.iter_mut().enumerate() {
         for (name, raw) in std::mem::take(raw_pools) {
             pools.push(validate::validate_pool(src, &name, raw, ids)?);
+            origin.push(i);
         }
     }
+    let located: Vec<_> = origin.iter().map(|&i| &files[i].0).zip(&pools).collect();
+    validate::check_listen_addresses(&located)?;
     Ok(Config {
         file: path.to_path_buf(),
         global,

@@ -4,7 +4,7 @@
 //! the key.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::keys;
 use super::model::{
@@ -474,10 +474,7 @@ pub(super) fn check_pool_names(files: &Files) -> Result<(), ConfigError> {
         for (name, _) in pools {
             let line = src.find_line(&[name]);
             if let Some((first_file, first_line)) = seen.get(name) {
-                let at = match first_line {
-                    Some(l) => format!("{}:{l}", first_file.display()),
-                    None => first_file.display().to_string(),
-                };
+                let at = location(first_file, *first_line);
                 return Err(ConfigError {
                     file: src.path.clone(),
                     line,
@@ -494,6 +491,98 @@ pub(super) fn check_pool_names(files: &Files) -> Result<(), ConfigError> {
             &files[0].0.path,
             "no pool defined: add a pool table such as [www] to this file or to a file matched by global.include",
         ));
+    }
+    Ok(())
+}
+
+/// `file:line`, or `file` when the line is not known.
+fn location(file: &Path, line: Option<usize>) -> String {
+    match line {
+        Some(l) => format!("{}:{l}", file.display()),
+        None => file.display().to_string(),
+    }
+}
+
+/// How two listen addresses collide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Collision {
+    /// The same socket.
+    Same,
+    /// Different addresses that cannot both be bound: one TCP address is
+    /// the unspecified address (`0.0.0.0`, `[::]`) of the other's family,
+    /// on the same port (IPv6 sockets are bound `IPV6_V6ONLY`, so
+    /// `0.0.0.0:9000` and `[::]:9000` do not collide).
+    Overlap,
+}
+
+/// Whether two listen addresses collide; unix paths are compared by
+/// [`socket_identity`].
+fn collision(a: &ListenAddress, b: &ListenAddress) -> Option<Collision> {
+    match (a, b) {
+        (ListenAddress::Unix(x), ListenAddress::Unix(y)) => {
+            (socket_identity(x) == socket_identity(y)).then_some(Collision::Same)
+        }
+        (ListenAddress::Tcp(x), ListenAddress::Tcp(y)) => {
+            if x == y {
+                Some(Collision::Same)
+            } else if x.port() == y.port()
+                && x.is_ipv4() == y.is_ipv4()
+                && (x.ip().is_unspecified() || y.ip().is_unspecified())
+            {
+                Some(Collision::Overlap)
+            } else {
+                None
+            }
+        }
+        _ => None,
+    }
+}
+
+/// A unix socket path as the kernel will see it: its directory with `..`
+/// and symlinks resolved when it exists (so `pool.d/../run/x.sock` and
+/// `run/x.sock` are one socket), else the path as written.
+fn socket_identity(path: &Path) -> PathBuf {
+    match (path.parent(), path.file_name()) {
+        (Some(dir), Some(name)) => std::fs::canonicalize(dir)
+            .map(|d| d.join(name))
+            .unwrap_or_else(|_| path.to_path_buf()),
+        _ => path.to_path_buf(),
+    }
+}
+
+/// Every pool listens on an address of its own: two pools on one address
+/// (or on overlapping TCP addresses) are an error at the second pool's
+/// `listen.address`, naming the first pool and where it is set. `pools`
+/// are in load order, each with the file that defined it.
+pub(super) fn check_listen_addresses(
+    pools: &[(&SourceFile, &PoolConfig)],
+) -> Result<(), ConfigError> {
+    for (i, (src, pool)) in pools.iter().enumerate() {
+        for (first_src, first) in &pools[..i] {
+            let Some(how) = collision(&first.listen.address, &pool.listen.address) else {
+                continue;
+            };
+            let at = location(
+                &first_src.path,
+                first_src.find_line(&[&first.name, "listen", "address"]),
+            );
+            let (address, other) = (&pool.listen.address, &first.listen.address);
+            let message = match how {
+                Collision::Same => format!(
+                    "{address} is already the listen address of pool '{}' ({at}): two pools cannot listen on one address",
+                    first.name
+                ),
+                Collision::Overlap => format!(
+                    "{address} overlaps {other}, the listen address of pool '{}' ({at}): all addresses and one of them on the same port cannot both be bound",
+                    first.name
+                ),
+            };
+            return Err(PoolCtx {
+                src,
+                name: &pool.name,
+            }
+            .err(&["listen", "address"], message));
+        }
     }
     Ok(())
 }
@@ -992,6 +1081,169 @@ php_admin_flag.display_errors = "off"
             None,
             None,
             "syntax error at column 1: invalid table header; duplicate key `www` in document root",
+        );
+    }
+
+    #[test]
+    fn two_pools_on_one_listen_address() {
+        // In two files: the error is at the second pool's listen.address.
+        let sock = |name: &str, extra: &str| {
+            pool(name, extra).replace(&format!("/run/fpmd/{name}.sock"), "/run/fpmd/x.sock")
+        };
+        let (dir, e) = load_err(
+            INCLUDE_MAIN,
+            &[
+                ("pool.d/a.toml", &sock("a", "")),
+                ("pool.d/b.toml", &format!("\n{}", sock("b", ""))),
+            ],
+        );
+        assert_err(
+            &dir,
+            &e,
+            "pool.d/b.toml",
+            Some(6),
+            Some("b"),
+            Some("listen.address"),
+            &format!(
+                "/run/fpmd/x.sock is already the listen address of pool 'a' ({}:5): two pools cannot listen on one address",
+                dir.path().join("pool.d/a.toml").display()
+            ),
+        );
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "{}:6: [b] key 'listen.address': /run/fpmd/x.sock is already the listen address of pool 'a' ({}:5): two pools cannot listen on one address",
+                dir.path().join("pool.d/b.toml").display(),
+                dir.path().join("pool.d/a.toml").display()
+            )
+        );
+        // In one file.
+        let (dir, e) = load_err(&format!("{}\n{}", sock("a", ""), sock("b", "")), &[]);
+        assert_eq!(
+            (e.line, e.pool.as_deref(), e.key.as_deref()),
+            (Some(12), Some("b"), Some("listen.address")),
+            "{e}"
+        );
+        assert!(
+            e.message.contains(&format!(
+                "pool 'a' ({}:5)",
+                dir.path().join("fpmd.toml").display()
+            )),
+            "{e}"
+        );
+        // One socket through two relative spellings (its directory exists).
+        let (dir, e) = load_err(
+            &format!(
+                "{INCLUDE_MAIN}{}",
+                pool("a", "").replace("/run/fpmd/a.sock", "run/x.sock")
+            ),
+            &[
+                ("run/.keep", ""),
+                (
+                    "pool.d/b.toml",
+                    &pool("b", "").replace("/run/fpmd/b.sock", "../run/x.sock"),
+                ),
+            ],
+        );
+        assert_err(
+            &dir,
+            &e,
+            "pool.d/b.toml",
+            Some(5),
+            Some("b"),
+            Some("listen.address"),
+            &format!(
+                "{} is already the listen address of pool 'a' ({}:7): two pools cannot listen on one address",
+                dir.path().join("pool.d/../run/x.sock").display(),
+                dir.path().join("fpmd.toml").display()
+            ),
+        );
+        // TCP: a bare port is 0.0.0.0:PORT.
+        let tcp = |name: &str, addr: &str| {
+            pool(name, "").replace(&format!("\"/run/fpmd/{name}.sock\""), addr)
+        };
+        let (dir, e) = load_err(
+            &format!("{INCLUDE_MAIN}{}", tcp("a", "9000")),
+            &[("pool.d/b.toml", &tcp("b", "\"0.0.0.0:9000\""))],
+        );
+        assert_err(
+            &dir,
+            &e,
+            "pool.d/b.toml",
+            Some(5),
+            Some("b"),
+            Some("listen.address"),
+            &format!(
+                "0.0.0.0:9000 is already the listen address of pool 'a' ({}:7): two pools cannot listen on one address",
+                dir.path().join("fpmd.toml").display()
+            ),
+        );
+        // Overlapping TCP addresses.
+        let (dir, e) = load_err(
+            &format!("{INCLUDE_MAIN}{}", tcp("a", "\"127.0.0.1:9000\"")),
+            &[("pool.d/b.toml", &tcp("b", "9000"))],
+        );
+        assert_err(
+            &dir,
+            &e,
+            "pool.d/b.toml",
+            Some(5),
+            Some("b"),
+            Some("listen.address"),
+            &format!(
+                "0.0.0.0:9000 overlaps 127.0.0.1:9000, the listen address of pool 'a' ({}:7): all addresses and one of them on the same port cannot both be bound",
+                dir.path().join("fpmd.toml").display()
+            ),
+        );
+        // Different addresses are fine, a unix socket and TCP never collide.
+        let (_dir, c) = load_ok(
+            &format!(
+                "{}\n{}\n{}\n{}",
+                tcp("a", "\"127.0.0.1:9000\""),
+                tcp("b", "\"127.0.0.2:9000\""),
+                tcp("c", "\"[::]:9000\""),
+                tcp("d", "\"127.0.0.1:9001\"")
+            ),
+            &[],
+        );
+        assert_eq!(c.pools.len(), 4);
+    }
+
+    #[test]
+    fn listen_collisions() {
+        let tcp = |s: &str| ListenAddress::Tcp(s.parse().unwrap());
+        let unix = |s: &str| ListenAddress::Unix(s.into());
+        for (a, b, expected) in [
+            ("127.0.0.1:9000", "127.0.0.1:9000", Some(Collision::Same)),
+            ("0.0.0.0:9000", "127.0.0.1:9000", Some(Collision::Overlap)),
+            ("127.0.0.1:9000", "0.0.0.0:9000", Some(Collision::Overlap)),
+            ("0.0.0.0:9000", "0.0.0.0:9000", Some(Collision::Same)),
+            ("[::]:9000", "[::1]:9000", Some(Collision::Overlap)),
+            ("[::1]:9000", "[::]:9000", Some(Collision::Overlap)),
+            ("[::1]:9000", "[::1]:9000", Some(Collision::Same)),
+            ("0.0.0.0:9000", "[::]:9000", None),
+            ("127.0.0.1:9000", "[::1]:9000", None),
+            ("127.0.0.1:9000", "127.0.0.2:9000", None),
+            ("0.0.0.0:9000", "0.0.0.0:9001", None),
+            ("0.0.0.0:9000", "127.0.0.1:9001", None),
+        ] {
+            assert_eq!(collision(&tcp(a), &tcp(b)), expected, "{a} {b}");
+        }
+        assert_eq!(
+            collision(&unix("/run/fpmd/a.sock"), &unix("/run/fpmd/a.sock")),
+            Some(Collision::Same)
+        );
+        assert_eq!(
+            collision(&unix("/run/fpmd/a.sock"), &unix("/run/fpmd/b.sock")),
+            None
+        );
+        assert_eq!(
+            collision(&unix("/tmp/../tmp/a.sock"), &unix("/tmp/a.sock")),
+            Some(Collision::Same)
+        );
+        assert_eq!(
+            collision(&unix("/0.0.0.0:9000"), &tcp("0.0.0.0:9000")),
+            None
         );
     }
 

@@ -76,6 +76,9 @@ pub(super) const KEYS: &[Key] = &[
     global("include"),
     global("emergency_restart_threshold"),
     global("emergency_restart_interval"),
+    global("process_control_timeout"),
+    global("control_socket"),
+    global("watch"),
     supported("user"),
     supported("group"),
     supported("php_cgi"),
@@ -103,6 +106,7 @@ pub(super) const KEYS: &[Key] = &[
     supported("request_queue_timeout"),
     supported("catch_workers_output"),
     supported("decorate_workers_output"),
+    supported("graceful_timeout"),
     not_yet("chroot"),
     not_yet("pm.status_path"),
     not_yet("ping.path"),
@@ -537,7 +541,7 @@ mod tests {
             Some(2),
             None,
             Some("global.daemonize"),
-            "unknown key (global keys are: pid, error_log, log_level, include, emergency_restart_threshold, emergency_restart_interval)",
+            "unknown key (global keys are: pid, error_log, log_level, include, emergency_restart_threshold, emergency_restart_interval, process_control_timeout, control_socket, watch)",
         );
         let (dir, e) = load_err("pid = \"/run/fpmd.pid\"\n", &[]);
         assert_err(&dir, &e, "fpmd.toml", Some(1), None, Some("pid"), "unknown top-level key (did you mean 'global.pid'? global keys go in the [global] table)");

@@ -138,7 +138,8 @@ fn load_as(path: &Path, ids: Ids) -> Result<Config, ConfigError> {
     let main = SourceFile::read(path)?;
     keys::check_structure(&main, true)?;
     let raw_main = raw::deserialize_file(&main)?;
-    let (global, includes) = validate::validate_global(&main, raw_main.global.unwrap_or_default())?;
+    let (global, includes) =
+        validate::validate_global(&main, raw_main.global.unwrap_or_default(), ids)?;
 
     let mut files = vec![(main, raw_main.pools)];
     for inc in find_includes(&files[0].0, &includes)? {
@@ -154,12 +155,12 @@ fn load_as(path: &Path, ids: Ids) -> Result<Config, ConfigError> {
     let mut origin = Vec::new();
     for (i, (src, raw_pools)) in files.iter_mut().enumerate() {
         for (name, raw) in std::mem::take(raw_pools) {
-            pools.push(validate::validate_pool(src, &name, raw, ids)?);
+            pools.push(validate::validate_pool(src, &name, raw, ids, &global)?);
             origin.push(i);
         }
     }
     let located: Vec<_> = origin.iter().map(|&i| &files[i].0).zip(&pools).collect();
-    validate::check_listen_addresses(&located)?;
+    validate::check_listen_addresses(&files[0].0, &global, &located)?;
     Ok(Config {
         file: path.to_path_buf(),
         global,
@@ -227,6 +228,9 @@ pid = "run/fpmd.pid"
 error_log = "log/fpmd.log"
 log_level = "debug"
 include = "pool.d/*.toml"
+process_control_timeout = "10s"
+control_socket = "run/fpmd.sock"
+watch = true
 
 [main]
 user = "nobody"
@@ -272,7 +276,10 @@ php_admin_flag.log_errors = true
                 pid: Some(d.join("run/fpmd.pid")),
                 error_log: LogTarget::File(d.join("log/fpmd.log")),
                 log_level: LogLevel::Debug,
-                emergency_restart: None
+                emergency_restart: None,
+                process_control_timeout: Some(std::time::Duration::from_secs(10)),
+                control_socket: d.join("run/fpmd.sock"),
+                watch: true,
             }
         );
         let names: Vec<&str> = c.pools.iter().map(|p| p.name.as_str()).collect();
@@ -352,6 +359,7 @@ php_admin_flag.log_errors = true
             request_queue_timeout: None,
             catch_workers_output: false,
             decorate_workers_output: true,
+            graceful_timeout: Some(std::time::Duration::from_secs(10)),
         };
         assert_eq!(bbb, &expected);
         assert!(bbb.user.groups.contains(&gid));
@@ -367,7 +375,14 @@ php_admin_flag.log_errors = true
                 pid: None,
                 error_log: LogTarget::Stderr,
                 log_level: LogLevel::Notice,
-                emergency_restart: None
+                emergency_restart: None,
+                process_control_timeout: None,
+                control_socket: if nix::unistd::geteuid().is_root() {
+                    PathBuf::from("/run/fpmd/fpmd.sock")
+                } else {
+                    dir.path().join("fpmd.sock")
+                },
+                watch: false,
             }
         );
         let p = &c.pools[0];
@@ -400,6 +415,7 @@ php_admin_flag.log_errors = true
                 max_memory: None
             }
         );
+        assert_eq!(p.graceful_timeout, None);
         assert!(p.ini_args().is_empty());
     }
 

@@ -46,6 +46,22 @@ pub struct Global {
     /// that pool's children are all restarted (php-fpm restarts the whole
     /// master; fpmd only the affected pool). `None`: off (either is 0).
     pub emergency_restart: Option<(u32, std::time::Duration)>,
+    /// `process_control_timeout` (php-fpm's global): php-fpm's master
+    /// waits this long for its children to react to a reload or stop before
+    /// it signals them harder. In fpmd it is the default of
+    /// [`PoolConfig::graceful_timeout`] for pools that set none. `None`
+    /// when unset or 0 (php-fpm's 0 means not waiting at all; fpmd then
+    /// waits for every request).
+    pub process_control_timeout: Option<std::time::Duration>,
+    /// `control_socket` (fpmd only): absolute path of the unix socket that
+    /// `fpmd reload`, `fpmd stop` and `fpmd status` talk to (a relative
+    /// value is relative to the main file's directory). Default:
+    /// `/run/fpmd/fpmd.sock` when fpmd runs as root, else `fpmd.sock`
+    /// beside the main configuration file.
+    pub control_socket: PathBuf,
+    /// `watch` (fpmd only): reload when a configuration file changes.
+    /// Default `false`.
+    pub watch: bool,
 }
 
 /// Where fpmd writes its own log.
@@ -144,6 +160,11 @@ pub struct PoolConfig {
     /// (`true`, the default) or as the child's text alone (`false`, no
     /// time stamp either). php-fpm: same.
     pub decorate_workers_output: bool,
+    /// `graceful_timeout` (fpmd only): during a reload, the pool's old
+    /// children still busy this long after it began are killed. Default:
+    /// [`Global::process_control_timeout`]; `None` (unset everywhere, or
+    /// 0 here): they finish their requests however long they take.
+    pub graceful_timeout: Option<std::time::Duration>,
 }
 
 impl PoolConfig {

@@ -154,6 +154,9 @@ pub(super) struct RawGlobal {
     pub(super) include: Option<StrList>,
     pub(super) emergency_restart_threshold: Option<u32>,
     pub(super) emergency_restart_interval: Option<Duration>,
+    pub(super) process_control_timeout: Option<Duration>,
+    pub(super) control_socket: Option<String>,
+    pub(super) watch: Option<bool>,
 }
 
 #[derive(Deserialize, Default)]
@@ -179,6 +182,7 @@ pub(super) struct RawPool {
     pub(super) request_queue_timeout: Option<Duration>,
     pub(super) catch_workers_output: Option<bool>,
     pub(super) decorate_workers_output: Option<bool>,
+    pub(super) graceful_timeout: Option<Duration>,
     // Known but not supported yet (keys::Status::NotYet): type-checked
     // here, refused by validation when the document sets them.
     #[allow(dead_code)]

@@ -1,7 +1,7 @@
 //! `fpmd -t`: the effective configuration printed as TOML, every key with
 //! its resolved value or default.
 
-use super::model::{Config, ListenAddress, LogTarget, PmMode, PoolConfig};
+use super::model::{Config, Global, ListenAddress, LogTarget, PmMode, PoolConfig};
 
 impl Config {
     /// The effective configuration as TOML: every key with its resolved
@@ -34,16 +34,28 @@ impl Config {
             )),
             None => out.push_str("# emergency_restart_threshold: off\n"),
         }
+        match self.global.process_control_timeout {
+            Some(d) => out.push_str(&format!(
+                "process_control_timeout = {} # default of graceful_timeout\n",
+                toml_duration(d)
+            )),
+            None => out.push_str("# process_control_timeout: none\n"),
+        }
+        out.push_str(&format!(
+            "control_socket = {}\n",
+            toml_str(&self.global.control_socket.to_string_lossy())
+        ));
+        out.push_str(&format!("watch = {}\n", self.global.watch));
         for pool in &self.pools {
             out.push('\n');
-            pool.write_toml(&mut out);
+            pool.write_toml(&self.global, &mut out);
         }
         out
     }
 }
 
 impl PoolConfig {
-    fn write_toml(&self, out: &mut String) {
+    fn write_toml(&self, global: &Global, out: &mut String) {
         let c = &self.user;
         out.push_str(&format!(
             "# pool {}, defined in {}\n",
@@ -156,6 +168,22 @@ impl PoolConfig {
         );
         dur("request_slowlog_timeout", self.request_slowlog_timeout, out);
         dur("request_queue_timeout", self.request_queue_timeout, out);
+        match (self.graceful_timeout, global.process_control_timeout) {
+            (Some(d), inherited) => out.push_str(&format!(
+                "graceful_timeout = {}{}\n",
+                toml_duration(d),
+                if inherited == Some(d) {
+                    " # as global.process_control_timeout"
+                } else {
+                    ""
+                }
+            )),
+            // 0 here, so that global.process_control_timeout does not apply.
+            (None, Some(_)) => {
+                out.push_str("graceful_timeout = 0 # none, not global.process_control_timeout\n")
+            }
+            (None, None) => out.push_str("# graceful_timeout: none\n"),
+        }
         out.push_str(&format!(
             "catch_workers_output = {}\n",
             self.catch_workers_output
@@ -193,6 +221,10 @@ impl PoolConfig {
 
 pub(super) fn toml_str(s: &str) -> String {
     toml::Value::String(s.to_string()).to_string()
+}
+
+fn toml_duration(d: std::time::Duration) -> String {
+    toml_str(&humantime::format_duration(d).to_string())
 }
 
 pub(super) fn toml_key(s: &str) -> String {

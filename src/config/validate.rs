@@ -19,9 +19,15 @@ use super::source::{normalize, SourceFile};
 use super::users::{resolve_credentials, resolve_gid, resolve_php_cgi, resolve_uid, Ids};
 use super::ConfigError;
 
+/// The default of `global.control_socket`: `/run/fpmd/fpmd.sock` for a
+/// daemon running as root, else `fpmd.sock` beside the main file (a
+/// directory its user can normally write).
+pub(super) const ROOT_CONTROL_SOCKET: &str = "/run/fpmd/fpmd.sock";
+
 pub(super) fn validate_global(
     src: &SourceFile,
     raw: RawGlobal,
+    ids: Ids,
 ) -> Result<(Global, Vec<String>), ConfigError> {
     let err = |key: &str, message: String| ConfigError {
         file: src.path.clone(),
@@ -63,15 +69,49 @@ pub(super) fn validate_global(
         (Some(n), Some(d)) if n > 0 && !d.0.is_zero() => Some((n, d.0)),
         _ => None,
     };
+    let process_control_timeout = nonzero(raw.process_control_timeout);
+    let control_socket = match raw.control_socket.as_deref() {
+        Some("") => {
+            return Err(err(
+                "control_socket",
+                "control_socket must not be empty".into(),
+            ))
+        }
+        Some(p) => src.resolve(p),
+        None if ids.euid == 0 => PathBuf::from(ROOT_CONTROL_SOCKET),
+        None => src.dir.join("fpmd.sock"),
+    };
+    check_socket_path(&control_socket).map_err(|m| err("control_socket", m))?;
     Ok((
         Global {
             pid,
             error_log,
             log_level,
             emergency_restart,
+            process_control_timeout,
+            control_socket,
+            watch: raw.watch.unwrap_or(false),
         },
         includes,
     ))
+}
+
+/// A configured duration, `None` when unset or 0.
+fn nonzero(d: Option<Duration>) -> Option<std::time::Duration> {
+    d.map(|d| d.0).filter(|d| !d.is_zero())
+}
+
+/// A unix socket path fits in `sockaddr_un.sun_path` (108 bytes, including
+/// the final NUL).
+fn check_socket_path(path: &Path) -> Result<(), String> {
+    let len = path.as_os_str().len();
+    if len > 107 {
+        return Err(format!(
+            "unix socket path is too long ({len} bytes, at most 107): {}",
+            path.display()
+        ));
+    }
+    Ok(())
 }
 
 /// Context for errors in one pool.
@@ -110,6 +150,7 @@ pub(super) fn validate_pool(
     name: &str,
     raw: RawPool,
     ids: Ids,
+    global: &Global,
 ) -> Result<PoolConfig, ConfigError> {
     let ctx = PoolCtx { src, name };
 
@@ -225,7 +266,6 @@ pub(super) fn validate_pool(
             Some(ByteSize(n)) => Some(n),
         },
     };
-    let nonzero = |d: Option<Duration>| d.map(|d| d.0).filter(|d| !d.is_zero());
     let request_terminate_timeout = nonzero(raw.request_terminate_timeout);
     let request_slowlog_timeout = nonzero(raw.request_slowlog_timeout);
     let request_queue_timeout = nonzero(raw.request_queue_timeout);
@@ -247,17 +287,7 @@ pub(super) fn validate_pool(
         Some(RawAddress::Tcp(addr)) => ListenAddress::Tcp(addr),
         Some(RawAddress::Unix(p)) => {
             let path = src.resolve(&p);
-            // sockaddr_un.sun_path is 108 bytes, including the final NUL.
-            let len = path.as_os_str().len();
-            if len > 107 {
-                return Err(ctx.err(
-                    &["listen", "address"],
-                    format!(
-                        "unix socket path is too long ({len} bytes, at most 107): {}",
-                        path.display()
-                    ),
-                ));
-            }
+            check_socket_path(&path).map_err(|m| ctx.err(&["listen", "address"], m))?;
             ListenAddress::Unix(path)
         }
     };
@@ -365,6 +395,10 @@ pub(super) fn validate_pool(
         request_queue_timeout,
         catch_workers_output: raw.catch_workers_output.unwrap_or(false),
         decorate_workers_output: raw.decorate_workers_output.unwrap_or(true),
+        graceful_timeout: match raw.graceful_timeout {
+            Some(d) => nonzero(Some(d)),
+            None => global.process_control_timeout,
+        },
     })
 }
 
@@ -552,12 +586,33 @@ fn socket_identity(path: &Path) -> PathBuf {
 
 /// Every pool listens on an address of its own: two pools on one address
 /// (or on overlapping TCP addresses) are an error at the second pool's
-/// `listen.address`, naming the first pool and where it is set. `pools`
-/// are in load order, each with the file that defined it.
+/// `listen.address`, naming the first pool and where it is set; so is a
+/// pool on fpmd's control socket. `pools` are in load order, each with the
+/// file that defined it; `main` is the main file.
 pub(super) fn check_listen_addresses(
+    main: &SourceFile,
+    global: &Global,
     pools: &[(&SourceFile, &PoolConfig)],
 ) -> Result<(), ConfigError> {
+    let control = ListenAddress::Unix(global.control_socket.clone());
     for (i, (src, pool)) in pools.iter().enumerate() {
+        if collision(&control, &pool.listen.address).is_some() {
+            let at = match main.find_line(&["global", "control_socket"]) {
+                Some(l) => format!("global.control_socket, {}:{l}", main.path.display()),
+                None => "the default of global.control_socket".to_string(),
+            };
+            return Err(PoolCtx {
+                src,
+                name: &pool.name,
+            }
+            .err(
+                &["listen", "address"],
+                format!(
+                    "{} is fpmd's control socket ({at}): a pool cannot listen on it",
+                    pool.listen.address
+                ),
+            ));
+        }
         for (first_src, first) in &pools[..i] {
             let Some(how) = collision(&first.listen.address, &pool.listen.address) else {
                 continue;
@@ -1244,6 +1299,176 @@ php_admin_flag.display_errors = "off"
         assert_eq!(
             collision(&unix("/0.0.0.0:9000"), &tcp("0.0.0.0:9000")),
             None
+        );
+    }
+
+    #[test]
+    fn reload_keys() {
+        use std::time::Duration as D;
+        // Defaults: no bound, the control socket by fpmd's user, no watch.
+        let dir = tempfile::tempdir().unwrap();
+        let main = write(dir.path(), "fpmd.toml", &pool("www", ""));
+        let (uid, gid) = nobody();
+        let as_root = super::super::load_as(&main, Ids { euid: 0, egid: 0 }).unwrap();
+        assert_eq!(as_root.global.process_control_timeout, None);
+        assert_eq!(
+            as_root.global.control_socket,
+            PathBuf::from(ROOT_CONTROL_SOCKET)
+        );
+        assert!(!as_root.global.watch);
+        assert_eq!(as_root.pools[0].graceful_timeout, None);
+        let text = pool("www", "").replace("user = \"nobody\"\ngroup = \"nogroup\"\n", "");
+        let main = write(dir.path(), "user/fpmd.toml", &text);
+        let as_user = super::super::load_as(
+            &main,
+            Ids {
+                euid: uid,
+                egid: gid,
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            as_user.global.control_socket,
+            dir.path().join("user/fpmd.sock")
+        );
+
+        // Set: process_control_timeout is the default of graceful_timeout;
+        // a pool's own value wins, 0 included.
+        let main = "[global]\nprocess_control_timeout = \"10s\"\ncontrol_socket = \"ctl/fpmd.sock\"\nwatch = true\ninclude = \"pool.d/*.toml\"\n";
+        let (dir, c) = load_ok(
+            main,
+            &[
+                ("pool.d/a.toml", &pool("a", "")),
+                ("pool.d/b.toml", &pool("b", "graceful_timeout = \"1m\"\n")),
+                ("pool.d/c.toml", &pool("c", "graceful_timeout = 0\n")),
+            ],
+        );
+        assert_eq!(c.global.process_control_timeout, Some(D::from_secs(10)));
+        assert_eq!(c.global.control_socket, dir.path().join("ctl/fpmd.sock"));
+        assert!(c.global.watch);
+        let graceful: Vec<_> = c.pools.iter().map(|p| p.graceful_timeout).collect();
+        assert_eq!(
+            graceful,
+            [Some(D::from_secs(10)), Some(D::from_secs(60)), None]
+        );
+        let (_dir, c) = load_ok(
+            &pool("www", "graceful_timeout = 30\n").replacen(
+                "[www]",
+                "[global]\nprocess_control_timeout = 0\n\n[www]",
+                1,
+            ),
+            &[],
+        );
+        assert_eq!(c.global.process_control_timeout, None, "0 is none");
+        assert_eq!(c.pools[0].graceful_timeout, Some(D::from_secs(30)));
+
+        // Printed by -t, and read back to the same values.
+        let (dir, c) = load_ok(
+            main,
+            &[
+                ("pool.d/a.toml", &pool("a", "")),
+                ("pool.d/b.toml", &pool("b", "graceful_timeout = \"1m\"\n")),
+                ("pool.d/c.toml", &pool("c", "graceful_timeout = 0\n")),
+            ],
+        );
+        let text = c.to_toml();
+        for line in [
+            "process_control_timeout = \"10s\" # default of graceful_timeout\n".to_string(),
+            format!(
+                "control_socket = \"{}\"\n",
+                dir.path().join("ctl/fpmd.sock").display()
+            ),
+            "watch = true\n".to_string(),
+            "graceful_timeout = \"10s\" # as global.process_control_timeout\n".to_string(),
+            "graceful_timeout = \"1m\"\n".to_string(),
+            "graceful_timeout = 0 # none, not global.process_control_timeout\n".to_string(),
+        ] {
+            assert!(text.contains(&line), "{line:?} not in\n{text}");
+        }
+        let again = write(dir.path(), "again/fpmd.toml", &text);
+        let c2 = super::super::load(&again).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert_eq!(c2.global, c.global);
+        let graceful2: Vec<_> = c2.pools.iter().map(|p| p.graceful_timeout).collect();
+        assert_eq!(
+            graceful2,
+            [Some(D::from_secs(10)), Some(D::from_secs(60)), None]
+        );
+        let (_dir, c) = load_ok(&pool("www", ""), &[]);
+        let text = c.to_toml();
+        assert!(
+            text.contains("# process_control_timeout: none\n")
+                && text.contains("watch = false\n")
+                && text.contains("# graceful_timeout: none\n"),
+            "{text}"
+        );
+
+        // Errors.
+        let global = |line: &str| format!("[global]\n{line}\n{}", pool("www", ""));
+        for (line, key, msg) in [
+            ("watch = \"yes\"", "global.watch", "invalid type: string \"yes\", expected a boolean".to_string()),
+            ("process_control_timeout = \"soon\"", "global.process_control_timeout", "invalid duration \"soon\": expected number at 0 (expected e.g. \"30s\", \"5m\", \"1h\", \"250ms\")".to_string()),
+            ("control_socket = \"\"", "global.control_socket", "control_socket must not be empty".to_string()),
+            ("control_socket = 1", "global.control_socket", "invalid type: integer `1`, expected a string".to_string()),
+            (&format!("control_socket = \"/run/{}.sock\"", "x".repeat(120)), "global.control_socket", format!("unix socket path is too long (130 bytes, at most 107): /run/{}.sock", "x".repeat(120))),
+        ] {
+            let (dir, e) = load_err(&global(line), &[]);
+            assert_err(&dir, &e, "fpmd.toml", Some(2), None, Some(key), &msg);
+        }
+        let (dir, e) = load_err(&pool("www", "graceful_timeout = -1\n"), &[]);
+        assert_err(
+            &dir,
+            &e,
+            "fpmd.toml",
+            Some(7),
+            Some("www"),
+            Some("graceful_timeout"),
+            "invalid duration -1: must not be negative",
+        );
+        let (dir, e) = load_err(&pool("www", "graceful_timout = 1\n"), &[]);
+        assert_err(
+            &dir,
+            &e,
+            "fpmd.toml",
+            Some(7),
+            Some("www"),
+            Some("graceful_timout"),
+            "unknown key (did you mean 'graceful_timeout'?)",
+        );
+        let (dir, e) = load_err("[global]\ncontrol_sockets = \"x.sock\"\n", &[]);
+        assert_err(
+            &dir,
+            &e,
+            "fpmd.toml",
+            Some(2),
+            None,
+            Some("global.control_sockets"),
+            "unknown key (did you mean 'global.control_socket'?)",
+        );
+
+        // A pool on the control socket.
+        let (dir, e) = load_err(&global("control_socket = \"/run/fpmd/www.sock\""), &[]);
+        assert_err(
+            &dir,
+            &e,
+            "fpmd.toml",
+            Some(7),
+            Some("www"),
+            Some("listen.address"),
+            &format!(
+                "/run/fpmd/www.sock is fpmd's control socket (global.control_socket, {}:2): a pool cannot listen on it",
+                dir.path().join("fpmd.toml").display()
+            ),
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let main = write(
+            dir.path(),
+            "fpmd.toml",
+            &pool("www", "").replace("/run/fpmd/www.sock", ROOT_CONTROL_SOCKET),
+        );
+        let e = super::super::load_as(&main, Ids { euid: 0, egid: 0 }).unwrap_err();
+        assert_eq!(
+            e.message,
+            "/run/fpmd/fpmd.sock is fpmd's control socket (the default of global.control_socket): a pool cannot listen on it"
         );
     }
 

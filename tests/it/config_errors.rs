@@ -273,3 +273,45 @@ fn one_pool_name_in_two_files() {
         Expect::Mentions("pool.d/b.toml:1: [www] pool 'www' is defined twice: here and in".into());
     expect_invalid(&t, cfg, e, true);
 }
+
+#[test]
+fn reload_keys_are_checked_and_printed() {
+    let t = TestDir::new();
+    let mut p = PoolFile::new(&t);
+    let ctl = t.join("ctl.sock").display().to_string();
+    let cfg = FpmdConfig::new()
+        .raw_pool_file("www.toml", p.text())
+        .global("process_control_timeout = \"5s\"")
+        .global(format!("control_socket = {ctl:?}"))
+        .global("watch = true");
+    let (code, out) = run(&t, &cfg, &["-t"]);
+    assert_eq!(code, 0, "fpmd -t:\n{out}");
+    for line in [
+        "process_control_timeout = \"5s\"".to_string(),
+        format!("control_socket = {ctl:?}"),
+        "watch = true".to_string(),
+        "graceful_timeout = \"5s\" # as global.process_control_timeout".to_string(),
+    ] {
+        assert!(out.contains(&line), "{line:?} not in -t output:\n{out}");
+    }
+    // fpmd.toml: [global], pid, error_log, log_level, include, then this line (6).
+    let line = p.set("graceful_timeout", "\"later\"");
+    let cfg = FpmdConfig::new()
+        .raw_pool_file("www.toml", p.text())
+        .global("watch = \"yes\"");
+    let e = Expect::FileLineKey {
+        file: "fpmd.toml",
+        line: 6,
+        key: "watch".into(),
+        extra: vec!["expected a boolean".into()],
+    };
+    expect_invalid(&t, cfg, e, true);
+    let cfg = FpmdConfig::new().raw_pool_file("www.toml", p.text());
+    let e = Expect::FileLineKey {
+        file: "www.toml",
+        line,
+        key: "graceful_timeout".into(),
+        extra: vec!["invalid duration".into()],
+    };
+    expect_invalid(&t, cfg, e, true);
+}

@@ -15,7 +15,8 @@
 //! `deny_unknown_fields`, type errors, via `serde_path_to_error` for the
 //! key) → validation (`validate.rs`, with `users.rs` for users, groups and
 //! php-cgi; then the checks across pools) → [`Config`] (`model.rs`).
-//! `render.rs` prints it back for `fpmd -t`.
+//! `render.rs` prints it back for `fpmd -t`; `diff.rs` compares two of them
+//! for a reload ([`Config::diff`]).
 //! Every error is a [`ConfigError`] naming the file, the line and the dotted
 //! key, e.g. `pool.d/www.toml:7: [www] key 'pm.max_childre': unknown key (did
 //! you mean 'pm.max_children'?)`.
@@ -43,6 +44,7 @@
 
 use std::path::{Path, PathBuf};
 
+mod diff;
 mod keys;
 mod model;
 mod raw;
@@ -54,6 +56,10 @@ mod validate;
 #[cfg(test)]
 mod testutil;
 
+pub use diff::{
+    changed_fields, pool_change, Change, ConfigDiff, GlobalChanges, ListenChange, ListenerChanges,
+    PoolChange,
+};
 pub use model::{
     Config, Credentials, Global, Listen, ListenAddress, LogLevel, LogTarget, PmMode, PoolConfig,
     ProcessManager, Spawn,

@@ -222,8 +222,9 @@ pub struct Listen {
     pub allowed_clients: Option<Vec<IpAddr>>,
 }
 
-/// Where a pool listens.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// Where a pool listens. Ordered (unix paths, then TCP addresses) so that
+/// it can key a map of sockets.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ListenAddress {
     /// An absolute unix socket path.
     Unix(PathBuf),

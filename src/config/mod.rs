@@ -5,9 +5,11 @@
 //! The module is pure except for reading the configuration files (and
 //! globbing `global.include`), resolving users and groups through the system
 //! user database, checking that each pool's php-cgi binary exists and is
-//! executable, checking that `chdir` is a directory, and reading fpmd's own
-//! environment (`$VAR` in `env.*`, `PATH` for a bare `php_cgi`). It must not
-//! touch sockets or processes: it never binds, connects, forks or signals.
+//! executable, checking that `chdir` is a directory, resolving the
+//! directory of each unix socket (to find two pools on one socket), and
+//! reading fpmd's own environment (`$VAR` in `env.*`, `PATH` for a bare
+//! `php_cgi`). It must not touch sockets or processes: it never binds,
+//! connects, forks or signals.
 //!
 //! Pipeline: file text → `toml_edit` document (`source.rs`: syntax errors,
 //! lines of keys) → the check of its keys against the one key registry

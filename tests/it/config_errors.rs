@@ -234,3 +234,84 @@ fn config_test_prints_valid_config() {
     );
     assert!(!t.join("www.sock").exists(), "-t created the listen socket");
 }
+
+#[test]
+fn two_pools_on_one_listen_address() {
+    // Found by validation, so `-t` refuses it too (not only the bind).
+    let t = TestDir::new();
+    let p = PoolFile::new(&t);
+    let other = p.text().replacen("[www]", "[other]", 1);
+    let cfg = FpmdConfig::new()
+        .raw_pool_file("a.toml", p.text())
+        .raw_pool_file("b.toml", other);
+    let e = Expect::FileLineKey {
+        file: "pool.d/b.toml",
+        line: 5,
+        key: "listen.address".into(),
+        extra: vec![
+            "[other]".into(),
+            "already the listen address of pool 'www'".into(),
+            "pool.d/a.toml:5".into(),
+        ],
+    };
+    expect_invalid(&t, cfg, e, true);
+}
+
+#[test]
+fn one_pool_name_in_two_files() {
+    let t = TestDir::new();
+    let mut p = PoolFile::new(&t);
+    let first = p.text();
+    p.set(
+        "listen.address",
+        &format!("{:?}", t.join("www2.sock").display().to_string()),
+    );
+    let cfg = FpmdConfig::new()
+        .raw_pool_file("a.toml", first)
+        .raw_pool_file("b.toml", p.text());
+    let e =
+        Expect::Mentions("pool.d/b.toml:1: [www] pool 'www' is defined twice: here and in".into());
+    expect_invalid(&t, cfg, e, true);
+}
+
+#[test]
+fn reload_keys_are_checked_and_printed() {
+    let t = TestDir::new();
+    let mut p = PoolFile::new(&t);
+    let ctl = t.join("ctl.sock").display().to_string();
+    let cfg = FpmdConfig::new()
+        .raw_pool_file("www.toml", p.text())
+        .global("process_control_timeout = \"5s\"")
+        .global(format!("control_socket = {ctl:?}"))
+        .global("watch = true");
+    let (code, out) = run(&t, &cfg, &["-t"]);
+    assert_eq!(code, 0, "fpmd -t:\n{out}");
+    for line in [
+        "process_control_timeout = \"5s\"".to_string(),
+        format!("control_socket = {ctl:?}"),
+        "watch = true".to_string(),
+        "graceful_timeout = \"5s\" # as global.process_control_timeout".to_string(),
+    ] {
+        assert!(out.contains(&line), "{line:?} not in -t output:\n{out}");
+    }
+    // fpmd.toml: [global], pid, error_log, log_level, include, then this line (6).
+    let line = p.set("graceful_timeout", "\"later\"");
+    let cfg = FpmdConfig::new()
+        .raw_pool_file("www.toml", p.text())
+        .global("watch = \"yes\"");
+    let e = Expect::FileLineKey {
+        file: "fpmd.toml",
+        line: 6,
+        key: "watch".into(),
+        extra: vec!["expected a boolean".into()],
+    };
+    expect_invalid(&t, cfg, e, true);
+    let cfg = FpmdConfig::new().raw_pool_file("www.toml", p.text());
+    let e = Expect::FileLineKey {
+        file: "www.toml",
+        line,
+        key: "graceful_timeout".into(),
+        extra: vec!["invalid duration".into()],
+    };
+    expect_invalid(&t, cfg, e, true);
+}

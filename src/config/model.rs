@@ -1,0 +1,317 @@
+//! The validated configuration: the only configuration types the rest of
+//! the daemon uses. Built by `validate.rs`, printed by `render.rs`,
+//! compared by `diff.rs`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+/// The whole validated configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// The main configuration file, as given to [`load`](super::load).
+    pub file: PathBuf,
+    /// The `[global]` table.
+    pub global: Global,
+    /// Every pool: those of the main file first, then those of the included
+    /// files (sorted by file name), each file's pools in document order.
+    pub pools: Vec<PoolConfig>,
+}
+
+impl Config {
+    /// The pool called `name`.
+    pub fn pool(&self, name: &str) -> Option<&PoolConfig> {
+        self.pools.iter().find(|p| p.name == name)
+    }
+}
+
+/// The `[global]` table of the main file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Global {
+    /// `pid`: absolute path of the pid file (a relative value is relative to
+    /// the main file's directory). Default: none (no pid file written).
+    /// php-fpm: `pid`.
+    pub pid: Option<PathBuf>,
+    /// `error_log`: `"stderr"` (default) or a file path (relative to the main
+    /// file's directory). php-fpm: `error_log` (`syslog` is not supported yet).
+    pub error_log: LogTarget,
+    /// `log_level`: `alert`, `error`, `warning`, `notice` (default), `debug`.
+    /// php-fpm: `log_level`.
+    pub log_level: LogLevel,
+    /// `emergency_restart_threshold` + `emergency_restart_interval`: when
+    /// this many children of one pool die unexpectedly within the interval,
+    /// that pool's children are all restarted (php-fpm restarts the whole
+    /// master; fpmd only the affected pool). `None`: off (either is 0).
+    pub emergency_restart: Option<(u32, std::time::Duration)>,
+    /// `process_control_timeout` (php-fpm's global): php-fpm's master
+    /// waits this long for its children to react to a reload or stop before
+    /// it signals them harder. In fpmd it is the default of
+    /// [`PoolConfig::graceful_timeout`] for pools that set none. `None`
+    /// when unset or 0 (php-fpm's 0 means not waiting at all; fpmd then
+    /// waits for every request).
+    pub process_control_timeout: Option<std::time::Duration>,
+    /// `control_socket` (fpmd only): absolute path of the unix socket that
+    /// `fpmd reload`, `fpmd stop` and `fpmd status` talk to (a relative
+    /// value is relative to the main file's directory). Default:
+    /// `/run/fpmd/fpmd.sock` when fpmd runs as root, else `fpmd.sock`
+    /// beside the main configuration file.
+    pub control_socket: PathBuf,
+    /// `watch` (fpmd only): reload when a configuration file changes.
+    /// Default `false`.
+    pub watch: bool,
+}
+
+/// Where fpmd writes its own log.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum LogTarget {
+    /// Standard error (`error_log = "stderr"`, the default).
+    Stderr,
+    /// An absolute file path.
+    File(PathBuf),
+}
+
+/// fpmd's log level, php-fpm's names. Ordered from least to most verbose:
+/// `Alert < Error < Warning < Notice < Debug`, so a message of level `l` is
+/// logged when `l <= configured`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    Alert,
+    Error,
+    Warning,
+    Notice,
+    Debug,
+}
+
+impl LogLevel {
+    /// The configuration name (`"notice"`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Alert => "alert",
+            LogLevel::Error => "error",
+            LogLevel::Warning => "warning",
+            LogLevel::Notice => "notice",
+            LogLevel::Debug => "debug",
+        }
+    }
+}
+
+impl fmt::Display for LogLevel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One validated pool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolConfig {
+    /// The pool's name: its table name (`[www]` → `www`).
+    pub name: String,
+    /// The file that defined the pool.
+    pub file: PathBuf,
+    /// `user`, `group`: who the children run as. php-fpm: `user`, `group`.
+    pub user: Credentials,
+    /// `php_cgi`: absolute path of the php-cgi binary. Default: `php-cgi`
+    /// looked up on `PATH`. (fpmd-specific: php-fpm has no such key.)
+    pub php_cgi: PathBuf,
+    /// `listen.*`.
+    pub listen: Listen,
+    /// `chdir`: absolute directory the children start in. Default `/`.
+    /// php-fpm: `chdir`.
+    pub chdir: PathBuf,
+    /// `clear_env`: start children with an empty environment (plus `env`).
+    /// Default `true`. php-fpm: `clear_env`.
+    pub clear_env: bool,
+    /// `env.NAME = "value"`, after `$VAR` expansion. php-fpm: `env[NAME]`.
+    pub env: BTreeMap<String, String>,
+    /// `php_value.*` and `php_flag.*`, normalized to strings (flags and
+    /// booleans to `"1"`/`"0"`); names also set as admin values are left
+    /// out (admin values win). php-fpm: `php_value[…]`, `php_flag[…]`.
+    pub php_values: BTreeMap<String, String>,
+    /// `php_admin_value.*` and `php_admin_flag.*`, normalized likewise.
+    /// php-fpm: `php_admin_value[…]`, `php_admin_flag[…]`.
+    pub php_admin_values: BTreeMap<String, String>,
+    /// `pm.*`.
+    pub pm: ProcessManager,
+    /// `request_terminate_timeout`: a request running longer is ended by
+    /// fpmd (504 to the web server, the child is SIGTERMed then SIGKILLed);
+    /// `None` when unset or 0. php-fpm: same.
+    pub request_terminate_timeout: Option<std::time::Duration>,
+    /// `request_slowlog_timeout`: a request running longer gets one entry
+    /// in `slowlog` while it still runs; `None` when unset or 0.
+    pub request_slowlog_timeout: Option<std::time::Duration>,
+    /// `slowlog`: file of slow-request entries (relative to the pool's
+    /// file); `None`: entries go to fpmd's own log.
+    pub slowlog: Option<PathBuf>,
+    /// `request_queue_timeout` (fpmd only): a request that waited longer
+    /// for a child is answered 503 with `Retry-After`; `None`: it waits.
+    pub request_queue_timeout: Option<std::time::Duration>,
+    /// `catch_workers_output`: what children write to their own stdout and
+    /// stderr goes to fpmd's log (`said into stdout` / `said into
+    /// stderr`, rate-limited per child). Default `false`, as php-fpm: the
+    /// children's output is thrown away, except what a php-cgi writes on
+    /// stderr while it starts (see `crate::output`). php-fpm: same.
+    pub catch_workers_output: bool,
+    /// `decorate_workers_output`: with `catch_workers_output`, a line is
+    /// logged as `[pool www] child 1234 said into stderr: "text"`
+    /// (`true`, the default) or as the child's text alone (`false`, no
+    /// time stamp either). php-fpm: same.
+    pub decorate_workers_output: bool,
+    /// `graceful_timeout` (fpmd only): during a reload, the pool's old
+    /// children still busy this long after it began are killed. Default:
+    /// [`Global::process_control_timeout`]; `None` (unset everywhere, or
+    /// 0 here): they finish their requests however long they take.
+    pub graceful_timeout: Option<std::time::Duration>,
+}
+
+impl PoolConfig {
+    /// The php-cgi arguments carrying the pool's ini values:
+    /// `["-d", "name=value", …]`, plain values first, then admin values
+    /// (admin values win on the same name; see [`PoolConfig::php_values`]).
+    pub fn ini_args(&self) -> Vec<String> {
+        let mut args =
+            Vec::with_capacity(2 * (self.php_values.len() + self.php_admin_values.len()));
+        let plain = self
+            .php_values
+            .iter()
+            .filter(|(name, _)| !self.php_admin_values.contains_key(*name));
+        for (name, value) in plain.chain(self.php_admin_values.iter()) {
+            args.push("-d".to_string());
+            args.push(format!("{name}={value}"));
+        }
+        args
+    }
+}
+
+/// The identity pool children run as.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Credentials {
+    /// User name (the number as a string when the uid has no passwd entry).
+    pub user_name: String,
+    pub uid: u32,
+    pub gid: u32,
+    /// Group name (the number as a string when the gid has no group entry).
+    pub group_name: String,
+    /// Supplementary groups (`getgrouplist(user, gid)`, so `gid` included),
+    /// what `initgroups` would set. Only applied when fpmd runs as root.
+    pub groups: Vec<u32>,
+}
+
+/// The pool's listening socket (`listen.*`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listen {
+    /// `listen.address` (required): unix socket path, `"IP:PORT"`,
+    /// `"[IPv6]:PORT"` or a bare port (all IPv4 addresses). php-fpm: `listen`.
+    pub address: ListenAddress,
+    /// `listen.owner`: uid owning a unix socket. Default: the pool's user for
+    /// a unix socket; `None` for TCP unless set (then ignored, as php-fpm).
+    pub owner: Option<u32>,
+    /// `listen.group`: gid of a unix socket. Default: the pool's group for a
+    /// unix socket; `None` for TCP unless set (then ignored).
+    pub group: Option<u32>,
+    /// `listen.mode`: permission bits of a unix socket, from an octal string
+    /// (`"0660"`). Default `0o660`. Ignored for TCP.
+    pub mode: u32,
+    /// `listen.backlog`: `listen(2)` backlog, ≥ 1. Default 511 (php-fpm's).
+    pub backlog: u32,
+    /// `listen.allowed_clients`: client addresses allowed on a TCP socket;
+    /// `None` (default) allows any. Ignored for unix sockets, as php-fpm.
+    pub allowed_clients: Option<Vec<IpAddr>>,
+}
+
+/// Where a pool listens. Ordered (unix paths, then TCP addresses) so that
+/// it can key a map of sockets.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ListenAddress {
+    /// An absolute unix socket path.
+    Unix(PathBuf),
+    /// A TCP address.
+    Tcp(SocketAddr),
+}
+
+impl fmt::Display for ListenAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ListenAddress::Unix(path) => write!(f, "{}", path.display()),
+            ListenAddress::Tcp(addr) => write!(f, "{addr}"),
+        }
+    }
+}
+
+/// The process manager (`pm.*`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ProcessManager {
+    /// `pm.mode`: only `"static"` (default) for now. php-fpm: `pm`.
+    pub mode: PmMode,
+    /// `pm.max_children` (required, ≥ 1): number of children. php-fpm: same.
+    pub max_children: u32,
+    /// `pm.max_requests`: requests a child serves before it is recycled;
+    /// 0 (default) = never. php-fpm: same.
+    pub max_requests: u32,
+    /// `pm.spawn` (fpmd only): how children are started, see [`Spawn`].
+    pub spawn: Spawn,
+    /// `pm.max_memory` (fpmd only), in bytes: a child whose resident
+    /// memory (RSS) exceeds it after a request is retired before it gets
+    /// another one. `None`: no limit. Written as PHP's shorthand
+    /// (`"64M"`, `"1G"`, `"512K"`, 1024-based) or a number of bytes.
+    pub max_memory: Option<u64>,
+}
+
+/// `pm.spawn`: how a pool's children are started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Spawn {
+    /// One php-cgi parent per pool generation forks the children
+    /// (`PHP_FCGI_CHILDREN`): they share its opcache and its pages, as
+    /// php-fpm's children share the master's. The default.
+    Prefork,
+    /// Every child is its own exec'd php-cgi (private opcache, ~2.5× the
+    /// memory of a forked child).
+    Exec,
+}
+
+impl Spawn {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Spawn::Prefork => "prefork",
+            Spawn::Exec => "exec",
+        }
+    }
+}
+
+/// Process manager strategy. `dynamic` and `ondemand` come later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PmMode {
+    /// A fixed number of children (`pm.max_children`).
+    Static,
+    /// php-fpm's `pm = dynamic`: `start_servers` at start; a request that
+    /// finds no idle child makes fpmd spawn at once (up to `max_children`,
+    /// at most `max_spawn_rate` at a time); idle children are kept between
+    /// `min_spare_servers` and `max_spare_servers` (the least recently used
+    /// is retired first, one per second).
+    Dynamic {
+        start_servers: u32,
+        min_spare_servers: u32,
+        max_spare_servers: u32,
+        max_spawn_rate: u32,
+    },
+    /// php-fpm's `pm = ondemand`: no child at start; spawned per queued
+    /// request; a child idle longer than `process_idle_timeout` is retired.
+    Ondemand {
+        process_idle_timeout: std::time::Duration,
+        max_spawn_rate: u32,
+    },
+}
+
+impl PmMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PmMode::Static => "static",
+            PmMode::Dynamic { .. } => "dynamic",
+            PmMode::Ondemand { .. } => "ondemand",
+        }
+    }
+}

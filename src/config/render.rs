@@ -1,0 +1,324 @@
+//! `fpmd -t`: the effective configuration printed as TOML, every key with
+//! its resolved value or default.
+
+use super::model::{Config, Global, ListenAddress, LogTarget, PmMode, PoolConfig};
+
+impl Config {
+    /// The effective configuration as TOML: every key with its resolved
+    /// value or default (what `fpmd -t` prints). Loading the output again
+    /// gives the same pools (all in one file).
+    pub fn to_toml(&self) -> String {
+        let mut out = String::new();
+        out.push_str(&format!(
+            "# fpmd effective configuration, loaded from {}\n\n",
+            self.file.display()
+        ));
+        out.push_str("[global]\n");
+        match &self.global.pid {
+            Some(pid) => out.push_str(&format!("pid = {}\n", toml_str(&pid.to_string_lossy()))),
+            None => out.push_str("# pid: not set (no pid file)\n"),
+        }
+        let error_log = match &self.global.error_log {
+            LogTarget::Stderr => "stderr".to_string(),
+            LogTarget::File(p) => p.to_string_lossy().into_owned(),
+        };
+        out.push_str(&format!("error_log = {}\n", toml_str(&error_log)));
+        out.push_str(&format!(
+            "log_level = {}\n",
+            toml_str(self.global.log_level.as_str())
+        ));
+        match self.global.emergency_restart {
+            Some((n, d)) => out.push_str(&format!(
+                "emergency_restart_threshold = {n}\nemergency_restart_interval = {}\n",
+                toml_str(&humantime::format_duration(d).to_string())
+            )),
+            None => out.push_str("# emergency_restart_threshold: off\n"),
+        }
+        match self.global.process_control_timeout {
+            Some(d) => out.push_str(&format!(
+                "process_control_timeout = {} # default of graceful_timeout\n",
+                toml_duration(d)
+            )),
+            None => out.push_str("# process_control_timeout: none\n"),
+        }
+        out.push_str(&format!(
+            "control_socket = {}\n",
+            toml_str(&self.global.control_socket.to_string_lossy())
+        ));
+        out.push_str(&format!("watch = {}\n", self.global.watch));
+        for pool in &self.pools {
+            out.push('\n');
+            pool.write_toml(&self.global, &mut out);
+        }
+        out
+    }
+}
+
+impl PoolConfig {
+    fn write_toml(&self, global: &Global, out: &mut String) {
+        let c = &self.user;
+        out.push_str(&format!(
+            "# pool {}, defined in {}\n",
+            self.name,
+            self.file.display()
+        ));
+        out.push_str(&format!("[{}]\n", toml_key(&self.name)));
+        out.push_str(&format!(
+            "user = {} # uid {}\n",
+            toml_str(&c.user_name),
+            c.uid
+        ));
+        let groups: Vec<String> = c.groups.iter().map(|g| g.to_string()).collect();
+        out.push_str(&format!(
+            "group = {} # gid {}, supplementary groups {}\n",
+            toml_str(&c.group_name),
+            c.gid,
+            if groups.is_empty() {
+                "none".to_string()
+            } else {
+                groups.join(",")
+            }
+        ));
+        out.push_str(&format!(
+            "php_cgi = {}\n",
+            toml_str(&self.php_cgi.to_string_lossy())
+        ));
+        let l = &self.listen;
+        out.push_str(&format!(
+            "listen.address = {}\n",
+            toml_str(&l.address.to_string())
+        ));
+        let tcp_note = if matches!(l.address, ListenAddress::Tcp(_)) {
+            " # ignored for TCP"
+        } else {
+            ""
+        };
+        if let Some(owner) = l.owner {
+            out.push_str(&format!("listen.owner = {owner}{tcp_note}\n"));
+        }
+        if let Some(group) = l.group {
+            out.push_str(&format!("listen.group = {group}{tcp_note}\n"));
+        }
+        out.push_str(&format!("listen.mode = \"{:04o}\"{tcp_note}\n", l.mode));
+        out.push_str(&format!("listen.backlog = {}\n", l.backlog));
+        match &l.allowed_clients {
+            Some(list) => {
+                let items: Vec<String> = list.iter().map(|ip| toml_str(&ip.to_string())).collect();
+                let note = if matches!(l.address, ListenAddress::Unix(_)) {
+                    " # ignored for unix sockets"
+                } else {
+                    ""
+                };
+                out.push_str(&format!(
+                    "listen.allowed_clients = [{}]{note}\n",
+                    items.join(", ")
+                ));
+            }
+            None => out.push_str("# listen.allowed_clients: any\n"),
+        }
+        out.push_str(&format!(
+            "chdir = {}\n",
+            toml_str(&self.chdir.to_string_lossy())
+        ));
+        out.push_str(&format!("clear_env = {}\n", self.clear_env));
+        out.push_str(&format!("pm.mode = {}\n", toml_str(self.pm.mode.as_str())));
+        match self.pm.mode {
+            PmMode::Static => {}
+            PmMode::Dynamic {
+                start_servers,
+                min_spare_servers,
+                max_spare_servers,
+                max_spawn_rate,
+            } => {
+                out.push_str(&format!("pm.start_servers = {start_servers}\npm.min_spare_servers = {min_spare_servers}\n"));
+                out.push_str(&format!("pm.max_spare_servers = {max_spare_servers}\npm.max_spawn_rate = {max_spawn_rate}\n"));
+            }
+            PmMode::Ondemand {
+                process_idle_timeout,
+                max_spawn_rate,
+            } => {
+                out.push_str(&format!(
+                    "pm.process_idle_timeout = {}\n",
+                    toml_str(&humantime::format_duration(process_idle_timeout).to_string())
+                ));
+                out.push_str(&format!("pm.max_spawn_rate = {max_spawn_rate}\n"));
+            }
+        }
+        out.push_str(&format!("pm.max_children = {}\n", self.pm.max_children));
+        out.push_str(&format!("pm.max_requests = {}\n", self.pm.max_requests));
+        out.push_str(&format!(
+            "pm.spawn = {}\n",
+            toml_str(self.pm.spawn.as_str())
+        ));
+        match self.pm.max_memory {
+            Some(n) => out.push_str(&format!("pm.max_memory = {n} # bytes\n")),
+            None => out.push_str("# pm.max_memory: no limit\n"),
+        }
+        let dur = |name: &str, d: Option<std::time::Duration>, out: &mut String| match d {
+            Some(d) => out.push_str(&format!(
+                "{name} = {}\n",
+                toml_str(&humantime::format_duration(d).to_string())
+            )),
+            None => out.push_str(&format!("# {name}: off\n")),
+        };
+        dur(
+            "request_terminate_timeout",
+            self.request_terminate_timeout,
+            out,
+        );
+        dur("request_slowlog_timeout", self.request_slowlog_timeout, out);
+        dur("request_queue_timeout", self.request_queue_timeout, out);
+        match (self.graceful_timeout, global.process_control_timeout) {
+            (Some(d), inherited) => out.push_str(&format!(
+                "graceful_timeout = {}{}\n",
+                toml_duration(d),
+                if inherited == Some(d) {
+                    " # as global.process_control_timeout"
+                } else {
+                    ""
+                }
+            )),
+            // 0 here, so that global.process_control_timeout does not apply.
+            (None, Some(_)) => {
+                out.push_str("graceful_timeout = 0 # none, not global.process_control_timeout\n")
+            }
+            (None, None) => out.push_str("# graceful_timeout: none\n"),
+        }
+        out.push_str(&format!(
+            "catch_workers_output = {}\n",
+            self.catch_workers_output
+        ));
+        out.push_str(&format!(
+            "decorate_workers_output = {}\n",
+            self.decorate_workers_output
+        ));
+        match &self.slowlog {
+            Some(p) => out.push_str(&format!(
+                "slowlog = {}\n",
+                toml_str(&p.display().to_string())
+            )),
+            None => out.push_str("# slowlog: entries go to fpmd's log\n"),
+        }
+        for (name, value) in &self.env {
+            out.push_str(&format!("env.{} = {}\n", toml_key(name), toml_str(value)));
+        }
+        for (name, value) in &self.php_values {
+            out.push_str(&format!(
+                "php_value.{} = {}\n",
+                toml_key(name),
+                toml_str(value)
+            ));
+        }
+        for (name, value) in &self.php_admin_values {
+            out.push_str(&format!(
+                "php_admin_value.{} = {}\n",
+                toml_key(name),
+                toml_str(value)
+            ));
+        }
+    }
+}
+
+pub(super) fn toml_str(s: &str) -> String {
+    toml::Value::String(s.to_string()).to_string()
+}
+
+fn toml_duration(d: std::time::Duration) -> String {
+    toml_str(&humantime::format_duration(d).to_string())
+}
+
+pub(super) fn toml_key(s: &str) -> String {
+    toml_edit::Key::new(s).to_string()
+}
+
+/// Joins key segments into a dotted key, quoting segments that are not bare.
+pub(super) fn dotted(segs: &[String]) -> String {
+    segs.iter()
+        .map(|s| toml_key(s))
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::load;
+    use crate::config::testutil::*;
+
+    #[test]
+    fn to_toml_round_trips() {
+        let main =
+            "[global]\npid = \"fpmd.pid\"\nlog_level = \"warning\"\ninclude = \"pool.d/*.toml\"\n";
+        let extra = "listen.allowed_clients = \"127.0.0.1\"\nenv.\"odd name\" = \"quote \\\" and backslash \\\\\"\nphp_value.\"session.save_path\" = \"/tmp\"\nphp_flag.display_errors = \"on\"\nphp_admin_value.memory_limit = \"1G\"\npm.max_requests = 9\n";
+        let (dir, c) = load_ok(
+            main,
+            &[
+                ("pool.d/a.toml", &pool("a", extra)),
+                (
+                    "pool.d/b.toml",
+                    &pool("b", "").replace("\"/run/fpmd/b.sock\"", "9000"),
+                ),
+            ],
+        );
+        let text = c.to_toml();
+        assert!(
+            text.contains(&format!(
+                "# pool a, defined in {}\n[a]\n",
+                dir.path().join("pool.d/a.toml").display()
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains("listen.mode = \"0660\"\n") && text.contains("pm.mode = \"static\"\n"),
+            "{text}"
+        );
+        let again = write(dir.path(), "effective/fpmd.toml", &text);
+        let c2 = load(&again).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert_eq!(c2.global, c.global);
+        assert_eq!(c2.pools.len(), c.pools.len());
+        for (p1, p2) in c.pools.iter().zip(&c2.pools) {
+            assert_eq!(
+                PoolConfig {
+                    file: p2.file.clone(),
+                    ..p1.clone()
+                },
+                *p2
+            );
+        }
+        assert_eq!(
+            c2.to_toml()
+                .replace(&again.display().to_string(), "X")
+                .lines()
+                .filter(|l| !l.starts_with('#'))
+                .collect::<Vec<_>>(),
+            text.replace(&c.file.display().to_string(), "X")
+                .lines()
+                .filter(|l| !l.starts_with('#'))
+                .collect::<Vec<_>>()
+        );
+    }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+            /// Any ini name/value and env name/value survive to_toml → load.
+            #[test]
+            fn to_toml_escapes(name in "[a-z_][a-z0-9_.]{0,12}[a-z0-9_]", value in "[^\\x00\\n\\r]{0,20}", env_name in "[A-Za-z_ .-]{1,10}", env_value in "[^\\x00$]{0,20}") {
+                let extra = format!(
+                    "php_value.{} = {}\nenv.{} = {}\n",
+                    toml_key(&name), toml_str(&value), toml_key(&env_name), toml_str(&env_value)
+                );
+                let (dir, c) = load_ok(&pool("www", &extra), &[]);
+                prop_assert_eq!(&c.pools[0].php_values[&name], &value);
+                let again = write(dir.path(), "again/fpmd.toml", &c.to_toml());
+                let c2 = load(&again).unwrap();
+                prop_assert_eq!(&c2.pools[0].php_values, &c.pools[0].php_values);
+                prop_assert_eq!(&c2.pools[0].env, &c.pools[0].env);
+            }
+        }
+    }
+}

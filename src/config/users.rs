@@ -1,0 +1,426 @@
+//! Users, groups and supplementary groups from the system database, the
+//! rules on who pool children may run as, and the php-cgi binary lookup.
+
+use std::ffi::{CString, OsString};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use nix::unistd::{Gid, Group, Uid, User};
+
+use super::model::Credentials;
+use super::raw::IdOrName;
+use super::source::{absolutize, normalize};
+
+/// The effective ids of the fpmd process (parameters so that tests can
+/// exercise the non-root rules).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Ids {
+    pub(super) euid: u32,
+    pub(super) egid: u32,
+}
+
+impl Ids {
+    /// fpmd's own effective ids.
+    pub(super) fn current() -> Ids {
+        Ids {
+            euid: nix::unistd::geteuid().as_raw(),
+            egid: nix::unistd::getegid().as_raw(),
+        }
+    }
+}
+
+fn lookup_user(u: &IdOrName) -> Result<(Option<User>, u32), String> {
+    match u {
+        IdOrName::Name(n) => match User::from_name(n) {
+            Ok(Some(user)) => {
+                let uid = user.uid.as_raw();
+                Ok((Some(user), uid))
+            }
+            Ok(None) => Err(format!("unknown user '{n}'")),
+            Err(e) => Err(format!("cannot look up user '{n}': {e}")),
+        },
+        IdOrName::Id(id) => Ok((User::from_uid(Uid::from_raw(*id)).ok().flatten(), *id)),
+    }
+}
+
+fn lookup_group(g: &IdOrName) -> Result<(String, u32), String> {
+    match g {
+        IdOrName::Name(n) => match Group::from_name(n) {
+            Ok(Some(group)) => Ok((group.name, group.gid.as_raw())),
+            Ok(None) => Err(format!("unknown group '{n}'")),
+            Err(e) => Err(format!("cannot look up group '{n}': {e}")),
+        },
+        IdOrName::Id(id) => Ok((group_name(*id), *id)),
+    }
+}
+
+fn group_name(gid: u32) -> String {
+    match Group::from_gid(Gid::from_raw(gid)) {
+        Ok(Some(g)) => g.name,
+        _ => gid.to_string(),
+    }
+}
+
+pub(super) fn resolve_uid(u: &IdOrName) -> Result<u32, String> {
+    lookup_user(u).map(|(_, uid)| uid)
+}
+
+pub(super) fn resolve_gid(g: &IdOrName) -> Result<u32, String> {
+    lookup_group(g).map(|(_, gid)| gid)
+}
+
+/// The children's `user` or `group` (`key`, with `label` uid/gid): never id
+/// 0 (as php-fpm without -R), and only fpmd's own id when fpmd is not root
+/// (`hint` says what to do then).
+fn check_pool_id(
+    key: &'static str,
+    label: &str,
+    name: &str,
+    id: u32,
+    root: bool,
+    own: u32,
+    hint: &str,
+) -> Result<(), (&'static str, String)> {
+    if root && id == 0 {
+        return Err((
+            key,
+            format!(
+                "{key} '{name}' ({label} 0) is not allowed: pool children must not run as root"
+            ),
+        ));
+    }
+    if !root && id != own {
+        return Err((
+            key,
+            format!("cannot run the pool as {key} '{name}' ({label} {id}): fpmd is not running as root (it runs as {label} {own}); {hint}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Resolves `user`/`group` into credentials; on error returns the key
+/// (`"user"` or `"group"`) and the message.
+pub(super) fn resolve_credentials(
+    user: Option<&IdOrName>,
+    group: Option<&IdOrName>,
+    ids: Ids,
+) -> Result<Credentials, (&'static str, String)> {
+    let root = ids.euid == 0;
+    let (entry, uid) = match user {
+        Some(u) => lookup_user(u).map_err(|m| ("user", m))?,
+        None if root => return Err(("user", "user is required when fpmd runs as root".into())),
+        None => (
+            User::from_uid(Uid::from_raw(ids.euid)).ok().flatten(),
+            ids.euid,
+        ),
+    };
+    let user_name = entry
+        .as_ref()
+        .map_or_else(|| uid.to_string(), |u| u.name.clone());
+    check_pool_id(
+        "user",
+        "uid",
+        &user_name,
+        uid,
+        root,
+        ids.euid,
+        "remove 'user' to run the pool as fpmd's own user",
+    )?;
+    let (group_name, gid) = match group {
+        Some(g) => lookup_group(g).map_err(|m| ("group", m))?,
+        None => {
+            let gid = if root {
+                entry.as_ref().map(|u| u.gid.as_raw())
+            } else {
+                Some(ids.egid)
+            };
+            match gid {
+                Some(gid) => (self::group_name(gid), gid),
+                None => {
+                    return Err((
+                        "user",
+                        format!("user {uid} has no passwd entry, so 'group' must be set"),
+                    ))
+                }
+            }
+        }
+    };
+    check_pool_id(
+        "group",
+        "gid",
+        &group_name,
+        gid,
+        root,
+        ids.egid,
+        "remove 'group'",
+    )?;
+    let mut groups: Vec<u32> = match entry
+        .as_ref()
+        .and_then(|u| CString::new(u.name.as_bytes()).ok())
+    {
+        Some(cname) => nix::unistd::getgrouplist(&cname, Gid::from_raw(gid))
+            .map(|gs| gs.into_iter().map(|g| g.as_raw()).collect())
+            .unwrap_or_else(|_| vec![gid]),
+        None => vec![gid],
+    };
+    let mut seen = Vec::new();
+    groups.retain(|g| {
+        let new = !seen.contains(g);
+        seen.push(*g);
+        new
+    });
+    Ok(Credentials {
+        user_name,
+        uid,
+        gid,
+        group_name,
+        groups,
+    })
+}
+
+fn is_executable_file(p: &Path) -> Result<(), String> {
+    match std::fs::metadata(p) {
+        Err(_) => Err(format!("php-cgi binary not found: {}", p.display())),
+        Ok(m) if !m.is_file() => Err(format!(
+            "php-cgi binary not found: {} is not a regular file",
+            p.display()
+        )),
+        Ok(m) if m.permissions().mode() & 0o111 == 0 => Err(format!(
+            "php-cgi binary not found: {} is not executable",
+            p.display()
+        )),
+        Ok(_) => Ok(()),
+    }
+}
+
+/// `php_cgi`: a path (containing `/`, relative to the file's directory) or a
+/// bare name looked up on `path_env` (default `/usr/local/bin:/usr/bin:/bin`).
+pub(super) fn resolve_php_cgi(
+    value: Option<&str>,
+    dir: &Path,
+    path_env: Option<OsString>,
+) -> Result<PathBuf, String> {
+    let name = value.unwrap_or("php-cgi");
+    if name.is_empty() {
+        return Err("php_cgi must not be empty".into());
+    }
+    if name.contains('/') {
+        let p = normalize(&dir.join(name));
+        is_executable_file(&p)?;
+        return Ok(p);
+    }
+    let path_env = path_env.unwrap_or_else(|| OsString::from("/usr/local/bin:/usr/bin:/bin"));
+    for d in std::env::split_paths(&path_env) {
+        if d.as_os_str().is_empty() {
+            continue;
+        }
+        let candidate = match absolutize(&d) {
+            Ok(d) => d.join(name),
+            Err(_) => continue,
+        };
+        if is_executable_file(&candidate).is_ok() {
+            return Ok(candidate);
+        }
+    }
+    Err(format!(
+        "php-cgi binary not found: '{name}' is not in PATH ({})",
+        path_env.to_string_lossy()
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::testutil::*;
+
+    #[test]
+    fn php_cgi_default_is_looked_up_on_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = write(dir.path(), "bin/php-cgi", "#!/bin/sh\n");
+        write(dir.path(), "other/php-cgi", "not executable");
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = std::env::join_paths([
+            dir.path().join("nope"),
+            dir.path().join("other"),
+            dir.path().join("bin"),
+        ])
+        .unwrap();
+        assert_eq!(
+            resolve_php_cgi(None, Path::new("/"), Some(path.clone())),
+            Ok(bin.clone())
+        );
+        assert_eq!(
+            resolve_php_cgi(Some("php-cgi"), Path::new("/"), Some(path.clone())),
+            Ok(bin.clone())
+        );
+        // A path with a '/' is relative to the file's directory.
+        assert_eq!(
+            resolve_php_cgi(Some("./bin/php-cgi"), dir.path(), None),
+            Ok(bin)
+        );
+        let e = resolve_php_cgi(Some("php-cgi9.9"), Path::new("/"), Some(path)).unwrap_err();
+        assert!(
+            e.starts_with("php-cgi binary not found: 'php-cgi9.9' is not in PATH"),
+            "{e}"
+        );
+        let e = resolve_php_cgi(Some("other/php-cgi"), dir.path(), None).unwrap_err();
+        assert!(
+            e.starts_with("php-cgi binary not found: ") && e.ends_with("is not executable"),
+            "{e}"
+        );
+        let e = resolve_php_cgi(Some("/tmp"), dir.path(), None).unwrap_err();
+        assert_eq!(e, "php-cgi binary not found: /tmp is not a regular file");
+    }
+
+    #[test]
+    fn unknown_user_and_group() {
+        let www = "[www]\nphp_cgi = \"/bin/sh\"\nuser = \"nosuchuser\"\nlisten.address = \"/run/www.sock\"\npm.max_children = 1\n";
+        let (dir, e) = load_err(INCLUDE_MAIN, &[("pool.d/www.toml", www)]);
+        assert_err(
+            &dir,
+            &e,
+            "pool.d/www.toml",
+            Some(3),
+            Some("www"),
+            Some("user"),
+            "unknown user 'nosuchuser'",
+        );
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "{}:3: [www] key 'user': unknown user 'nosuchuser'",
+                dir.path().join("pool.d/www.toml").display()
+            )
+        );
+        let (dir, e) = load_err(&pool("www", "").replace("nogroup", "nosuchgroup"), &[]);
+        assert_err(
+            &dir,
+            &e,
+            "fpmd.toml",
+            Some(3),
+            Some("www"),
+            Some("group"),
+            "unknown group 'nosuchgroup'",
+        );
+    }
+
+    #[test]
+    fn root_rules() {
+        // fpmd runs as root in the test environment; the rules are exercised directly too.
+        let root = Ids { euid: 0, egid: 0 };
+        assert_eq!(
+            resolve_credentials(None, None, root),
+            Err((
+                "user",
+                "user is required when fpmd runs as root".to_string()
+            ))
+        );
+        assert_eq!(
+            resolve_credentials(Some(&IdOrName::Name("root".into())), None, root),
+            Err((
+                "user",
+                "user 'root' (uid 0) is not allowed: pool children must not run as root"
+                    .to_string()
+            ))
+        );
+        assert_eq!(
+            resolve_credentials(
+                Some(&IdOrName::Name("nobody".into())),
+                Some(&IdOrName::Id(0)),
+                root
+            )
+            .unwrap_err()
+            .0,
+            "group"
+        );
+        // A uid without a passwd entry needs a group.
+        assert_eq!(
+            resolve_credentials(Some(&IdOrName::Id(4_000_000)), None, root)
+                .unwrap_err()
+                .0,
+            "user"
+        );
+        let c = resolve_credentials(
+            Some(&IdOrName::Id(4_000_000)),
+            Some(&IdOrName::Id(4_000_000)),
+            root,
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                c.user_name.as_str(),
+                c.group_name.as_str(),
+                c.groups.as_slice()
+            ),
+            ("4000000", "4000000", &[4_000_000][..])
+        );
+
+        if nix::unistd::geteuid().is_root() {
+            let (dir, e) = load_err("\n[www]\nphp_cgi = \"/bin/sh\"\nlisten.address = \"/x/y.sock\"\npm.max_children = 1\n", &[]);
+            assert_err(
+                &dir,
+                &e,
+                "fpmd.toml",
+                Some(2),
+                Some("www"),
+                Some("user"),
+                "user is required when fpmd runs as root",
+            );
+            let (dir, e) = load_err(&pool("www", "").replace("\"nobody\"", "\"root\""), &[]);
+            assert_err(
+                &dir,
+                &e,
+                "fpmd.toml",
+                Some(2),
+                Some("www"),
+                Some("user"),
+                "user 'root' (uid 0) is not allowed: pool children must not run as root",
+            );
+        }
+    }
+
+    #[test]
+    fn non_root_rules() {
+        let (uid, gid) = nobody();
+        let ids = Ids {
+            euid: uid,
+            egid: gid,
+        };
+        let c = resolve_credentials(None, None, ids).unwrap();
+        assert_eq!(
+            (c.user_name.as_str(), c.uid, c.gid, c.group_name.as_str()),
+            ("nobody", uid, gid, "nogroup")
+        );
+        assert!(resolve_credentials(
+            Some(&IdOrName::Name("nobody".into())),
+            Some(&IdOrName::Name("nogroup".into())),
+            ids
+        )
+        .is_ok());
+        let (key, msg) =
+            resolve_credentials(Some(&IdOrName::Name("daemon".into())), None, ids).unwrap_err();
+        assert_eq!(key, "user");
+        assert!(
+            msg.starts_with("cannot run the pool as user 'daemon'"),
+            "{msg}"
+        );
+        let (key, _) =
+            resolve_credentials(None, Some(&IdOrName::Name("root".into())), ids).unwrap_err();
+        assert_eq!(key, "group");
+    }
+
+    #[test]
+    fn missing_php_cgi() {
+        let www = "[www]\nuser = \"nobody\"\ngroup = \"nogroup\"\nlisten.address = \"/run/www.sock\"\npm.max_children = 1\nphp_cgi = \"/nonexistent/php-cgi\"\n";
+        let (dir, e) = load_err(INCLUDE_MAIN, &[("pool.d/www.toml", www)]);
+        assert_err(
+            &dir,
+            &e,
+            "pool.d/www.toml",
+            Some(6),
+            Some("www"),
+            Some("php_cgi"),
+            "php-cgi binary not found: /nonexistent/php-cgi",
+        );
+    }
+}

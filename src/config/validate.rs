@@ -1,0 +1,1483 @@
+//! Raw → model: one function per section (`[global]`, a pool), with the
+//! defaults and php-fpm's checks, then the checks across pools (one name,
+//! one listen address per pool). Every error names the file, the line and
+//! the key.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use super::keys;
+use super::model::{
+    Global, Listen, ListenAddress, LogLevel, LogTarget, PmMode, PoolConfig, ProcessManager, Spawn,
+};
+use super::raw::{
+    AllowedClients, ByteSize, Duration, EnvValue, IniScalar, IniTable, RawAddress, RawGlobal,
+    RawPmMode, RawPool,
+};
+use super::render::dotted;
+use super::source::{normalize, SourceFile};
+use super::users::{resolve_credentials, resolve_gid, resolve_php_cgi, resolve_uid, Ids};
+use super::ConfigError;
+
+/// The default of `global.control_socket`: `/run/fpmd/fpmd.sock` for a
+/// daemon running as root, else `fpmd.sock` beside the main file (a
+/// directory its user can normally write).
+pub(super) const ROOT_CONTROL_SOCKET: &str = "/run/fpmd/fpmd.sock";
+
+pub(super) fn validate_global(
+    src: &SourceFile,
+    raw: RawGlobal,
+    ids: Ids,
+) -> Result<(Global, Vec<String>), ConfigError> {
+    let err = |key: &str, message: String| ConfigError {
+        file: src.path.clone(),
+        line: src.find_line(&["global", key]),
+        pool: None,
+        key: Some(format!("global.{key}")),
+        message,
+    };
+    let pid = match raw.pid {
+        Some(p) if p.is_empty() => return Err(err("pid", "pid must not be empty".into())),
+        Some(p) => Some(src.resolve(&p)),
+        None => None,
+    };
+    let error_log = match raw.error_log.as_deref() {
+        None | Some("stderr") => LogTarget::Stderr,
+        Some("syslog") => {
+            return Err(err(
+                "error_log",
+                "error_log = \"syslog\" is not supported yet".into(),
+            ))
+        }
+        Some("") => {
+            return Err(err(
+                "error_log",
+                "error_log must not be empty (use \"stderr\" or a file path)".into(),
+            ))
+        }
+        Some(p) => LogTarget::File(src.resolve(p)),
+    };
+    let log_level = raw.log_level.unwrap_or(LogLevel::Notice);
+    let includes = raw.include.map(|l| l.0).unwrap_or_default();
+    if includes.iter().any(|p| p.is_empty()) {
+        return Err(err("include", "include must not be empty".into()));
+    }
+    let emergency_restart = match (
+        raw.emergency_restart_threshold,
+        raw.emergency_restart_interval,
+    ) {
+        (Some(n), Some(d)) if n > 0 && !d.0.is_zero() => Some((n, d.0)),
+        _ => None,
+    };
+    let process_control_timeout = nonzero(raw.process_control_timeout);
+    let control_socket = match raw.control_socket.as_deref() {
+        Some("") => {
+            return Err(err(
+                "control_socket",
+                "control_socket must not be empty".into(),
+            ))
+        }
+        Some(p) => src.resolve(p),
+        None if ids.euid == 0 => PathBuf::from(ROOT_CONTROL_SOCKET),
+        None => src.dir.join("fpmd.sock"),
+    };
+    check_socket_path(&control_socket).map_err(|m| err("control_socket", m))?;
+    Ok((
+        Global {
+            pid,
+            error_log,
+            log_level,
+            emergency_restart,
+            process_control_timeout,
+            control_socket,
+            watch: raw.watch.unwrap_or(false),
+        },
+        includes,
+    ))
+}
+
+/// A configured duration, `None` when unset or 0.
+fn nonzero(d: Option<Duration>) -> Option<std::time::Duration> {
+    d.map(|d| d.0).filter(|d| !d.is_zero())
+}
+
+/// A unix socket path fits in `sockaddr_un.sun_path` (108 bytes, including
+/// the final NUL).
+fn check_socket_path(path: &Path) -> Result<(), String> {
+    let len = path.as_os_str().len();
+    if len > 107 {
+        return Err(format!(
+            "unix socket path is too long ({len} bytes, at most 107): {}",
+            path.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Context for errors in one pool.
+struct PoolCtx<'a> {
+    src: &'a SourceFile,
+    name: &'a str,
+}
+
+impl PoolCtx<'_> {
+    /// An error at the pool-relative key `key` (dotted; its segments are
+    /// looked up for the line, falling back to the pool's header line).
+    fn err(&self, key: &[&str], message: impl Into<String>) -> ConfigError {
+        let mut path = vec![self.name];
+        path.extend_from_slice(key);
+        let line = self
+            .src
+            .find_line(&path)
+            .or_else(|| self.src.find_line(&[self.name]));
+        let segs: Vec<String> = key.iter().map(|s| s.to_string()).collect();
+        ConfigError {
+            file: self.src.path.clone(),
+            line,
+            pool: Some(self.name.to_string()),
+            key: if key.is_empty() {
+                None
+            } else {
+                Some(dotted(&segs))
+            },
+            message: message.into(),
+        }
+    }
+}
+
+pub(super) fn validate_pool(
+    src: &SourceFile,
+    name: &str,
+    raw: RawPool,
+    ids: Ids,
+    global: &Global,
+) -> Result<PoolConfig, ConfigError> {
+    let ctx = PoolCtx { src, name };
+
+    // Keys that are known but not implemented yet.
+    for key in keys::not_yet_pool_keys() {
+        let segs: Vec<&str> = key.split('.').collect();
+        let path: Vec<&str> = std::iter::once(name).chain(segs.iter().copied()).collect();
+        if src.has_key(&path) {
+            return Err(ctx.err(&segs, format!("{key} is not supported yet")));
+        }
+    }
+
+    // pm.*
+    let max_children = match raw.pm.max_children {
+        None => return Err(ctx.err(&["pm", "max_children"], "required key is missing")),
+        Some(0) => {
+            return Err(ctx.err(
+                &["pm", "max_children"],
+                "pm.max_children must be at least 1",
+            ))
+        }
+        Some(n) => n,
+    };
+    let max_spawn_rate = match raw.pm.max_spawn_rate {
+        Some(0) => {
+            return Err(ctx.err(
+                &["pm", "max_spawn_rate"],
+                "pm.max_spawn_rate must be at least 1",
+            ))
+        }
+        Some(n) => n,
+        None => 32,
+    };
+    // Checks and defaults as php-fpm's fpm_conf.c.
+    let mode = match raw.pm.mode.unwrap_or(RawPmMode::Static) {
+        RawPmMode::Static => PmMode::Static,
+        RawPmMode::Dynamic => {
+            let min = match raw.pm.min_spare_servers {
+                None => {
+                    return Err(ctx.err(
+                        &["pm", "min_spare_servers"],
+                        "required with pm.mode = \"dynamic\"",
+                    ))
+                }
+                Some(0) => {
+                    return Err(ctx.err(
+                        &["pm", "min_spare_servers"],
+                        "pm.min_spare_servers must be at least 1",
+                    ))
+                }
+                Some(n) => n,
+            };
+            let max = match raw.pm.max_spare_servers {
+                None => {
+                    return Err(ctx.err(
+                        &["pm", "max_spare_servers"],
+                        "required with pm.mode = \"dynamic\"",
+                    ))
+                }
+                Some(0) => {
+                    return Err(ctx.err(
+                        &["pm", "max_spare_servers"],
+                        "pm.max_spare_servers must be at least 1",
+                    ))
+                }
+                Some(n) => n,
+            };
+            if max > max_children {
+                return Err(ctx.err(&["pm", "max_spare_servers"],
+                    format!("pm.max_spare_servers ({max}) must not be greater than pm.max_children ({max_children})")));
+            }
+            if min > max {
+                return Err(ctx.err(&["pm", "min_spare_servers"],
+                    format!("pm.min_spare_servers ({min}) must not be greater than pm.max_spare_servers ({max})")));
+            }
+            let start = raw.pm.start_servers.unwrap_or(min + (max - min) / 2);
+            if start < min || start > max {
+                return Err(ctx.err(&["pm", "start_servers"],
+                    format!("pm.start_servers ({start}) must be between pm.min_spare_servers ({min}) and pm.max_spare_servers ({max})")));
+            }
+            PmMode::Dynamic {
+                start_servers: start,
+                min_spare_servers: min,
+                max_spare_servers: max,
+                max_spawn_rate,
+            }
+        }
+        RawPmMode::Ondemand => {
+            let idle = raw
+                .pm
+                .process_idle_timeout
+                .map(|d| d.0)
+                .unwrap_or(std::time::Duration::from_secs(10));
+            if idle.is_zero() {
+                return Err(ctx.err(
+                    &["pm", "process_idle_timeout"],
+                    "pm.process_idle_timeout must be more than 0",
+                ));
+            }
+            PmMode::Ondemand {
+                process_idle_timeout: idle,
+                max_spawn_rate,
+            }
+        }
+    };
+    let pm = ProcessManager {
+        mode,
+        max_children,
+        max_requests: raw.pm.max_requests.unwrap_or(0),
+        spawn: raw.pm.spawn.unwrap_or(Spawn::Prefork),
+        max_memory: match raw.pm.max_memory {
+            None | Some(ByteSize(0)) => None,
+            Some(ByteSize(n)) => Some(n),
+        },
+    };
+    let request_terminate_timeout = nonzero(raw.request_terminate_timeout);
+    let request_slowlog_timeout = nonzero(raw.request_slowlog_timeout);
+    let request_queue_timeout = nonzero(raw.request_queue_timeout);
+    let slowlog = raw.slowlog.as_deref().map(|p| src.resolve(p));
+
+    // user, group
+    let user = resolve_credentials(raw.user.as_ref(), raw.group.as_ref(), ids)
+        .map_err(|(key, msg)| ctx.err(&[key], msg))?;
+
+    // php_cgi
+    let path_env = std::env::var_os("PATH");
+    let php_cgi = resolve_php_cgi(raw.php_cgi.as_deref(), &src.dir, path_env)
+        .map_err(|m| ctx.err(&["php_cgi"], m))?;
+
+    // listen.*
+    let l = raw.listen;
+    let address = match l.address {
+        None => return Err(ctx.err(&["listen", "address"], "required key is missing")),
+        Some(RawAddress::Tcp(addr)) => ListenAddress::Tcp(addr),
+        Some(RawAddress::Unix(p)) => {
+            let path = src.resolve(&p);
+            check_socket_path(&path).map_err(|m| ctx.err(&["listen", "address"], m))?;
+            ListenAddress::Unix(path)
+        }
+    };
+    let is_unix = matches!(address, ListenAddress::Unix(_));
+    let owner = match &l.owner {
+        Some(o) => Some(resolve_uid(o).map_err(|m| ctx.err(&["listen", "owner"], m))?),
+        None if is_unix => Some(user.uid),
+        None => None,
+    };
+    let group = match &l.group {
+        Some(g) => Some(resolve_gid(g).map_err(|m| ctx.err(&["listen", "group"], m))?),
+        None if is_unix => Some(user.gid),
+        None => None,
+    };
+    let backlog = match l.backlog {
+        None => 511,
+        Some(0) => return Err(ctx.err(&["listen", "backlog"], "listen.backlog must be at least 1")),
+        Some(n) if n > i32::MAX as u32 => {
+            return Err(ctx.err(
+                &["listen", "backlog"],
+                format!("listen.backlog must be at most {}", i32::MAX),
+            ))
+        }
+        Some(n) => n,
+    };
+    let allowed_clients = match l.allowed_clients {
+        Some(AllowedClients(list)) if list.is_empty() => {
+            return Err(ctx.err(&["listen", "allowed_clients"], "listen.allowed_clients is empty (it would refuse every client); remove it to allow any"))
+        }
+        Some(AllowedClients(list)) => Some(list),
+        None => None,
+    };
+    let listen = Listen {
+        address,
+        owner,
+        group,
+        mode: l.mode.map_or(0o660, |m| m.0),
+        backlog,
+        allowed_clients,
+    };
+
+    // chdir
+    let chdir = PathBuf::from(raw.chdir.as_deref().unwrap_or("/"));
+    if !chdir.is_absolute() {
+        return Err(ctx.err(
+            &["chdir"],
+            format!("chdir must be an absolute path: {}", chdir.display()),
+        ));
+    }
+    if !chdir.is_dir() {
+        return Err(ctx.err(
+            &["chdir"],
+            format!(
+                "chdir directory does not exist or is not a directory: {}",
+                chdir.display()
+            ),
+        ));
+    }
+    let chdir = normalize(&chdir);
+
+    // env.*
+    let mut env = BTreeMap::new();
+    for (var, EnvValue(value)) in raw.env.unwrap_or_default() {
+        if var.is_empty() || var.contains('=') || var.contains('\0') {
+            return Err(ctx.err(
+                &["env", &var],
+                format!("invalid environment variable name '{var}'"),
+            ));
+        }
+        if value.contains('\0') {
+            return Err(ctx.err(&["env", &var], "environment value contains a NUL byte"));
+        }
+        env.insert(var, expand_env_value(&value));
+    }
+
+    // php_value, php_flag, php_admin_value, php_admin_flag
+    let php_values = ini_values(&ctx, "php_value", raw.php_value, "php_flag", raw.php_flag)?;
+    let php_admin_values = ini_values(
+        &ctx,
+        "php_admin_value",
+        raw.php_admin_value,
+        "php_admin_flag",
+        raw.php_admin_flag,
+    )?;
+    let php_values = php_values
+        .into_iter()
+        .filter(|(k, _)| !php_admin_values.contains_key(k))
+        .collect();
+
+    Ok(PoolConfig {
+        name: name.to_string(),
+        file: src.path.clone(),
+        user,
+        php_cgi,
+        listen,
+        chdir,
+        clear_env: raw.clear_env.unwrap_or(true),
+        env,
+        php_values,
+        php_admin_values,
+        pm,
+        request_terminate_timeout,
+        request_slowlog_timeout,
+        slowlog,
+        request_queue_timeout,
+        catch_workers_output: raw.catch_workers_output.unwrap_or(false),
+        decorate_workers_output: raw.decorate_workers_output.unwrap_or(true),
+        graceful_timeout: match raw.graceful_timeout {
+            Some(d) => nonzero(Some(d)),
+            None => global.process_control_timeout,
+        },
+    })
+}
+
+/// `$NAME` (the whole value) → fpmd's `NAME` (empty when unset); anything
+/// else is taken literally.
+fn expand_env_value(value: &str) -> String {
+    match value.strip_prefix('$') {
+        Some(var)
+            if !var.is_empty()
+                && !var.starts_with(|c: char| c.is_ascii_digit())
+                && var.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') =>
+        {
+            std::env::var_os(var)
+                .map(|v| v.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        }
+        _ => value.to_string(),
+    }
+}
+
+/// Normalizes a flag: booleans, 1/0 and on/off, yes/no, true/false (any case).
+fn normalize_flag(v: &IniScalar) -> Option<&'static str> {
+    match v {
+        IniScalar::Bool(true) | IniScalar::Int(1) => Some("1"),
+        IniScalar::Bool(false) | IniScalar::Int(0) => Some("0"),
+        IniScalar::Str(s) => match s.trim().to_ascii_lowercase().as_str() {
+            "on" | "yes" | "true" | "1" => Some("1"),
+            "off" | "no" | "false" | "0" => Some("0"),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+fn normalize_value(v: &IniScalar) -> String {
+    match v {
+        IniScalar::Str(s) => s.clone(),
+        IniScalar::Int(n) => n.to_string(),
+        IniScalar::Float(x) => x.to_string(),
+        IniScalar::Bool(b) => if *b { "1" } else { "0" }.to_string(),
+    }
+}
+
+/// Merges a `*_value` and a `*_flag` table into normalized `name → value`.
+fn ini_values(
+    ctx: &PoolCtx<'_>,
+    value_table: &str,
+    values: Option<IniTable>,
+    flag_table: &str,
+    flags: Option<IniTable>,
+) -> Result<BTreeMap<String, String>, ConfigError> {
+    let mut out: BTreeMap<String, String> = BTreeMap::new();
+    let mut origin: HashMap<String, String> = HashMap::new();
+    for (table, entries, is_flag) in [(value_table, values, false), (flag_table, flags, true)] {
+        for (segs, v) in entries.map(|t| t.0).unwrap_or_default() {
+            let name = segs.join(".");
+            let mut key: Vec<&str> = vec![table];
+            key.extend(segs.iter().map(|s| s.as_str()));
+            if name.is_empty()
+                || name.contains(['=', '\0', '\n', '\r'])
+                || name.chars().any(char::is_whitespace)
+            {
+                return Err(ctx.err(&key, format!("invalid ini setting name '{name}'")));
+            }
+            let value = if is_flag {
+                match normalize_flag(&v) {
+                    Some(f) => f.to_string(),
+                    None => {
+                        let shown = match &v {
+                            IniScalar::Str(s) => format!("\"{s}\""),
+                            other => normalize_value(other),
+                        };
+                        return Err(ctx.err(&key, format!("invalid flag value {shown} (expected on/off, yes/no, true/false or 1/0)")));
+                    }
+                }
+            } else {
+                normalize_value(&v)
+            };
+            if value.contains(['\0', '\n', '\r']) {
+                return Err(ctx.err(
+                    &key,
+                    "an ini value must not contain a line break or NUL byte",
+                ));
+            }
+            if let Some(first) = origin.get(&name) {
+                return Err(ctx.err(&key, format!("'{name}' is already set in {first}")));
+            }
+            origin.insert(name.clone(), table.to_string());
+            out.insert(name, value);
+        }
+    }
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------
+// Checks across pools
+// ---------------------------------------------------------------------------
+
+/// The files of one configuration, main file first, each with the raw
+/// pools it defines in document order.
+pub(super) type Files = Vec<(SourceFile, Vec<(String, RawPool)>)>;
+
+/// Every pool name is defined once, in any file, and there is a pool.
+pub(super) fn check_pool_names(files: &Files) -> Result<(), ConfigError> {
+    let mut seen: HashMap<String, (PathBuf, Option<usize>)> = HashMap::new();
+    for (src, pools) in files {
+        for (name, _) in pools {
+            let line = src.find_line(&[name]);
+            if let Some((first_file, first_line)) = seen.get(name) {
+                let at = location(first_file, *first_line);
+                return Err(ConfigError {
+                    file: src.path.clone(),
+                    line,
+                    pool: Some(name.clone()),
+                    key: None,
+                    message: format!("pool '{name}' is defined twice: here and in {at}"),
+                });
+            }
+            seen.insert(name.clone(), (src.path.clone(), line));
+        }
+    }
+    if seen.is_empty() {
+        return Err(ConfigError::file_only(
+            &files[0].0.path,
+            "no pool defined: add a pool table such as [www] to this file or to a file matched by global.include",
+        ));
+    }
+    Ok(())
+}
+
+/// `file:line`, or `file` when the line is not known.
+fn location(file: &Path, line: Option<usize>) -> String {
+    match line {
+        Some(l) => format!("{}:{l}", file.display()),
+        None => file.display().to_string(),
+    }
+}
+
+/// How two listen addresses collide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Collision {
+    /// The same socket.
+    Same,
+    /// Different addresses that cannot both be bound: one TCP address is
+    /// the unspecified address (`0.0.0.0`, `[::]`) of the other's family,
+    /// on the same port (IPv6 sockets are bound `IPV6_V6ONLY`, so
+    /// `0.0.0.0:9000` and `[::]:9000` do not collide).
+    Overlap,
+}
+
+/// Whether two listen addresses collide; unix paths are compared by
+/// [`socket_identity`].
+fn collision(a: &ListenAddress, b: &ListenAddress) -> Option<Collision> {
+    match (a, b) {
+        (ListenAddress::Unix(x), ListenAddress::Unix(y)) => {
+            (socket_identity(x) == socket_identity(y)).then_some(Collision::Same)
+        }
+        (ListenAddress::Tcp(x), ListenAddress::Tcp(y)) => {
+            if x == y {
+                Some(Collision::Same)
+            } else if x.port() == y.port()
+                && x.is_ipv4() == y.is_ipv4()
+                && (x.ip().is_unspecified() || y.ip().is_unspecified())
+            {
+                Some(Collision::Overlap)
+            } else {
+                None
+            }
+        }
+        _ => None,
+    }
+}
+
+/// A unix socket path as the kernel will see it: its directory with `..`
+/// and symlinks resolved when it exists (so `pool.d/../run/x.sock` and
+/// `run/x.sock` are one socket), else the path as written.
+fn socket_identity(path: &Path) -> PathBuf {
+    match (path.parent(), path.file_name()) {
+        (Some(dir), Some(name)) => std::fs::canonicalize(dir)
+            .map(|d| d.join(name))
+            .unwrap_or_else(|_| path.to_path_buf()),
+        _ => path.to_path_buf(),
+    }
+}
+
+/// Every pool listens on an address of its own: two pools on one address
+/// (or on overlapping TCP addresses) are an error at the second pool's
+/// `listen.address`, naming the first pool and where it is set; so is a
+/// pool on fpmd's control socket. `pools` are in load order, each with the
+/// file that defined it; `main` is the main file.
+pub(super) fn check_listen_addresses(
+    main: &SourceFile,
+    global: &Global,
+    pools: &[(&SourceFile, &PoolConfig)],
+) -> Result<(), ConfigError> {
+    let control = ListenAddress::Unix(global.control_socket.clone());
+    for (i, (src, pool)) in pools.iter().enumerate() {
+        if collision(&control, &pool.listen.address).is_some() {
+            let at = match main.find_line(&["global", "control_socket"]) {
+                Some(l) => format!("global.control_socket, {}:{l}", main.path.display()),
+                None => "the default of global.control_socket".to_string(),
+            };
+            return Err(PoolCtx {
+                src,
+                name: &pool.name,
+            }
+            .err(
+                &["listen", "address"],
+                format!(
+                    "{} is fpmd's control socket ({at}): a pool cannot listen on it",
+                    pool.listen.address
+                ),
+            ));
+        }
+        for (first_src, first) in &pools[..i] {
+            let Some(how) = collision(&first.listen.address, &pool.listen.address) else {
+                continue;
+            };
+            let at = location(
+                &first_src.path,
+                first_src.find_line(&[&first.name, "listen", "address"]),
+            );
+            let (address, other) = (&pool.listen.address, &first.listen.address);
+            let message = match how {
+                Collision::Same => format!(
+                    "{address} is already the listen address of pool '{}' ({at}): two pools cannot listen on one address",
+                    first.name
+                ),
+                Collision::Overlap => format!(
+                    "{address} overlaps {other}, the listen address of pool '{}' ({at}): all addresses and one of them on the same port cannot both be bound",
+                    first.name
+                ),
+            };
+            return Err(PoolCtx {
+                src,
+                name: &pool.name,
+            }
+            .err(&["listen", "address"], message));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::raw::parse_mode;
+    use crate::config::testutil::*;
+
+    #[test]
+    fn listen_address_errors() {
+        let text = pool("www", "").replace("\"/run/fpmd/www.sock\"", "\"www.sock\"");
+        let (dir, e) = load_err(&text, &[]);
+        assert_err(
+            &dir,
+            &e,
+            "fpmd.toml",
+            Some(5),
+            Some("www"),
+            Some("listen.address"),
+            "invalid listen address 'www.sock' (expected a unix socket path (containing '/'), \"IP:PORT\", \"[IPv6]:PORT\" or a port)",
+        );
+        let long = format!("/run/{}.sock", "x".repeat(120));
+        let (dir, e) = load_err(&pool("www", "").replace("/run/fpmd/www.sock", &long), &[]);
+        assert_eq!(
+            (e.line, e.key.as_deref()),
+            (Some(5), Some("listen.address")),
+            "{e}"
+        );
+        assert!(e.message.starts_with("unix socket path is too long"), "{e}");
+        drop(dir);
+        // Missing: reported at the pool's header line.
+        let (dir, e) = load_err(
+            "\n[www]\nuser = \"nobody\"\nphp_cgi = \"/bin/sh\"\npm.max_children = 1\n",
+            &[],
+        );
+        assert_err(
+            &dir,
+            &e,
+            "fpmd.toml",
+            Some(2),
+            Some("www"),
+            Some("listen.address"),
+            "required key is missing",
+        );
+    }
+
+    #[test]
+    fn listen_options() {
+        let (_d, c) = load_ok(&pool("www", "listen.allowed_clients = \"127.0.0.1, ::1,10.0.0.1\"\nlisten.owner = \"0\"\nlisten.group = \"nogroup\"\n"), &[]);
+        let l = &c.pools[0].listen;
+        assert_eq!(l.allowed_clients.as_ref().unwrap().len(), 3);
+        assert_eq!(l.owner, Some(0));
+        assert_eq!(l.group, Some(nobody().1));
+
+        for (extra, key, msg) in [
+            ("listen.mode = \"0999\"", "listen.mode", "invalid mode \"0999\": expected an octal string such as \"0660\""),
+            ("listen.mode = \"1777\"", "listen.mode", "invalid mode \"1777\": must be at most \"0777\""),
+            ("listen.mode = 660", "listen.mode", "invalid type: integer `660`, expected an octal mode string such as \"0660\""),
+            ("listen.backlog = 0", "listen.backlog", "listen.backlog must be at least 1"),
+            ("listen.allowed_clients = [\"127.0.0.1\", \"nope\"]", "listen.allowed_clients", "invalid IP address 'nope'"),
+            ("listen.allowed_clients = []", "listen.allowed_clients", "listen.allowed_clients is empty (it would refuse every client); remove it to allow any"),
+            ("listen.owner = \"nosuchuser\"", "listen.owner", "unknown user 'nosuchuser'"),
+            ("listen.group = \"nosuchgroup\"", "listen.group", "unknown group 'nosuchgroup'"),
+        ] {
+            let (dir, e) = load_err(&pool("www", &format!("{extra}\n")), &[]);
+            assert_err(&dir, &e, "fpmd.toml", Some(7), Some("www"), Some(key), msg);
+        }
+        assert_eq!(parse_mode("0660"), Ok(0o660));
+        assert_eq!(parse_mode("660"), Ok(0o660));
+        assert_eq!(parse_mode("0o750"), Ok(0o750));
+        assert_eq!(parse_mode("0777"), Ok(0o777));
+        assert!(
+            parse_mode("").is_err() && parse_mode("-660").is_err() && parse_mode("0o").is_err()
+        );
+    }
+
+    #[test]
+    fn env_expansion() {
+        // PATH is set for any test run (set_var would race with other test threads).
+        let path = std::env::var("PATH").expect("PATH is set");
+        assert!(std::env::var_os("FPMD_CONFIG_TEST_SURELY_MISSING").is_none());
+        let extra = "env.A = \"$PATH\"\nenv.B = \"$FPMD_CONFIG_TEST_SURELY_MISSING\"\nenv.C = \"$PATH/bin\"\nenv.D = \"plain\"\nenv.E = 42\nenv.F = \"$\"\n";
+        let (_d, c) = load_ok(&pool("www", extra), &[]);
+        let env = &c.pools[0].env;
+        assert_eq!(env["A"], path);
+        assert_eq!(
+            env["B"], "",
+            "a missing variable expands to an empty string"
+        );
+        assert_eq!(
+            env["C"], "$PATH/bin",
+            "only a value that is exactly $NAME is expanded"
+        );
+        assert_eq!(env["D"], "plain");
+        assert_eq!(env["E"], "42");
+        assert_eq!(env["F"], "$");
+        let (dir, e) = load_err(&pool("www", "env.A = true\n"), &[]);
+        assert_err(
+            &dir,
+            &e,
+            "fpmd.toml",
+            Some(7),
+            Some("www"),
+            Some("env.A"),
+            "invalid type: boolean `true`, expected a string",
+        );
+    }
+
+    #[test]
+    fn php_values_and_flags() {
+        let extra = r#"php_flag.a = true
+php_flag.b = false
+php_flag.c = "On"
+php_flag.d = "off"
+php_flag.e = "YES"
+php_flag.f = "no"
+php_flag.g = "True"
+php_flag.h = "FALSE"
+php_flag.i = "1"
+php_flag.j = "0"
+php_flag.k = 1
+php_flag.l = 0
+php_value.m = true
+php_value.n = 128
+php_value.o = 1.5
+php_value.p = "E_ALL & ~E_NOTICE"
+php_value.session.save_path = "/tmp/sessions"
+php_value."date.timezone" = "UTC"
+php_value.memory_limit = "64M"
+php_admin_value.memory_limit = "128M"
+php_admin_flag.display_errors = "off"
+"#;
+        let (_d, c) = load_ok(&pool("www", extra), &[]);
+        let p = &c.pools[0];
+        let flags: Vec<(&str, &str)> = "abcdefghijkl"
+            .chars()
+            .zip(["1", "0", "1", "0", "1", "0", "1", "0", "1", "0", "1", "0"])
+            .map(|(k, v)| {
+                (
+                    p.php_values
+                        .get_key_value(&k.to_string())
+                        .unwrap()
+                        .0
+                        .as_str(),
+                    v,
+                )
+            })
+            .collect();
+        for (k, v) in flags {
+            assert_eq!(p.php_values[k], v, "php_flag.{k}");
+        }
+        assert_eq!(p.php_values["m"], "1");
+        assert_eq!(p.php_values["n"], "128");
+        assert_eq!(p.php_values["o"], "1.5");
+        assert_eq!(p.php_values["p"], "E_ALL & ~E_NOTICE");
+        assert_eq!(
+            p.php_values["session.save_path"], "/tmp/sessions",
+            "nested tables flatten into a dotted name"
+        );
+        assert_eq!(p.php_values["date.timezone"], "UTC");
+        assert!(
+            !p.php_values.contains_key("memory_limit"),
+            "admin values win over plain ones"
+        );
+        assert_eq!(p.php_admin_values["memory_limit"], "128M");
+        assert_eq!(p.php_admin_values["display_errors"], "0");
+
+        let args = p.ini_args();
+        assert_eq!(
+            args.len(),
+            2 * (p.php_values.len() + p.php_admin_values.len())
+        );
+        assert!(args.chunks(2).all(|c| c[0] == "-d"));
+        let settings: Vec<&str> = args.iter().skip(1).step_by(2).map(|s| s.as_str()).collect();
+        assert_eq!(settings[0], "a=1");
+        assert!(settings.contains(&"session.save_path=/tmp/sessions"));
+        assert_eq!(
+            &settings[settings.len() - 2..],
+            ["display_errors=0", "memory_limit=128M"],
+            "admin values last"
+        );
+        assert!(!settings.contains(&"memory_limit=64M"));
+    }
+
+    #[test]
+    fn ini_args_admin_wins_even_if_plain_map_has_the_name() {
+        let (_d, c) = load_ok(&pool("www", ""), &[]);
+        let mut p = c.pools[0].clone();
+        p.php_values.insert("memory_limit".into(), "64M".into());
+        p.php_values.insert("a".into(), "b".into());
+        p.php_admin_values
+            .insert("memory_limit".into(), "128M".into());
+        assert_eq!(p.ini_args(), ["-d", "a=b", "-d", "memory_limit=128M"]);
+    }
+
+    #[test]
+    fn php_value_errors() {
+        for (extra, key, msg) in [
+            (
+                "php_flag.display_errors = \"maybe\"",
+                "php_flag.display_errors",
+                "invalid flag value \"maybe\" (expected on/off, yes/no, true/false or 1/0)",
+            ),
+            (
+                "php_admin_flag.x = 2",
+                "php_admin_flag.x",
+                "invalid flag value 2 (expected on/off, yes/no, true/false or 1/0)",
+            ),
+            (
+                "php_value.x = [1, 2]",
+                "php_value.x",
+                "invalid type: sequence, expected a string, number or boolean",
+            ),
+            (
+                "php_value.x = \"a\\nb = c\"",
+                "php_value.x",
+                "an ini value must not contain a line break or NUL byte",
+            ),
+            (
+                "php_value.\"a=b\" = \"c\"",
+                "php_value.\"a=b\"",
+                "invalid ini setting name 'a=b'",
+            ),
+        ] {
+            let (dir, e) = load_err(&pool("www", &format!("{extra}\n")), &[]);
+            assert_err(&dir, &e, "fpmd.toml", Some(7), Some("www"), Some(key), msg);
+        }
+        let (dir, e) = load_err(
+            &pool(
+                "www",
+                "php_value.log_errors = \"1\"\nphp_flag.log_errors = true\n",
+            ),
+            &[],
+        );
+        assert_err(
+            &dir,
+            &e,
+            "fpmd.toml",
+            Some(8),
+            Some("www"),
+            Some("php_flag.log_errors"),
+            "'log_errors' is already set in php_value",
+        );
+    }
+
+    #[test]
+    fn max_children_zero() {
+        let www = "[www]\nuser = \"nobody\"\ngroup = \"nogroup\"\nphp_cgi = \"/bin/sh\"\nlisten.address = \"/run/www.sock\"\n\n\npm.max_children = 0\n";
+        let (dir, e) = load_err(INCLUDE_MAIN, &[("pool.d/www.toml", www)]);
+        assert_err(
+            &dir,
+            &e,
+            "pool.d/www.toml",
+            Some(8),
+            Some("www"),
+            Some("pm.max_children"),
+            "pm.max_children must be at least 1",
+        );
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "{}:8: [www] key 'pm.max_children': pm.max_children must be at least 1",
+                dir.path().join("pool.d/www.toml").display()
+            )
+        );
+        let (dir, e) = load_err(
+            "[www]\nuser = \"nobody\"\nphp_cgi = \"/bin/sh\"\nlisten.address = \"/x/y.sock\"\n",
+            &[],
+        );
+        assert_err(
+            &dir,
+            &e,
+            "fpmd.toml",
+            Some(1),
+            Some("www"),
+            Some("pm.max_children"),
+            "required key is missing",
+        );
+    }
+
+    #[test]
+    fn pm_modes_checked_as_php_fpm_does() {
+        // pool(): [www] on line 1, pm.max_children = 5, extra lines from 7.
+        let (dir, e) = load_err(&pool("www", "pm.mode = \"dynamic\"\n"), &[]);
+        assert_err(
+            &dir,
+            &e,
+            "fpmd.toml",
+            Some(1),
+            Some("www"),
+            Some("pm.min_spare_servers"),
+            "required with pm.mode = \"dynamic\"",
+        );
+        let (dir, e) = load_err(
+            &pool(
+                "www",
+                "pm.mode = \"dynamic\"\npm.min_spare_servers = 1\npm.max_spare_servers = 10\n",
+            ),
+            &[],
+        );
+        assert_err(
+            &dir,
+            &e,
+            "fpmd.toml",
+            Some(9),
+            Some("www"),
+            Some("pm.max_spare_servers"),
+            "pm.max_spare_servers (10) must not be greater than pm.max_children (5)",
+        );
+        let (dir, e) = load_err(&pool("www", "pm.mode = \"dynamic\"\npm.min_spare_servers = 3\npm.max_spare_servers = 4\npm.start_servers = 2\n"), &[]);
+        assert_err(&dir, &e, "fpmd.toml", Some(10), Some("www"), Some("pm.start_servers"),
+            "pm.start_servers (2) must be between pm.min_spare_servers (3) and pm.max_spare_servers (4)");
+        let (_dir, c) = load_ok(
+            &pool(
+                "www",
+                "pm.mode = \"dynamic\"\npm.min_spare_servers = 1\npm.max_spare_servers = 3\n",
+            ),
+            &[],
+        );
+        assert_eq!(
+            c.pools[0].pm.mode,
+            PmMode::Dynamic {
+                start_servers: 2,
+                min_spare_servers: 1,
+                max_spare_servers: 3,
+                max_spawn_rate: 32
+            }
+        );
+        let (_dir, c) = load_ok("[www]\nuser = \"nobody\"\ngroup = \"nogroup\"\nphp_cgi = \"/bin/sh\"\nlisten.address = \"/run/fpmd/www.sock\"\n\n[www.pm]\nmode = \"ondemand\"\nmax_children = 8\n", &[]);
+        assert_eq!(
+            c.pools[0].pm.mode,
+            PmMode::Ondemand {
+                process_idle_timeout: std::time::Duration::from_secs(10),
+                max_spawn_rate: 32
+            }
+        );
+        let (dir, e) = load_err(
+            &pool(
+                "www",
+                "pm.mode = \"ondemand\"\npm.process_idle_timeout = 0\n",
+            ),
+            &[],
+        );
+        assert_err(
+            &dir,
+            &e,
+            "fpmd.toml",
+            Some(8),
+            Some("www"),
+            Some("pm.process_idle_timeout"),
+            "pm.process_idle_timeout must be more than 0",
+        );
+    }
+
+    #[test]
+    fn workers_output_keys() {
+        // php-fpm's defaults: not caught; decorated when caught.
+        let (_dir, c) = load_ok(&pool("www", ""), &[]);
+        assert!(!c.pools[0].catch_workers_output);
+        assert!(c.pools[0].decorate_workers_output);
+        let text = c.to_toml();
+        assert!(
+            text.contains("catch_workers_output = false\ndecorate_workers_output = true\n"),
+            "{text}"
+        );
+
+        let (_dir, c) = load_ok(
+            &pool(
+                "www",
+                "catch_workers_output = true\ndecorate_workers_output = false\n",
+            ),
+            &[],
+        );
+        assert!(c.pools[0].catch_workers_output);
+        assert!(!c.pools[0].decorate_workers_output);
+        assert!(c
+            .to_toml()
+            .contains("catch_workers_output = true\ndecorate_workers_output = false\n"));
+
+        // php-fpm's ini spelling of a boolean is not TOML's.
+        let (dir, e) = load_err(&pool("www", "catch_workers_output = \"yes\"\n"), &[]);
+        assert_err(
+            &dir,
+            &e,
+            "fpmd.toml",
+            Some(7),
+            Some("www"),
+            Some("catch_workers_output"),
+            "invalid type: string \"yes\", expected a boolean",
+        );
+        let (dir, e) = load_err(&pool("www", "decorate_workers_output = 1\n"), &[]);
+        assert_err(
+            &dir,
+            &e,
+            "fpmd.toml",
+            Some(7),
+            Some("www"),
+            Some("decorate_workers_output"),
+            "invalid type: integer `1`, expected a boolean",
+        );
+        let (dir, e) = load_err(&pool("www", "catch_worker_output = true\n"), &[]);
+        assert_err(
+            &dir,
+            &e,
+            "fpmd.toml",
+            Some(7),
+            Some("www"),
+            Some("catch_worker_output"),
+            "unknown key (did you mean 'catch_workers_output'?)",
+        );
+    }
+
+    #[test]
+    fn timeouts_slowlog_and_max_memory() {
+        let (_dir, c) = load_ok(&pool(
+            "www",
+            "request_terminate_timeout = \"2s\"\nrequest_slowlog_timeout = 1\nslowlog = \"slow.log\"\nrequest_queue_timeout = \"250ms\"\npm.max_memory = \"64M\"\n",
+        ), &[]);
+        let p = &c.pools[0];
+        assert_eq!(
+            p.request_terminate_timeout,
+            Some(std::time::Duration::from_secs(2))
+        );
+        assert_eq!(
+            p.request_slowlog_timeout,
+            Some(std::time::Duration::from_secs(1))
+        );
+        assert_eq!(
+            p.request_queue_timeout,
+            Some(std::time::Duration::from_millis(250))
+        );
+        assert!(p.slowlog.as_ref().unwrap().is_absolute());
+        assert!(p.slowlog.as_ref().unwrap().ends_with("slow.log"));
+        assert_eq!(p.pm.max_memory, Some(64 << 20));
+        let (_dir, c) = load_ok(
+            &pool("www", "request_terminate_timeout = 0\npm.max_memory = 0\n"),
+            &[],
+        );
+        assert_eq!(c.pools[0].request_terminate_timeout, None);
+        assert_eq!(c.pools[0].pm.max_memory, None);
+        assert_eq!(ByteSize::parse("512k"), Some(512 << 10));
+        assert_eq!(ByteSize::parse("1G"), Some(1 << 30));
+        assert_eq!(ByteSize::parse("100"), Some(100));
+        assert_eq!(ByteSize::parse("64MB"), None);
+        assert_eq!(ByteSize::parse("M"), None);
+    }
+
+    #[test]
+    fn duplicate_pool() {
+        let (dir, e) = load_err(
+            INCLUDE_MAIN,
+            &[
+                ("pool.d/a.toml", &pool("www", "")),
+                ("pool.d/b.toml", &format!("\n{}", pool("www", ""))),
+            ],
+        );
+        let first = dir.path().join("pool.d/a.toml");
+        assert_err(
+            &dir,
+            &e,
+            "pool.d/b.toml",
+            Some(2),
+            Some("www"),
+            None,
+            &format!(
+                "pool 'www' is defined twice: here and in {}:1",
+                first.display()
+            ),
+        );
+        // Main file and an included file.
+        let (dir, e) = load_err(
+            &format!("{INCLUDE_MAIN}{}", pool("www", "")),
+            &[("pool.d/www.toml", &pool("www", ""))],
+        );
+        assert_err(
+            &dir,
+            &e,
+            "pool.d/www.toml",
+            Some(1),
+            Some("www"),
+            None,
+            &format!(
+                "pool 'www' is defined twice: here and in {}:3",
+                dir.path().join("fpmd.toml").display()
+            ),
+        );
+        // Within one file, TOML itself refuses it.
+        let (dir, e) = load_err(&format!("{}{}", pool("www", ""), pool("www", "")), &[]);
+        assert_err(
+            &dir,
+            &e,
+            "fpmd.toml",
+            Some(7),
+            None,
+            None,
+            "syntax error at column 1: invalid table header; duplicate key `www` in document root",
+        );
+    }
+
+    #[test]
+    fn two_pools_on_one_listen_address() {
+        // In two files: the error is at the second pool's listen.address.
+        let sock = |name: &str, extra: &str| {
+            pool(name, extra).replace(&format!("/run/fpmd/{name}.sock"), "/run/fpmd/x.sock")
+        };
+        let (dir, e) = load_err(
+            INCLUDE_MAIN,
+            &[
+                ("pool.d/a.toml", &sock("a", "")),
+                ("pool.d/b.toml", &format!("\n{}", sock("b", ""))),
+            ],
+        );
+        assert_err(
+            &dir,
+            &e,
+            "pool.d/b.toml",
+            Some(6),
+            Some("b"),
+            Some("listen.address"),
+            &format!(
+                "/run/fpmd/x.sock is already the listen address of pool 'a' ({}:5): two pools cannot listen on one address",
+                dir.path().join("pool.d/a.toml").display()
+            ),
+        );
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "{}:6: [b] key 'listen.address': /run/fpmd/x.sock is already the listen address of pool 'a' ({}:5): two pools cannot listen on one address",
+                dir.path().join("pool.d/b.toml").display(),
+                dir.path().join("pool.d/a.toml").display()
+            )
+        );
+        // In one file.
+        let (dir, e) = load_err(&format!("{}\n{}", sock("a", ""), sock("b", "")), &[]);
+        assert_eq!(
+            (e.line, e.pool.as_deref(), e.key.as_deref()),
+            (Some(12), Some("b"), Some("listen.address")),
+            "{e}"
+        );
+        assert!(
+            e.message.contains(&format!(
+                "pool 'a' ({}:5)",
+                dir.path().join("fpmd.toml").display()
+            )),
+            "{e}"
+        );
+        // One socket through two relative spellings (its directory exists).
+        let (dir, e) = load_err(
+            &format!(
+                "{INCLUDE_MAIN}{}",
+                pool("a", "").replace("/run/fpmd/a.sock", "run/x.sock")
+            ),
+            &[
+                ("run/.keep", ""),
+                (
+                    "pool.d/b.toml",
+                    &pool("b", "").replace("/run/fpmd/b.sock", "../run/x.sock"),
+                ),
+            ],
+        );
+        assert_err(
+            &dir,
+            &e,
+            "pool.d/b.toml",
+            Some(5),
+            Some("b"),
+            Some("listen.address"),
+            &format!(
+                "{} is already the listen address of pool 'a' ({}:7): two pools cannot listen on one address",
+                dir.path().join("pool.d/../run/x.sock").display(),
+                dir.path().join("fpmd.toml").display()
+            ),
+        );
+        // TCP: a bare port is 0.0.0.0:PORT.
+        let tcp = |name: &str, addr: &str| {
+            pool(name, "").replace(&format!("\"/run/fpmd/{name}.sock\""), addr)
+        };
+        let (dir, e) = load_err(
+            &format!("{INCLUDE_MAIN}{}", tcp("a", "9000")),
+            &[("pool.d/b.toml", &tcp("b", "\"0.0.0.0:9000\""))],
+        );
+        assert_err(
+            &dir,
+            &e,
+            "pool.d/b.toml",
+            Some(5),
+            Some("b"),
+            Some("listen.address"),
+            &format!(
+                "0.0.0.0:9000 is already the listen address of pool 'a' ({}:7): two pools cannot listen on one address",
+                dir.path().join("fpmd.toml").display()
+            ),
+        );
+        // Overlapping TCP addresses.
+        let (dir, e) = load_err(
+            &format!("{INCLUDE_MAIN}{}", tcp("a", "\"127.0.0.1:9000\"")),
+            &[("pool.d/b.toml", &tcp("b", "9000"))],
+        );
+        assert_err(
+            &dir,
+            &e,
+            "pool.d/b.toml",
+            Some(5),
+            Some("b"),
+            Some("listen.address"),
+            &format!(
+                "0.0.0.0:9000 overlaps 127.0.0.1:9000, the listen address of pool 'a' ({}:7): all addresses and one of them on the same port cannot both be bound",
+                dir.path().join("fpmd.toml").display()
+            ),
+        );
+        // Different addresses are fine, a unix socket and TCP never collide.
+        let (_dir, c) = load_ok(
+            &format!(
+                "{}\n{}\n{}\n{}",
+                tcp("a", "\"127.0.0.1:9000\""),
+                tcp("b", "\"127.0.0.2:9000\""),
+                tcp("c", "\"[::]:9000\""),
+                tcp("d", "\"127.0.0.1:9001\"")
+            ),
+            &[],
+        );
+        assert_eq!(c.pools.len(), 4);
+    }
+
+    #[test]
+    fn listen_collisions() {
+        let tcp = |s: &str| ListenAddress::Tcp(s.parse().unwrap());
+        let unix = |s: &str| ListenAddress::Unix(s.into());
+        for (a, b, expected) in [
+            ("127.0.0.1:9000", "127.0.0.1:9000", Some(Collision::Same)),
+            ("0.0.0.0:9000", "127.0.0.1:9000", Some(Collision::Overlap)),
+            ("127.0.0.1:9000", "0.0.0.0:9000", Some(Collision::Overlap)),
+            ("0.0.0.0:9000", "0.0.0.0:9000", Some(Collision::Same)),
+            ("[::]:9000", "[::1]:9000", Some(Collision::Overlap)),
+            ("[::1]:9000", "[::]:9000", Some(Collision::Overlap)),
+            ("[::1]:9000", "[::1]:9000", Some(Collision::Same)),
+            ("0.0.0.0:9000", "[::]:9000", None),
+            ("127.0.0.1:9000", "[::1]:9000", None),
+            ("127.0.0.1:9000", "127.0.0.2:9000", None),
+            ("0.0.0.0:9000", "0.0.0.0:9001", None),
+            ("0.0.0.0:9000", "127.0.0.1:9001", None),
+        ] {
+            assert_eq!(collision(&tcp(a), &tcp(b)), expected, "{a} {b}");
+        }
+        assert_eq!(
+            collision(&unix("/run/fpmd/a.sock"), &unix("/run/fpmd/a.sock")),
+            Some(Collision::Same)
+        );
+        assert_eq!(
+            collision(&unix("/run/fpmd/a.sock"), &unix("/run/fpmd/b.sock")),
+            None
+        );
+        assert_eq!(
+            collision(&unix("/tmp/../tmp/a.sock"), &unix("/tmp/a.sock")),
+            Some(Collision::Same)
+        );
+        assert_eq!(
+            collision(&unix("/0.0.0.0:9000"), &tcp("0.0.0.0:9000")),
+            None
+        );
+    }
+
+    #[test]
+    fn reload_keys() {
+        use std::time::Duration as D;
+        // Defaults: no bound, the control socket by fpmd's user, no watch.
+        let dir = tempfile::tempdir().unwrap();
+        let main = write(dir.path(), "fpmd.toml", &pool("www", ""));
+        let (uid, gid) = nobody();
+        let as_root = super::super::load_as(&main, Ids { euid: 0, egid: 0 }).unwrap();
+        assert_eq!(as_root.global.process_control_timeout, None);
+        assert_eq!(
+            as_root.global.control_socket,
+            PathBuf::from(ROOT_CONTROL_SOCKET)
+        );
+        assert!(!as_root.global.watch);
+        assert_eq!(as_root.pools[0].graceful_timeout, None);
+        let text = pool("www", "").replace("user = \"nobody\"\ngroup = \"nogroup\"\n", "");
+        let main = write(dir.path(), "user/fpmd.toml", &text);
+        let as_user = super::super::load_as(
+            &main,
+            Ids {
+                euid: uid,
+                egid: gid,
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            as_user.global.control_socket,
+            dir.path().join("user/fpmd.sock")
+        );
+
+        // Set: process_control_timeout is the default of graceful_timeout;
+        // a pool's own value wins, 0 included.
+        let main = "[global]\nprocess_control_timeout = \"10s\"\ncontrol_socket = \"ctl/fpmd.sock\"\nwatch = true\ninclude = \"pool.d/*.toml\"\n";
+        let (dir, c) = load_ok(
+            main,
+            &[
+                ("pool.d/a.toml", &pool("a", "")),
+                ("pool.d/b.toml", &pool("b", "graceful_timeout = \"1m\"\n")),
+                ("pool.d/c.toml", &pool("c", "graceful_timeout = 0\n")),
+            ],
+        );
+        assert_eq!(c.global.process_control_timeout, Some(D::from_secs(10)));
+        assert_eq!(c.global.control_socket, dir.path().join("ctl/fpmd.sock"));
+        assert!(c.global.watch);
+        let graceful: Vec<_> = c.pools.iter().map(|p| p.graceful_timeout).collect();
+        assert_eq!(
+            graceful,
+            [Some(D::from_secs(10)), Some(D::from_secs(60)), None]
+        );
+        let (_dir, c) = load_ok(
+            &pool("www", "graceful_timeout = 30\n").replacen(
+                "[www]",
+                "[global]\nprocess_control_timeout = 0\n\n[www]",
+                1,
+            ),
+            &[],
+        );
+        assert_eq!(c.global.process_control_timeout, None, "0 is none");
+        assert_eq!(c.pools[0].graceful_timeout, Some(D::from_secs(30)));
+
+        // Printed by -t, and read back to the same values.
+        let (dir, c) = load_ok(
+            main,
+            &[
+                ("pool.d/a.toml", &pool("a", "")),
+                ("pool.d/b.toml", &pool("b", "graceful_timeout = \"1m\"\n")),
+                ("pool.d/c.toml", &pool("c", "graceful_timeout = 0\n")),
+            ],
+        );
+        let text = c.to_toml();
+        for line in [
+            "process_control_timeout = \"10s\" # default of graceful_timeout\n".to_string(),
+            format!(
+                "control_socket = \"{}\"\n",
+                dir.path().join("ctl/fpmd.sock").display()
+            ),
+            "watch = true\n".to_string(),
+            "graceful_timeout = \"10s\" # as global.process_control_timeout\n".to_string(),
+            "graceful_timeout = \"1m\"\n".to_string(),
+            "graceful_timeout = 0 # none, not global.process_control_timeout\n".to_string(),
+        ] {
+            assert!(text.contains(&line), "{line:?} not in\n{text}");
+        }
+        let again = write(dir.path(), "again/fpmd.toml", &text);
+        let c2 = super::super::load(&again).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert_eq!(c2.global, c.global);
+        let graceful2: Vec<_> = c2.pools.iter().map(|p| p.graceful_timeout).collect();
+        assert_eq!(
+            graceful2,
+            [Some(D::from_secs(10)), Some(D::from_secs(60)), None]
+        );
+        let (_dir, c) = load_ok(&pool("www", ""), &[]);
+        let text = c.to_toml();
+        assert!(
+            text.contains("# process_control_timeout: none\n")
+                && text.contains("watch = false\n")
+                && text.contains("# graceful_timeout: none\n"),
+            "{text}"
+        );
+
+        // Errors.
+        let global = |line: &str| format!("[global]\n{line}\n{}", pool("www", ""));
+        for (line, key, msg) in [
+            ("watch = \"yes\"", "global.watch", "invalid type: string \"yes\", expected a boolean".to_string()),
+            ("process_control_timeout = \"soon\"", "global.process_control_timeout", "invalid duration \"soon\": expected number at 0 (expected e.g. \"30s\", \"5m\", \"1h\", \"250ms\")".to_string()),
+            ("control_socket = \"\"", "global.control_socket", "control_socket must not be empty".to_string()),
+            ("control_socket = 1", "global.control_socket", "invalid type: integer `1`, expected a string".to_string()),
+            (&format!("control_socket = \"/run/{}.sock\"", "x".repeat(120)), "global.control_socket", format!("unix socket path is too long (130 bytes, at most 107): /run/{}.sock", "x".repeat(120))),
+        ] {
+            let (dir, e) = load_err(&global(line), &[]);
+            assert_err(&dir, &e, "fpmd.toml", Some(2), None, Some(key), &msg);
+        }
+        let (dir, e) = load_err(&pool("www", "graceful_timeout = -1\n"), &[]);
+        assert_err(
+            &dir,
+            &e,
+            "fpmd.toml",
+            Some(7),
+            Some("www"),
+            Some("graceful_timeout"),
+            "invalid duration -1: must not be negative",
+        );
+        let (dir, e) = load_err(&pool("www", "graceful_timout = 1\n"), &[]);
+        assert_err(
+            &dir,
+            &e,
+            "fpmd.toml",
+            Some(7),
+            Some("www"),
+            Some("graceful_timout"),
+            "unknown key (did you mean 'graceful_timeout'?)",
+        );
+        let (dir, e) = load_err("[global]\ncontrol_sockets = \"x.sock\"\n", &[]);
+        assert_err(
+            &dir,
+            &e,
+            "fpmd.toml",
+            Some(2),
+            None,
+            Some("global.control_sockets"),
+            "unknown key (did you mean 'global.control_socket'?)",
+        );
+
+        // A pool on the control socket.
+        let (dir, e) = load_err(&global("control_socket = \"/run/fpmd/www.sock\""), &[]);
+        assert_err(
+            &dir,
+            &e,
+            "fpmd.toml",
+            Some(7),
+            Some("www"),
+            Some("listen.address"),
+            &format!(
+                "/run/fpmd/www.sock is fpmd's control socket (global.control_socket, {}:2): a pool cannot listen on it",
+                dir.path().join("fpmd.toml").display()
+            ),
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let main = write(
+            dir.path(),
+            "fpmd.toml",
+            &pool("www", "").replace("/run/fpmd/www.sock", ROOT_CONTROL_SOCKET),
+        );
+        let e = super::super::load_as(&main, Ids { euid: 0, egid: 0 }).unwrap_err();
+        assert_eq!(
+            e.message,
+            "/run/fpmd/fpmd.sock is fpmd's control socket (the default of global.control_socket): a pool cannot listen on it"
+        );
+    }
+
+    #[test]
+    fn no_pool() {
+        let (dir, e) = load_err(INCLUDE_MAIN, &[]);
+        assert_err(&dir, &e, "fpmd.toml", None, None, None, "no pool defined: add a pool table such as [www] to this file or to a file matched by global.include");
+        assert!(e.to_string().ends_with("fpmd.toml: no pool defined: add a pool table such as [www] to this file or to a file matched by global.include"));
+        let (dir, e) = load_err("", &[]);
+        assert_eq!(e.file, dir.path().join("fpmd.toml"));
+    }
+}

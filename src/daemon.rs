@@ -48,8 +48,29 @@ pub struct Prepared {
 /// cannot be bound (in use, permission); sockets bound before it are closed
 /// (and their files removed).
 pub fn prepare(config: Config) -> Result<Prepared, BindError> {
+    prepare_inherited(config, Vec::new())
+}
+
+/// [`prepare`] with the listening sockets an upgrading fpmd handed over:
+/// they are adopted (the same sockets: connections waiting in their queues
+/// stay), addresses no longer configured are closed, new ones bound.
+pub fn prepare_inherited(
+    config: Config,
+    inherited: Vec<(ListenKey, std::os::fd::OwnedFd)>,
+) -> Result<Prepared, BindError> {
     let mut listeners = ListenerTable::new();
+    for (key, fd) in inherited {
+        if let Err(e) = listeners.adopt(key, fd, listen::Inherited::Upgrade) {
+            warn!("cannot take over a listening socket: {e}");
+        }
+    }
     bind_all(&mut listeners, &config)?;
+    let keep: Vec<ListenKey> = config
+        .pools
+        .iter()
+        .map(|p| ListenKey::new(&p.listen.address))
+        .collect();
+    listeners.retain(&keep);
     Ok(Prepared { config, listeners })
 }
 
@@ -100,14 +121,26 @@ struct Daemon {
     pid_file: Option<PathBuf>,
     /// Pools removed by a reload, draining.
     removed: Vec<tokio::task::JoinHandle<()>>,
+    /// `watch = true`: the configuration watcher, and where it asks for
+    /// reloads.
+    watcher: Option<crate::watch::ConfigWatcher>,
+    watch_tx: mpsc::UnboundedSender<()>,
+    /// Where control socket requests arrive (kept to re-bind the socket
+    /// when a reload moves it).
+    calls_tx: mpsc::UnboundedSender<Call>,
+    /// The fpmd binary, as started (an upgrade runs what is there now).
+    exe: Option<PathBuf>,
 }
 
 /// Runs until a stop intent; returns once every child is reaped. Must run
 /// inside a tokio runtime with I/O, time and signals enabled.
+/// `handover`: this fpmd replaces another (a binary upgrade), which waits
+/// to hear that this one serves.
 pub async fn run(
     prepared: Prepared,
     mut intents: mpsc::UnboundedReceiver<Intent>,
     log: LogWriter,
+    handover: Option<crate::upgrade::Handover>,
 ) -> anyhow::Result<()> {
     let Prepared { config, listeners } = prepared;
     // Orphans of our children (a pre-fork parent's children, processes a
@@ -129,6 +162,8 @@ pub async fn run(
     debug!("RLIMIT_NOFILE {nofile}: at most {cap} web server connections");
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (in_flight_tx, mut in_flight_rx) = mpsc::channel::<()>(1);
+    let (watch_tx, mut watch_rx) = mpsc::unbounded_channel::<()>();
+    let (calls_tx, mut calls) = mpsc::unbounded_channel::<Call>();
     let mut d = Daemon {
         config,
         listeners,
@@ -142,6 +177,10 @@ pub async fn run(
         log,
         pid_file,
         removed: Vec::new(),
+        watcher: None,
+        watch_tx,
+        calls_tx,
+        exe: std::env::current_exe().ok(),
     };
     let pools: Vec<PoolConfig> = d.config.pools.clone();
     for p in &pools {
@@ -153,11 +192,24 @@ pub async fn run(
     for h in d.pools.values_mut() {
         h.started().await;
     }
-    let (calls_tx, mut calls) = mpsc::unbounded_channel::<Call>();
-    let ctl_path = ctl::default_path(&d.config.file);
-    if let Err(e) = ctl::serve(&ctl_path, calls_tx) {
+    if let Some(h) = handover {
+        // The old fpmd stops accepting now; from here this one serves.
+        if let Err(e) = h.ready() {
+            warn!("cannot tell the fpmd this one replaces that it serves: {e}");
+        }
+        // The old process tells systemd MAINPID= (it is the main pid until
+        // then).
+        info!("took over from the previous fpmd (binary upgrade)");
+    }
+    let mut ctl_path = d.config.global.control_socket.clone();
+    // After an upgrade the old fpmd still holds the socket: take its place.
+    if upgraded_from_old(&ctl_path) {
+        let _ = std::fs::remove_file(&ctl_path);
+    }
+    if let Err(e) = ctl::serve(&ctl_path, d.calls_tx.clone()) {
         warn!("no control socket ({e}): `fpmd reload` and `fpmd stop` will not reach this daemon; signals still do");
     }
+    d.rewatch();
     info!(
         "fpmd {} ready to handle connections ({} pools)",
         env!("CARGO_PKG_VERSION"),
@@ -174,11 +226,17 @@ pub async fn run(
 
     // Intents that arrived while a reload ran, in order.
     let mut queued: VecDeque<Intent> = VecDeque::new();
+    // Handed over to a new fpmd: this one drains and exits quietly.
+    let mut upgraded = false;
     let mut mode = loop {
         let intent = match queued.pop_front() {
             Some(i) => i,
             None => tokio::select! {
                 i = intents.recv() => i.unwrap_or(Intent::FastStop),
+                Some(()) = watch_rx.recv() => {
+                    info!("a configuration file changed (watch = true)");
+                    Intent::Reload
+                }
                 Some(call) = calls.recv() => match call.request {
                     Request::Reload => {
                         let answer = d.reload_coalescing(&mut intents, &mut queued).await;
@@ -194,7 +252,13 @@ pub async fn run(
                         continue;
                     }
                     Request::Upgrade => {
-                        let _ = call.reply.send(Answer::Error("upgrade is not supported by this version of fpmd".into()));
+                        let answer = d.upgrade().await;
+                        let done = matches!(answer, Answer::Ok(_));
+                        let _ = call.reply.send(answer);
+                        if done {
+                            upgraded = true;
+                            break StopMode::Graceful;
+                        }
                         continue;
                     }
                 },
@@ -211,13 +275,29 @@ pub async fn run(
                 d.reload_coalescing(&mut intents, &mut queued).await;
             }
         }
+        if d.config.global.control_socket != ctl_path {
+            match ctl::serve(&d.config.global.control_socket, d.calls_tx.clone()) {
+                Ok(()) => {
+                    let _ = std::fs::remove_file(&ctl_path);
+                    ctl_path = d.config.global.control_socket.clone();
+                    info!("control socket moved to {}", ctl_path.display());
+                }
+                Err(e) => error!(
+                    "cannot move the control socket to {}: {e}; it stays at {}",
+                    d.config.global.control_socket.display(),
+                    ctl_path.display()
+                ),
+            }
+        }
     };
-    d.sd.send(&[Notify::Stopping, Notify::Status(stopping(mode).into())]);
+    if !upgraded {
+        d.sd.send(&[Notify::Stopping, Notify::Status(stopping(mode).into())]);
+    }
     let _ = shutdown_tx.send(true);
     let Daemon {
         pools,
         accepting,
-        listeners,
+        mut listeners,
         in_flight,
         sd,
         pid_file,
@@ -225,7 +305,14 @@ pub async fn run(
         ..
     } = d;
     drop(in_flight);
-    let _ = std::fs::remove_file(&ctl_path);
+    if upgraded {
+        // The sockets, their files, the control socket and the pid file are
+        // the new fpmd's now.
+        listeners.disown_files();
+    } else {
+        let _ = std::fs::remove_file(&ctl_path);
+    }
+    let pid_file = if upgraded { None } else { pid_file };
     // The accept loops end at once; then the sockets close and their files
     // go, so that a web server connecting during the drain is refused at
     // once instead of waiting in a queue nobody accepts from.
@@ -261,6 +348,12 @@ pub async fn run(
     }
     info!("exiting");
     Ok(())
+}
+
+/// Whether a live control socket at `path` belongs to an fpmd this one
+/// replaces (this process was started with `--upgrade-fd`).
+fn upgraded_from_old(path: &std::path::Path) -> bool {
+    std::env::args().any(|a| a == "--upgrade-fd") && path.exists()
 }
 
 fn children_of(config: &Config) -> usize {
@@ -320,6 +413,61 @@ impl Daemon {
         if let Some(a) = self.accepting.remove(key) {
             let _ = a.route.send(None);
             let _ = a.task.await;
+        }
+    }
+
+    /// Starts the fpmd binary now on disk on the same configuration and
+    /// hands it the listening sockets; once it serves, this one stops
+    /// accepting (the caller then drains and exits).
+    async fn upgrade(&mut self) -> Answer {
+        let Some(exe) = self.exe.clone() else {
+            return Answer::Error("cannot tell which fpmd binary runs".into());
+        };
+        let listeners = match crate::upgrade::listeners_of(&self.listeners) {
+            Ok(l) => l,
+            Err(e) => return Answer::Error(format!("cannot hand over the listening sockets: {e}")),
+        };
+        info!(
+            "upgrade: starting {} on {}",
+            exe.display(),
+            self.config.file.display()
+        );
+        let config = self.config.file.clone();
+        let outcome = tokio::task::spawn_blocking(move || {
+            crate::upgrade::start_new(&exe, &config, listeners)
+        })
+        .await;
+        match outcome {
+            Ok(crate::upgrade::Outcome::Ready(pid)) => {
+                info!("upgrade: the new fpmd (pid {pid}) serves; this one stops accepting, drains and exits");
+                self.sd.send(&[Notify::MainPid(pid)]);
+                Answer::Ok(format!(
+                    "upgraded: the new fpmd has pid {pid}; the old one ({}) drains and exits",
+                    std::process::id()
+                ))
+            }
+            Ok(crate::upgrade::Outcome::ConfigError(e)) => {
+                error!("upgrade refused: the new fpmd does not accept the configuration: {e}; this one serves on");
+                Answer::ConfigError(e)
+            }
+            Ok(crate::upgrade::Outcome::Failed(e)) => {
+                error!("upgrade failed: {e}; this one serves on");
+                Answer::Error(e)
+            }
+            Err(e) => Answer::Error(format!("upgrade: {e}")),
+        }
+    }
+
+    /// (Re)creates the configuration watcher as `watch` says, on the
+    /// configuration's current files.
+    fn rewatch(&mut self) {
+        self.watcher = None;
+        if !self.config.global.watch {
+            return;
+        }
+        match crate::watch::watch(&self.config.sources, self.watch_tx.clone()) {
+            Ok(w) => self.watcher = Some(w),
+            Err(e) => error!("watch = true, but the configuration cannot be watched: {e}"),
         }
     }
 
@@ -388,6 +536,8 @@ impl Daemon {
         self.sd.send(&[Notify::Reloading]);
         info!("reloading {}", self.config.file.display());
         let answer = self.apply(crate::config::load(&self.config.file)).await;
+        // The set of files may have changed (a pool file added or removed).
+        self.rewatch();
         match &answer {
             Answer::Ok(summary) => info!("reload done: {}", summary.replace('\n', "; ")),
             Answer::ConfigError(e) => {
@@ -460,9 +610,8 @@ impl Daemon {
             }
             if let Some(h) = self.pools.remove(&p.name) {
                 info!(pool = %p.name, "removed by the reload: no new requests; it stops once its requests are done");
-                self.removed.push(tokio::spawn(
-                    h.stop(StopMode::Graceful, graceful_timeout(p)),
-                ));
+                self.removed
+                    .push(tokio::spawn(h.stop(StopMode::Graceful, p.graceful_timeout)));
             }
             summary.push(format!("pool {}: removed", p.name));
         }
@@ -532,12 +681,6 @@ impl Daemon {
             Answer::Error(summary.join("\n"))
         }
     }
-}
-
-/// A pool's `graceful_timeout` (the configuration key lands with the
-/// configuration's reload support).
-fn graceful_timeout(_config: &PoolConfig) -> Option<Duration> {
-    None
 }
 
 /// The `STATUS=` line while serving: "1 pool, up to 4 children".

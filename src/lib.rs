@@ -27,6 +27,8 @@ pub mod proxy;
 pub mod reap;
 pub mod spawn;
 pub mod systemd;
+pub mod upgrade;
+pub mod watch;
 
 /// Exit status for an invalid configuration (`EX_CONFIG` of sysexits.h).
 pub const EXIT_CONFIG: u8 = 78;

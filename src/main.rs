@@ -36,9 +36,14 @@ struct Cli {
     /// Control the fpmd running with this configuration, over its control
     /// socket: `reload` (waits until the new configuration is in force;
     /// exits 78 printing why when it does not validate), `stop` (graceful),
-    /// `status`.
-    #[arg(value_name = "COMMAND", value_parser = ["reload", "stop", "status"])]
+    /// `status`, `upgrade` (starts the fpmd binary now on disk, hands it
+    /// the sockets; the old process drains and exits).
+    #[arg(value_name = "COMMAND", value_parser = ["reload", "stop", "status", "upgrade"])]
     command: Option<String>,
+    /// Internal: this process replaces the fpmd that started it (binary
+    /// upgrade); the fd is its end of the hand-over socket.
+    #[arg(long = "upgrade-fd", hide = true)]
+    upgrade_fd: Option<i32>,
 }
 
 /// `fpmd -c FILE reload|stop|status`: asks the running daemon. The control
@@ -50,7 +55,7 @@ fn control_running(path: &std::path::Path, command: &str) -> ExitCode {
         eprintln!("fpmd: unknown command {command:?}");
         return ExitCode::from(64);
     };
-    let socket = fpmd::ctl::default_path(path);
+    let socket = control_socket_of(path);
     match fpmd::ctl::call(&socket, request) {
         Ok(fpmd::ctl::Answer::Ok(text)) => {
             if !text.is_empty() {
@@ -73,22 +78,65 @@ fn control_running(path: &std::path::Path, command: &str) -> ExitCode {
     }
 }
 
+/// The control socket of the configuration at `path`: its
+/// `global.control_socket` when the file loads, else read leniently from
+/// its `[global]` table (the file may be the broken one a reload is about
+/// to refuse), else the default.
+fn control_socket_of(path: &std::path::Path) -> PathBuf {
+    if let Ok(c) = config::load(path) {
+        return c.global.control_socket;
+    }
+    let set = std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| t.parse::<toml::Table>().ok())
+        .and_then(|t| {
+            t.get("global")?
+                .get("control_socket")?
+                .as_str()
+                .map(PathBuf::from)
+        });
+    match set {
+        Some(p) if p.is_relative() => path.parent().unwrap_or(std::path::Path::new(".")).join(p),
+        Some(p) => p,
+        None => fpmd::ctl::default_path(path),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let Some(path) = cli.config.clone().or_else(config::find_default_config) else {
         eprintln!("fpmd: no configuration file: give one with -c, or create ./fpmd.toml or /etc/fpmd/fpmd.toml");
         return ExitCode::from(EXIT_CONFIG);
     };
+    if let Some(command) = &cli.command {
+        return control_running(&path, command);
+    }
+    let mut handover = match cli.upgrade_fd.map(fpmd::upgrade::Handover::from_fd) {
+        None => None,
+        Some(Ok(h)) => Some(h),
+        Some(Err(e)) => {
+            eprintln!("fpmd: --upgrade-fd: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let config = match config::load(&path) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("fpmd: {e}");
+            if let Some(h) = handover.take() {
+                h.refuse(&e.to_string());
+            }
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    if let Some(command) = &cli.command {
-        return control_running(&path, command);
-    }
+    let inherited = match handover.as_mut().map(|h| h.accept()) {
+        None => Vec::new(),
+        Some(Ok(fds)) => fds,
+        Some(Err(e)) => {
+            eprintln!("fpmd: cannot take the listening sockets over: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     if cli.test > 0 {
         print!("{}", config.to_toml());
         eprintln!(
@@ -127,7 +175,7 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async {
-        let prepared = match daemon::prepare(config) {
+        let prepared = match daemon::prepare_inherited(config, inherited) {
             Ok(p) => p,
             Err(e) => {
                 tracing::error!("{e}");
@@ -142,7 +190,7 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        match daemon::run(prepared, intents, log).await {
+        match daemon::run(prepared, intents, log, handover).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 tracing::error!("{e:#}");

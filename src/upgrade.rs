@@ -17,7 +17,7 @@
 //!    requests, stops its children and exits.
 
 use std::io::{self, BufRead, BufReader, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
@@ -38,20 +38,37 @@ pub enum Outcome {
     Failed(String),
 }
 
+/// Old process: duplicates of every listener of `table`, to hand over from
+/// a blocking thread.
+pub fn listeners_of(table: &ListenerTable) -> io::Result<Vec<(ListenKey, OwnedFd)>> {
+    table
+        .fds()
+        .into_iter()
+        .map(|(k, fd)| Ok((k, fd.try_clone_to_owned()?)))
+        .collect()
+}
+
 /// Old process: starts `exe` on `config` with the other end of a socket
 /// pair, hands it `listeners` when it validated its configuration, and
-/// waits until it serves.
-pub fn start_new(exe: &Path, config: &Path, listeners: &ListenerTable) -> Outcome {
+/// waits until it serves. Blocking: run it off the runtime thread.
+pub fn start_new(exe: &Path, config: &Path, listeners: Vec<(ListenKey, OwnedFd)>) -> Outcome {
     match start_new_inner(exe, config, listeners) {
         Ok(o) => o,
         Err(e) => Outcome::Failed(e.to_string()),
     }
 }
 
-fn start_new_inner(exe: &Path, config: &Path, listeners: &ListenerTable) -> io::Result<Outcome> {
+fn start_new_inner(
+    exe: &Path,
+    config: &Path,
+    listeners: Vec<(ListenKey, OwnedFd)>,
+) -> io::Result<Outcome> {
     let (ours, theirs) = UnixStream::pair()?;
     // The new process's end must survive its exec.
-    nix::fcntl::fcntl(theirs.as_raw_fd(), nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()))?;
+    nix::fcntl::fcntl(
+        theirs.as_raw_fd(),
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+    )?;
     let mut child = std::process::Command::new(exe)
         .arg("-c")
         .arg(config)
@@ -77,9 +94,16 @@ fn start_new_inner(exe: &Path, config: &Path, listeners: &ListenerTable) -> io::
         return Ok(Outcome::ConfigError(msg.to_string()));
     }
     if line.trim_end() != "ok" {
-        return Ok(Outcome::Failed(format!("the new fpmd said {:?}", line.trim_end())));
+        return Ok(Outcome::Failed(format!(
+            "the new fpmd said {:?}",
+            line.trim_end()
+        )));
     }
-    transfer::send_listeners(&ours, &listeners.fds()).map_err(io::Error::other)?;
+    let borrowed: Vec<_> = listeners
+        .iter()
+        .map(|(k, fd)| (k.clone(), fd.as_fd()))
+        .collect();
+    transfer::send_listeners(&ours, &borrowed).map_err(io::Error::other)?;
     line.clear();
     if lines.read_line(&mut line)? == 0 {
         let _ = child.wait();
@@ -88,9 +112,16 @@ fn start_new_inner(exe: &Path, config: &Path, listeners: &ListenerTable) -> io::
     // The new process outlives this one; it is reparented when this one
     // exits. Its exit is reaped here until then (it is our child).
     std::mem::forget(child);
-    match line.trim_end().strip_prefix("ready ").and_then(|p| p.parse().ok()) {
+    match line
+        .trim_end()
+        .strip_prefix("ready ")
+        .and_then(|p| p.parse().ok())
+    {
         Some(pid) => Ok(Outcome::Ready(pid)),
-        None => Ok(Outcome::Failed(format!("the new fpmd said {:?}", line.trim_end()))),
+        None => Ok(Outcome::Failed(format!(
+            "the new fpmd said {:?}",
+            line.trim_end()
+        ))),
     }
 }
 
@@ -105,7 +136,10 @@ impl Handover {
         // SAFETY: the old fpmd passed this fd for us alone; nothing else in
         // this process uses it.
         let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-        nix::fcntl::fcntl(owned.as_raw_fd(), nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC))?;
+        nix::fcntl::fcntl(
+            owned.as_raw_fd(),
+            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+        )?;
         let stream = UnixStream::from(owned);
         stream.set_read_timeout(Some(STEP_TIMEOUT))?;
         Ok(Handover { stream })

@@ -417,6 +417,7 @@ mod tests {
             file: "/etc/fpmd/fpmd.toml".into(),
             global: global(),
             pools,
+            sources: Default::default(),
         }
     }
 

@@ -64,7 +64,7 @@ pub use diff::{
 };
 pub use model::{
     Config, Credentials, Global, Listen, ListenAddress, LogLevel, LogTarget, PmMode, PoolConfig,
-    ProcessManager, Spawn,
+    ProcessManager, Sources, Spawn,
 };
 pub use raw::{ByteSize, Duration};
 
@@ -169,11 +169,31 @@ fn load_as(path: &Path, ids: Ids) -> Result<Config, ConfigError> {
     }
     let located: Vec<_> = origin.iter().map(|&i| &files[i].0).zip(&pools).collect();
     validate::check_listen_addresses(&files[0].0, &global, &located)?;
+    let sources = Sources {
+        files: files.iter().map(|(src, _)| src.path.clone()).collect(),
+        include_globs: includes
+            .iter()
+            .map(|pat| full_glob(&files[0].0, pat))
+            .collect(),
+    };
     Ok(Config {
         file: path.to_path_buf(),
         global,
         pools,
+        sources,
     })
+}
+
+/// An include pattern as a glob over the file system: relative ones are
+/// relative to the main file's directory.
+fn full_glob(main: &SourceFile, pat: &str) -> String {
+    let display_dir = main.path.parent().unwrap_or(Path::new(""));
+    if Path::new(pat).is_absolute() || display_dir.as_os_str().is_empty() {
+        pat.to_string()
+    } else {
+        let dir = glob::Pattern::escape(&display_dir.to_string_lossy());
+        format!("{}/{pat}", dir.trim_end_matches('/'))
+    }
 }
 
 /// The files matched by the include patterns, relative to the main file's
@@ -188,16 +208,10 @@ fn find_includes(main: &SourceFile, patterns: &[String]) -> Result<Vec<PathBuf>,
         message,
     };
     let main_canon = std::fs::canonicalize(&main.path).ok();
-    let display_dir = main.path.parent().unwrap_or(Path::new(""));
     let mut out: Vec<PathBuf> = Vec::new();
     let mut canon_seen = Vec::new();
     for pat in patterns {
-        let full = if Path::new(pat).is_absolute() || display_dir.as_os_str().is_empty() {
-            pat.clone()
-        } else {
-            let dir = glob::Pattern::escape(&display_dir.to_string_lossy());
-            format!("{}/{pat}", dir.trim_end_matches('/'))
-        };
+        let full = full_glob(main, pat);
         let paths =
             glob::glob(&full).map_err(|e| err(format!("invalid glob pattern \"{pat}\": {e}")))?;
         let mut matched = Vec::new();

@@ -19,6 +19,18 @@ pub struct Config {
     /// Every pool: those of the main file first, then those of the included
     /// files (sorted by file name), each file's pools in document order.
     pub pools: Vec<PoolConfig>,
+    /// Where the configuration came from (for `watch`).
+    pub sources: Sources,
+}
+
+/// The files a configuration was read from, and the include globs that
+/// would find more.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Sources {
+    /// The main file, then every included file, as read.
+    pub files: Vec<PathBuf>,
+    /// `global.include` patterns as globs over the file system.
+    pub include_globs: Vec<String>,
 }
 
 impl Config {

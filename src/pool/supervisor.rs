@@ -181,12 +181,6 @@ fn relay<T: Send + 'static>(
     tx
 }
 
-/// The pool's `graceful_timeout` (the configuration key lands with the
-/// configuration's reload support).
-fn graceful_timeout(_config: &PoolConfig) -> Option<Duration> {
-    None
-}
-
 async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
     match at {
         Some(t) => tokio::time::sleep_until(t).await,
@@ -372,10 +366,7 @@ impl Supervisor {
     /// A generation became current: the older ones drain, bounded by the
     /// new generation's `graceful_timeout`.
     fn switched(&mut self, gen: GenId) {
-        let grace = self
-            .gens
-            .get(&gen)
-            .and_then(|g| graceful_timeout(&g.config));
+        let grace = self.gens.get(&gen).and_then(|g| g.config.graceful_timeout);
         let now = tokio::time::Instant::now();
         let mut from = gen;
         for (id, g) in self.gens.iter_mut() {
@@ -420,7 +411,7 @@ impl Supervisor {
             if let Some(g) = self.gens.get_mut(&gen) {
                 g.drain_deadline = None;
             }
-            let grace = graceful_timeout(&self.config()).unwrap_or_default();
+            let grace = self.config().graceful_timeout.unwrap_or_default();
             let busy: Vec<(i32, Option<i32>, Instant, Option<super::RequestInfo>)> = {
                 let t = self.pool.table.lock().unwrap();
                 t.busy_of(gen)

@@ -624,7 +624,18 @@ impl Daemon {
                     self.start_pool(p);
                     summary.push(format!("pool {}: added", p.name));
                 }
-                Some(_) => changes.push((p.name.clone(), Arc::new(p.clone()))),
+                Some(_) => {
+                    let fields = old
+                        .pool(&p.name)
+                        .map(|o| crate::config::changed_fields(o, p))
+                        .unwrap_or_default();
+                    if fields.is_empty() {
+                        summary.push(format!("pool {}: unchanged", p.name));
+                    } else {
+                        info!(pool = %p.name, "changed: {}", fields.join(", "));
+                        changes.push((p.name.clone(), Arc::new(p.clone())));
+                    }
+                }
             }
         }
         let pools_now = &self.pools;

@@ -21,6 +21,19 @@ pub fn parent_of(pid: i32) -> Option<i32> {
     after.split(' ').nth(1)?.parse().ok()
 }
 
+/// Whether `pid` is blocked in `accept()` (`/proc/PID/syscall`): an
+/// exec'd php-cgi that got there has finished its PHP start-up. `None`:
+/// cannot tell (no such file, or no permission).
+pub fn in_accept(pid: i32) -> Option<bool> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/syscall")).ok()?;
+    let first = text.split_whitespace().next()?;
+    Some(
+        first
+            .parse::<libc::c_long>()
+            .is_ok_and(|n| n == libc::SYS_accept || n == libc::SYS_accept4),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -31,5 +44,7 @@ mod tests {
         assert!(resident_bytes(me).unwrap() > 0);
         assert_eq!(parent_of(me), Some(nix::unistd::getppid().as_raw()));
         assert_eq!(parent_of(i32::MAX), None);
+        // This test is running, not in accept().
+        assert_ne!(in_accept(me), Some(true));
     }
 }

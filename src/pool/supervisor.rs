@@ -65,9 +65,12 @@ struct GenState {
     drain_deadline: Option<tokio::time::Instant>,
 }
 
-/// A pre-fork parent whose slots wait for its first fork: once php-cgi has
-/// forked a child, its start-up (modules, ini) went well.
+/// A php-cgi whose slots wait for its PHP start-up (modules, ini) to be
+/// over: a pre-fork parent once it has forked a child, an exec'd child
+/// once it waits in accept(). Until then requests wait in fpmd's queue, and
+/// a new generation does not take over.
 struct Pending {
+    prefork: bool,
     leader: i32,
     gen: GenId,
     endpoint: Arc<PathBuf>,
@@ -814,9 +817,9 @@ impl Supervisor {
         }
     }
 
-    /// New pre-fork parents: once one has forked a child (its PHP start-up
-    /// went well), its slots enter dispatch; for a new generation that makes
-    /// it current.
+    /// New php-cgi processes: once one has finished its PHP start-up (see
+    /// [`Pending`]), its slots enter dispatch; for a new generation that
+    /// makes it current.
     fn check_pending(&mut self) {
         let mut ready = Vec::new();
         let name = self.pool.name.clone();
@@ -825,24 +828,36 @@ impl Supervisor {
             if !p.alive.load(Ordering::Acquire) {
                 continue;
             }
-            if !crate::peer::children_of(p.leader).is_empty() {
+            let started = if p.prefork {
+                !crate::peer::children_of(p.leader).is_empty()
+            } else {
+                // Cannot tell (no /proc/PID/syscall): go on after a moment.
+                crate::procfs::in_accept(p.leader)
+                    .unwrap_or(p.since.elapsed() > Duration::from_millis(200))
+            };
+            if started {
                 ready.push(p);
                 continue;
             }
             if !p.warned && p.since.elapsed() > Duration::from_secs(10) {
                 p.warned = true;
-                warn!(pool = %name, pid = p.leader, "the php-cgi parent has not forked a child after 10 s");
+                warn!(pool = %name, pid = p.leader, "php-cgi has not finished starting after 10 s");
             }
             waiting.push(p);
         }
         self.pending = waiting;
         for p in ready {
-            debug!(pool = %self.name(), pid = p.leader, "php-cgi parent forked its children: its slots serve");
-            let slots = self
-                .gens
-                .get(&p.gen)
-                .map_or(0, |g| g.config.pm.max_children);
-            self.add_slots(&p, true, slots);
+            if p.prefork {
+                debug!(pool = %self.name(), pid = p.leader, "php-cgi parent forked its children: its slots serve");
+                let slots = self
+                    .gens
+                    .get(&p.gen)
+                    .map_or(0, |g| g.config.pm.max_children);
+                self.add_slots(&p, true, slots);
+            } else {
+                debug!(pool = %self.name(), pid = p.leader, "php-cgi started: it serves");
+                self.add_slots(&p, false, 1);
+            }
         }
     }
 
@@ -1067,28 +1082,18 @@ impl Supervisor {
         );
         if prefork {
             crate::proc_events::watch(pid, self.forked_tx.clone());
-            self.pending.push(Pending {
-                leader: pid,
-                gen,
-                endpoint,
-                alive,
-                startup,
-                since: Instant::now(),
-                warned: false,
-            });
-            self.check_pending();
-        } else {
-            let leader = Pending {
-                leader: pid,
-                gen,
-                endpoint,
-                alive,
-                startup,
-                since: Instant::now(),
-                warned: false,
-            };
-            self.add_slots(&leader, false, 1);
         }
+        self.pending.push(Pending {
+            prefork,
+            leader: pid,
+            gen,
+            endpoint,
+            alive,
+            startup,
+            since: Instant::now(),
+            warned: false,
+        });
+        self.check_pending();
         Ok(())
     }
 }

@@ -55,6 +55,10 @@ pub enum ClientError {
     Protocol(#[from] fastcgi::ProtocolError),
     #[error("unknown record type {kind} for request id {id}")]
     UnknownType { kind: u8, id: u16 },
+    #[error(
+        "more than 64 KiB of records while request id {id} was in flight (after its STDIN ended)"
+    )]
+    TooMuchInFlight { id: u16 },
     #[error("unexpected {kind} record for request id {id} (state: {state})")]
     Unexpected {
         kind: String,

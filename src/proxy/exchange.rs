@@ -166,6 +166,12 @@ where
 
     let up = async {
         let mut extra = 0usize;
+        if until_end && req.child_stdin_ended {
+            // A negative CONTENT_LENGTH: php-cgi reads past the empty STDIN
+            // record and would wait for more; end its input (as php-fpm's
+            // child sees the web server close).
+            let _ = child_w.shutdown().await;
+        }
         loop {
             loop {
                 let (piece, used) = match deframer.next(buf) {
@@ -216,6 +222,9 @@ where
                             if child_w.write_all(&req.stdin_end_record()).await.is_err() {
                                 return UpEnd::ChildGone;
                             }
+                            // php-cgi reads past it (see above): end its
+                            // input.
+                            let _ = child_w.shutdown().await;
                             continue;
                         }
                     }
@@ -270,11 +279,7 @@ where
                 buf.advance(used);
             }
             if extra > MAX_IN_FLIGHT_EXTRA {
-                let e = ClientError::Unexpected {
-                    kind: "more than 64 KiB of records".into(),
-                    id,
-                    state: "request in flight",
-                };
+                let e = ClientError::TooMuchInFlight { id };
                 return half_close(child_w, req, UpEnd::Broke(e)).await;
             }
             if buf.capacity() - buf.len() < 1024 {
@@ -743,6 +748,59 @@ mod tests {
         assert_eq!(o.client, ClientEnd::Broke);
         assert_eq!(v.child, Fate::Keep);
         assert!(!v.keep_client);
+    }
+
+    #[tokio::test]
+    async fn negative_content_length_ends_the_childs_input() {
+        // php-cgi reads past the empty STDIN record when CONTENT_LENGTH is
+        // negative: only the end of its input lets it answer. A child that
+        // does the same must see EOF after the whole body.
+        let mut c = head(1, Some("-1"));
+        c.extend(stdin(1, &[b'z'; 9000]));
+        c.extend(rec(5, 1, &[], &[]));
+        let (ours, mut theirs) = UnixStream::pair().unwrap();
+        let (r, w) = ours.into_split();
+        let mut conn = ChildConn {
+            reader: r,
+            writer: w,
+            buf: bytes::BytesMut::with_capacity(70_000),
+        };
+        let (fpmd_side, mut web) = tokio::io::duplex(1 << 20);
+        let (cr, cw) = tokio::io::split(fpmd_side);
+        let mut client = ClientConn::new(cr, cw, Charge::new());
+        web.write_all(&c).await.unwrap();
+        let kid = tokio::spawn(async move {
+            let mut all = Vec::new();
+            // Reads to EOF, as php-cgi does here; hangs if fpmd never ends it.
+            tokio::time::timeout(Duration::from_secs(10), theirs.read_to_end(&mut all))
+                .await
+                .expect("the child's input ended")
+                .unwrap();
+            theirs.write_all(&answer(1)).await.unwrap();
+            all.len()
+        });
+        let ctx = Ctx {
+            pool: "t",
+            peer: "test",
+            script: script::Options::default(),
+        };
+        let (_tx, mut rx) = tokio::sync::watch::channel(false);
+        let Next::Request(mut req) = client.read_request(&ctx, &mut rx).await.unwrap() else {
+            panic!("no request")
+        };
+        conn.writer.write_all(&req.head).await.unwrap();
+        let report = run(
+            &mut conn,
+            None,
+            Timers::default(),
+            &mut client,
+            &mut req,
+            |_, _| {},
+        )
+        .await;
+        assert!(kid.await.unwrap() > 9000);
+        assert_eq!(report.outcome.child, ChildEnd::Ended);
+        assert_eq!(verdict(&report.outcome).child, Fate::Reconnect);
     }
 
     const DISPATCH_BUFFER_FOR_TESTS: usize = crate::proxy::client::DISPATCH_BUFFER;

@@ -26,7 +26,8 @@ pub enum Owed {
     /// number: PHP then reads no body, whatever the web server sends).
     Exact(u64),
     /// A negative `CONTENT_LENGTH` (Caddy sends -1 for chunked uploads):
-    /// PHP reads STDIN until its empty record.
+    /// PHP reads STDIN to its end and then on, past the empty STDIN record:
+    /// only the end of its input (fpmd half-closes the connection) stops it.
     UntilEnd,
 }
 

@@ -82,8 +82,8 @@ pub struct Outcome {
     pub client: ClientEnd,
     pub body: BodyEnd,
     /// The body's length was not known (`CONTENT_LENGTH` negative, as Caddy
-    /// sends for chunked uploads): php-cgi reads until the empty STDIN
-    /// record, and whether it read exactly that far cannot be known.
+    /// sends for chunked uploads): php-cgi reads past the empty STDIN record
+    /// until fpmd half-closes the connection, which cannot be reused then.
     pub until_end: bool,
     pub child: ChildEnd,
     pub sent: Sent,

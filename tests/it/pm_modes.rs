@@ -54,7 +54,10 @@ fn dynamic_spawns_at_once_for_queued_requests() {
     // php-cgi started on a loaded machine (a request waits in fpmd's queue
     // for the first child ready, not behind one still starting).
     let after = s.fpmd.workers().len();
-    assert!(after >= 30, "only {after} children after 32 concurrent requests");
+    assert!(
+        after >= 30,
+        "only {after} children after 32 concurrent requests"
+    );
     // The bar is 2 s + spawn time + 0.3 s; the spawn time of 30 php-cgi at
     // once depends on the machine (0.02 s prefork, 0.4-1.1 s exec on 2
     // cores), so the printed figure is the measurement and the assertion

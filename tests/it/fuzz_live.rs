@@ -364,6 +364,10 @@ struct Got {
     bytes: u64,
     /// fpmd closed (end of file).
     eof: bool,
+    /// A write failed: had fpmd reset the connection, the write took the
+    /// error and a later read sees an end of file, with the tail of what
+    /// fpmd sent thrown away by the kernel.
+    write_failed: bool,
     /// A read failed (reset).
     reset: bool,
 }
@@ -522,7 +526,7 @@ impl Got {
             check_markers(stdout, own, "STDOUT")?;
             check_markers(stderr, own, "STDERR")?;
         }
-        if self.eof && !self.buf.is_empty() {
+        if self.eof && !self.write_failed && !self.buf.is_empty() {
             return Err(format!(
                 "fpmd closed the connection in the middle of a record ({} bytes: {})",
                 self.buf.len(),
@@ -1960,6 +1964,7 @@ impl Conn {
                 }
                 Err(_) => {
                     self.refused = true;
+                    self.got.write_failed = true;
                     return None;
                 }
             }
@@ -2268,6 +2273,7 @@ impl Held {
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {}
                 Err(_) => {
                     self.conn.refused = true;
+                    self.conn.got.write_failed = true;
                     self.pos = self.drip.len();
                 }
             }

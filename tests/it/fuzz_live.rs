@@ -2317,7 +2317,8 @@ impl Held {
     }
 }
 
-/// Sends the plan's steps up to its first Await (included in `rest`).
+/// Opens the connection and sends the plan's first steps, up to its first
+/// Await or Pause (which stay in the plan for [`complete`]).
 fn start(ctx: &Ctx, plan: &mut Plan, owner: u64, stats: &FuzzStats) -> Option<Conn> {
     let mut conn = Conn::open(ctx, plan, owner, stats)?;
     while let Some(Step::Send(..)) = plan.steps.first() {

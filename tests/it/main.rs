@@ -11,6 +11,7 @@ mod children;
 mod config_errors;
 mod dokuwiki;
 mod emergency;
+mod fuzz_live;
 mod http;
 mod limits;
 mod listen;

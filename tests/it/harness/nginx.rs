@@ -27,6 +27,10 @@ pub struct NginxOpts {
     /// Leave out `try_files $uri =404;`: nginx passes requests for missing
     /// scripts on to FastCGI.
     pub no_try_files: bool,
+    /// The location of Debian's `snippets/fastcgi-php.conf`: `~ [^/]\.php(/|$)`
+    /// split by `fastcgi_split_path_info`, with PATH_INFO passed on
+    /// (`/server_vars.php/foo/bar` runs server_vars.php, PATH_INFO `/foo/bar`).
+    pub path_info: bool,
 }
 
 impl NginxOpts {
@@ -59,6 +63,10 @@ impl NginxOpts {
     }
     pub fn no_try_files(mut self) -> Self {
         self.no_try_files = true;
+        self
+    }
+    pub fn path_info(mut self) -> Self {
+        self.path_info = true;
         self
     }
 }
@@ -189,9 +197,20 @@ fn config(dir: &std::path::Path, port: u16, t: &TestDir, o: &NginxOpts) -> Strin
     )
     .unwrap();
     writeln!(s, "    index index.php doku.php;").unwrap();
-    writeln!(s, "    location ~ \\.php$ {{").unwrap();
-    if !o.no_try_files {
-        writeln!(s, "      try_files $uri =404;").unwrap();
+    if o.path_info {
+        writeln!(s, "    location ~ [^/]\\.php(/|$) {{").unwrap();
+        writeln!(s, "      fastcgi_split_path_info ^(.+?\\.php)(/.*)$;").unwrap();
+        if !o.no_try_files {
+            writeln!(s, "      try_files $fastcgi_script_name =404;").unwrap();
+        }
+        // try_files resets $fastcgi_path_info (nginx ticket 321).
+        writeln!(s, "      set $path_info $fastcgi_path_info;").unwrap();
+        writeln!(s, "      fastcgi_param PATH_INFO $path_info;").unwrap();
+    } else {
+        writeln!(s, "    location ~ \\.php$ {{").unwrap();
+        if !o.no_try_files {
+            writeln!(s, "      try_files $uri =404;").unwrap();
+        }
     }
     writeln!(s, "      include /etc/nginx/fastcgi_params;").unwrap();
     writeln!(

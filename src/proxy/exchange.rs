@@ -579,6 +579,25 @@ mod tests {
         a
     }
 
+    /// Reads one request from `client`, writes its head on `conn` and runs
+    /// the exchange, as the proxy's dispatch does.
+    async fn one_request(
+        client: &mut ClientConn<ReadHalf<DuplexStream>, WriteHalf<DuplexStream>>,
+        conn: &mut ChildConn,
+    ) -> Report {
+        let ctx = Ctx {
+            pool: "t",
+            peer: "test",
+            script: script::Options::default(),
+        };
+        let (_tx, mut rx) = tokio::sync::watch::channel(false);
+        let Next::Request(mut req) = client.read_request(&ctx, &mut rx).await.unwrap() else {
+            panic!("no request")
+        };
+        conn.writer.write_all(&req.head).await.unwrap();
+        run(conn, None, Timers::default(), client, &mut req, |_, _| {}).await
+    }
+
     /// Runs one request: `client_bytes` from the web server (then it closes
     /// when `close` is set), a child answering `child_answer`.
     async fn exchange(
@@ -610,25 +629,7 @@ mod tests {
             out
         });
         let kid = tokio::spawn(child(theirs, id, child_answer));
-        let ctx = Ctx {
-            pool: "t",
-            peer: "test",
-            script: script::Options::default(),
-        };
-        let (_tx, mut rx) = tokio::sync::watch::channel(false);
-        let Next::Request(mut req) = client.read_request(&ctx, &mut rx).await.unwrap() else {
-            panic!("no request")
-        };
-        conn.writer.write_all(&req.head).await.unwrap();
-        let report = run(
-            &mut conn,
-            None,
-            Timers::default(),
-            &mut client,
-            &mut req,
-            |_, _| {},
-        )
-        .await;
+        let report = one_request(&mut client, &mut conn).await;
         drop(conn);
         drop(client);
         let seen = kid.await.unwrap();
@@ -779,25 +780,7 @@ mod tests {
             theirs.write_all(&answer(1)).await.unwrap();
             all.len()
         });
-        let ctx = Ctx {
-            pool: "t",
-            peer: "test",
-            script: script::Options::default(),
-        };
-        let (_tx, mut rx) = tokio::sync::watch::channel(false);
-        let Next::Request(mut req) = client.read_request(&ctx, &mut rx).await.unwrap() else {
-            panic!("no request")
-        };
-        conn.writer.write_all(&req.head).await.unwrap();
-        let report = run(
-            &mut conn,
-            None,
-            Timers::default(),
-            &mut client,
-            &mut req,
-            |_, _| {},
-        )
-        .await;
+        let report = one_request(&mut client, &mut conn).await;
         assert!(kid.await.unwrap() > 9000);
         assert_eq!(report.outcome.child, ChildEnd::Ended);
         assert_eq!(verdict(&report.outcome).child, Fate::Reconnect);

@@ -33,7 +33,7 @@ clean:
 #                     (more options: make bench BENCH_ARGS="--fpmd-variants exec,prefork")
 #   make bench-smoke  1 round of 1 s per workload into a temp dir, which is removed when it
 #                     passes: proves the bench still works (the test suite runs it); < 1 min
-.PHONY: bench-deps bench-smoke bench-pm
+.PHONY: bench-deps bench-smoke bench-pm bench-reload
 BENCH_ARGS ?=
 
 bench-deps:
@@ -54,6 +54,15 @@ BENCH_PM_ARGS ?=
 
 bench-pm: bench-deps build
 	/usr/bin/python3 bench/pm_scenarios.py $(BENCH_PM_ARGS)
+
+# Reload under load against php-fpm (SIGUSR2, with its defaults and with
+# process_control_timeout = 10s): wrk during 10 reloads, behind nginx with
+# and without upstream keepalive, and one 10-second request across a
+# reload; markdown tables on stdout, bench/results/reload.json; about 5 minutes.
+BENCH_RELOAD_ARGS ?=
+
+bench-reload: bench-deps build
+	/usr/bin/python3 bench/reload.py $(BENCH_RELOAD_ARGS)
 
 # cargo fuzz targets (fuzz/): the codec, and the proxy's request path
 # against a fake child. Needs the nightly toolchain and cargo-fuzz (both

@@ -34,6 +34,17 @@ pub fn in_accept(pid: i32) -> Option<bool> {
     )
 }
 
+/// Whether `pid` exists and is not a zombie (`/proc/PID/stat` state).
+pub fn alive(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let state = stat
+        .rfind(')')
+        .and_then(|i| stat[i + 1..].split_whitespace().next());
+    !matches!(state, None | Some("Z") | Some("X"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -46,5 +57,7 @@ mod tests {
         assert_eq!(parent_of(i32::MAX), None);
         // This test is running, not in accept().
         assert_ne!(in_accept(me), Some(true));
+        assert!(alive(me));
+        assert!(!alive(i32::MAX));
     }
 }

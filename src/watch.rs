@@ -72,13 +72,20 @@ pub fn watch(
     reload: mpsc::UnboundedSender<()>,
 ) -> notify::Result<ConfigWatcher> {
     let (tx, mut rx) = mpsc::unbounded_channel::<PathBuf>();
+    let filter = sources.clone();
     let mut watcher =
         notify::recommended_watcher(move |ev: notify::Result<notify::Event>| match ev {
-            Ok(ev) => {
+            // Reads (fpmd reading its own files during a reload, a log reader
+            // beside them) change nothing; nor do files that are not the
+            // configuration's: neither may start or put off a reload.
+            Ok(ev) if !ev.kind.is_access() && !ev.kind.is_other() => {
                 for p in ev.paths {
-                    let _ = tx.send(p);
+                    if relevant(&filter, &p) {
+                        let _ = tx.send(p);
+                    }
                 }
             }
+            Ok(_) => {}
             Err(e) => debug!("configuration watcher: {e}"),
         })?;
     for dir in directories(sources) {
@@ -89,12 +96,8 @@ pub fn watch(
             );
         }
     }
-    let sources = sources.clone();
     tokio::spawn(async move {
         while let Some(first) = rx.recv().await {
-            if !relevant(&sources, &first) {
-                continue;
-            }
             debug!("configuration file changed: {}", first.display());
             // Let the burst end.
             loop {

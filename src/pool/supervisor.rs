@@ -184,6 +184,28 @@ fn relay<T: Send + 'static>(
     tx
 }
 
+/// Whether a php-cgi fpmd spawned has finished its PHP start-up: it (exec)
+/// or one of its children (prefork) waits in accept(). A php_cgi wrapper
+/// that forks a helper and dies does not pass, nor does a process that
+/// exited. Where `/proc/PID/syscall` cannot be read (fpmd not root and the
+/// child another user), a live process counts after 200 ms.
+fn started_serving(leader: i32, prefork: bool, elapsed: Duration) -> bool {
+    let candidates = if prefork {
+        crate::peer::children_of(leader)
+    } else {
+        vec![leader]
+    };
+    let mut unknown = false;
+    for pid in candidates {
+        match crate::procfs::in_accept(pid) {
+            Some(true) => return true,
+            Some(false) => {}
+            None => unknown |= crate::procfs::alive(pid),
+        }
+    }
+    unknown && elapsed > Duration::from_millis(200)
+}
+
 async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
     match at {
         Some(t) => tokio::time::sleep_until(t).await,
@@ -828,13 +850,7 @@ impl Supervisor {
             if !p.alive.load(Ordering::Acquire) {
                 continue;
             }
-            let started = if p.prefork {
-                !crate::peer::children_of(p.leader).is_empty()
-            } else {
-                // Cannot tell (no /proc/PID/syscall): go on after a moment.
-                crate::procfs::in_accept(p.leader)
-                    .unwrap_or(p.since.elapsed() > Duration::from_millis(200))
-            };
+            let started = started_serving(p.leader, p.prefork, p.since.elapsed());
             if started {
                 ready.push(p);
                 continue;

@@ -740,14 +740,14 @@ fn invalid_reload_by_command_exits_78_naming_the_problem() {
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
-/// A reload to a php-cgi that exists but dies at start (here: a script
-/// that exits 1) cannot be caught by validation; the new generation never
-/// becomes ready, so the old children must serve on and the reload fail.
-#[test]
-fn reload_whose_php_cgi_dies_at_start_keeps_the_old_children_serving() {
+/// A reload to a `php_cgi` that exists but dies at start (`script`, an
+/// executable in the test dir) cannot be caught by validation; the new
+/// generation never becomes ready, so the old children must serve on
+/// (same pids, old ini value, no failed request) and the reload fail.
+fn reload_to_a_php_cgi_that_dies(script: &str) {
     let dir = TestDir::new();
     let dead = dir.join("dead-php-cgi");
-    write_script(&dead, "#!/bin/sh\necho 'cannot start' >&2\nexit 1\n");
+    write_script(&dead, script);
     let fpmd = Fpmd::start(&dir, FpmdConfig::new().pool(pool("www", "64M")));
     let nginx = Nginx::start(&dir, NginxOpts::default().upstream(fpmd.upstream(0)));
     let mut s = Stack { nginx, fpmd, dir };
@@ -774,6 +774,18 @@ fn reload_whose_php_cgi_dies_at_start_keeps_the_old_children_serving() {
     assert_no_failure(&samples, t0, "requests during the failed reload");
     assert_eq!(memory_limit(&s.nginx), "64M");
     assert_eq!(s.fpmd.workers(), before, "the old children were replaced");
+}
+
+#[test]
+fn reload_whose_php_cgi_dies_at_start_keeps_the_old_children_serving() {
+    reload_to_a_php_cgi_that_dies("#!/bin/sh\necho 'cannot start' >&2\nexit 1\n");
+}
+
+/// The same with a wrapper that runs a command first (as `$(…)` or any
+/// program does): the php-cgi "parent" then has a child before it fails.
+#[test]
+fn reload_whose_php_cgi_wrapper_forks_then_dies_keeps_the_old_children_serving() {
+    reload_to_a_php_cgi_that_dies("#!/bin/sh\nsleep 0.3\necho 'cannot start' >&2\nexit 1\n");
 }
 
 // ---------------------------------------------------------------------------

@@ -892,17 +892,9 @@ fn twenty_reloads_50ms_apart_end_with_the_last_configuration() {
 #[test]
 fn c02_back_to_back_sigusr2_leave_the_master_alive_with_4_new_workers() {
     let dir = TestDir::new();
-    let slow = dir.join("slow-php-cgi");
     // perl, not sh: a shell would fork `sleep`, and a pre-fork parent with
     // a child counts as started.
-    write_script(
-        &slow,
-        &format!(
-            "#!/usr/bin/perl\nselect(undef, undef, undef, 0.3);\nexec {{ {:?} }} {:?}, @ARGV;\n",
-            php_cgi_bin().display().to_string(),
-            php_cgi_bin().display().to_string()
-        ),
-    );
+    let slow = slow_php_cgi(&dir);
     let fpmd = Fpmd::start(&dir, FpmdConfig::new().pool(pool("www", "64M")));
     let nginx = Nginx::start(&dir, NginxOpts::default().upstream(fpmd.upstream(0)));
     let mut s = Stack { nginx, fpmd, dir };
@@ -1142,6 +1134,100 @@ fn watch_reloads_an_edited_pool_file_and_ignores_a_broken_save() {
     s.fpmd.rewrite(&cfg(pool("www", "128M")));
     let served = wait_memory_limit(&s.nginx, "128M", LONG);
     eprintln!("fixed file served after {served:?}");
+}
+
+/// A php_cgi that takes 300 ms to start (perl, which does not fork: see
+/// C02), at `<test dir>/slow-php-cgi`.
+fn slow_php_cgi(dir: &TestDir) -> PathBuf {
+    let slow = dir.join("slow-php-cgi");
+    let php = php_cgi_bin().display().to_string();
+    write_script(
+        &slow,
+        &format!("#!/usr/bin/perl\nselect(undef, undef, undef, 0.3);\nexec {{ {php:?} }} {php:?}, @ARGV;\n"),
+    );
+    slow
+}
+
+/// The reloads fpmd started after log offset `mark`, with their time.
+fn reloads_since(fpmd: &Fpmd, mark: usize) -> Vec<String> {
+    fpmd.log_lines_since(mark)
+        .into_iter()
+        .filter(|l| l.contains("NOTICE reloading "))
+        .collect()
+}
+
+/// `watch = true` with another file beside fpmd.toml written every 20 ms
+/// (a log, say): the edit of a pool file still starts a reload within 1 s.
+#[test]
+fn watch_is_not_postponed_by_writes_beside_the_configuration() {
+    let cfg = |p: Pool| FpmdConfig::new().global("watch = true").pool(p);
+    let mut s = Stack::start_with(cfg(pool("www", "64M")), NginxOpts::default());
+    s.fpmd.wait_workers(4, LONG);
+    let stop = Arc::new(AtomicBool::new(false));
+    let busy = {
+        let (stop, path) = (stop.clone(), s.dir.join("busy.log"));
+        std::thread::spawn(move || {
+            use std::io::Write;
+            let mut f = std::fs::File::create(&path).unwrap();
+            while !stop.load(Ordering::Relaxed) {
+                writeln!(f, "a line of some other program's log").unwrap();
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    let mark = s.fpmd.log_len();
+    let edited = SystemTime::now();
+    s.fpmd.rewrite(&cfg(pool("www", "96M")));
+    // Waits over HTTP: reading fpmd's log (beside fpmd.toml) would be one
+    // more writer... of events, at least.
+    let served = wait_until(Duration::from_secs(10), || {
+        ini(&s.nginx, "memory_limit").is_ok_and(|v| v == "96M")
+    });
+    stop.store(true, Ordering::Relaxed);
+    busy.join().unwrap();
+    eprintln!("new value served within 10 s: {served}");
+    let first = reloads_since(&s.fpmd, mark).first().cloned();
+    let first = first.unwrap_or_else(|| {
+        panic!(
+            "no reload 10 s after the pool file was edited, while busy.log was written beside fpmd.toml; log:\n{}",
+            s.fpmd.log_since(mark)
+        )
+    });
+    let after = log_time(&first).duration_since(edited).unwrap_or_default();
+    eprintln!("reload started {after:?} after the edit: {first}");
+    assert!(
+        after <= Duration::from_secs(1) + SLACK,
+        "the edit was picked up only after {after:?} (bar: 1 s)"
+    );
+    wait_memory_limit(&s.nginx, "96M", LONG);
+}
+
+/// `watch = true`: one edit is one reload, even when the reload lasts
+/// longer than the watcher's debounce (here a new php_cgi that takes 300 ms
+/// to start): fpmd reading its own files is no change.
+#[test]
+fn watch_one_edit_is_one_reload_even_when_the_reload_is_slow() {
+    let dir = TestDir::new();
+    let slow = slow_php_cgi(&dir);
+    let cfg = |p: Pool| FpmdConfig::new().global("watch = true").pool(p);
+    let fpmd = Fpmd::start(&dir, cfg(pool("www", "64M")));
+    let nginx = Nginx::start(&dir, NginxOpts::default().upstream(fpmd.upstream(0)));
+    let mut s = Stack { nginx, fpmd, dir };
+    s.fpmd.wait_workers(4, LONG);
+    let mark = s.fpmd.log_len();
+    s.fpmd.rewrite(&cfg(pool("www", "96M").php_cgi(&slow)));
+    wait_memory_limit(&s.nginx, "96M", LONG);
+    // Whatever a second reload would need to show up.
+    run_for(&mut s.fpmd, Duration::from_secs(2));
+    let reloads = reloads_since(&s.fpmd, mark);
+    eprintln!("{} reloads for one edit: {reloads:#?}", reloads.len());
+    assert_eq!(
+        reloads.len(),
+        1,
+        "one edit, {} reloads; log:\n{}",
+        reloads.len(),
+        s.fpmd.log_since(mark)
+    );
 }
 
 // ---------------------------------------------------------------------------

@@ -18,6 +18,7 @@ mod listen;
 mod output;
 mod pm_modes;
 mod pool_settings;
+mod reload;
 mod signals;
 mod strict;
 mod systemd;

@@ -1,7 +1,9 @@
 //! The daemon under test: writes `fpmd.toml` + `pool.d/*.toml` in the test
 //! dir from a small builder, runs the binary in the foreground with its
 //! stdout/stderr in `fpmd.log`, and cleans up every process it left (by the
-//! `FPMD_TEST_TAG` environment marker) on drop.
+//! `FPMD_TEST_TAG` environment marker) on drop. For reloads: `rewrite`
+//! (the files, in place), `reload` (SIGUSR2, then the log's verdict), and
+//! `cli` (`fpmd -c fpmd.toml reload|upgrade|-t …`).
 
 use super::procs::{self, ProcInfo};
 use super::{php_cgi_bin, wait_until, TestDir, FPMD_BIN};
@@ -92,7 +94,8 @@ impl Pool {
         self
     }
 
-    fn address(&self, dir: &Path) -> String {
+    /// The `listen.address` written for this pool in the test dir `dir`.
+    pub fn address(&self, dir: &Path) -> String {
         match &self.listen {
             Listen::Unix => dir
                 .join(format!("{}.sock", self.name))
@@ -147,6 +150,9 @@ pub struct FpmdConfig {
     pub log_level: Option<String>,
     /// Soft RLIMIT_NOFILE set in the fpmd process before exec (hard limit unchanged).
     pub nofile_soft: Option<u64>,
+    /// `error_log` of `[global]` (a file); default "stderr", which the
+    /// harness sends to `fpmd.log`.
+    pub error_log: Option<PathBuf>,
 }
 
 impl FpmdConfig {
@@ -181,15 +187,33 @@ impl FpmdConfig {
         self
     }
 
+    /// fpmd's log in a file (`[global] error_log`) instead of stderr;
+    /// [`Fpmd::log`] then reads that file.
+    pub fn error_log(mut self, path: impl Into<PathBuf>) -> FpmdConfig {
+        self.error_log = Some(path.into());
+        self
+    }
+
     /// Writes the files; returns the path of `fpmd.toml`.
     pub fn write(&self, dir: &TestDir) -> PathBuf {
+        self.write_in(dir.path(), &dir.tag())
+    }
+
+    /// Writes the files into `dir` (the test dir) for the test `tag`:
+    /// `fpmd.toml`, then one file per pool and per raw pool file in
+    /// `pool.d/` (each written in place, and only if its text changes);
+    /// returns the path of `fpmd.toml`.
+    pub fn write_in(&self, dir: &Path, tag: &str) -> PathBuf {
         let pool_d = dir.join("pool.d");
         std::fs::create_dir_all(&pool_d).unwrap();
         let main = dir.join("fpmd.toml");
         let mut g = String::new();
         writeln!(g, "[global]").unwrap();
         writeln!(g, "pid = {:?}", dir.join("fpmd.pid").display().to_string()).unwrap();
-        writeln!(g, "error_log = \"stderr\"").unwrap();
+        match &self.error_log {
+            Some(p) => writeln!(g, "error_log = {:?}", p.display().to_string()).unwrap(),
+            None => writeln!(g, "error_log = \"stderr\"").unwrap(),
+        }
         writeln!(
             g,
             "log_level = {:?}",
@@ -200,19 +224,34 @@ impl FpmdConfig {
         for l in &self.global_lines {
             writeln!(g, "{l}").unwrap();
         }
-        std::fs::write(&main, g).unwrap();
+        write_if_changed(&main, &g);
         for p in &self.pools {
-            std::fs::write(
-                pool_d.join(format!("{}.toml", p.name)),
-                p.toml(dir.path(), &dir.tag()),
-            )
-            .unwrap();
+            write_if_changed(&pool_d.join(format!("{}.toml", p.name)), &p.toml(dir, tag));
         }
         for (name, text) in &self.raw_pool_files {
-            std::fs::write(pool_d.join(name), text).unwrap();
+            write_if_changed(&pool_d.join(name), text);
         }
         main
     }
+
+    /// The names of the files `write_in` puts in `pool.d/`.
+    fn pool_file_names(&self) -> Vec<String> {
+        self.pools
+            .iter()
+            .map(|p| format!("{}.toml", p.name))
+            .chain(self.raw_pool_files.iter().map(|(n, _)| n.clone()))
+            .collect()
+    }
+}
+
+/// Writes `text` to `path` in place (truncate and write, as an editor
+/// saving it), unless the file already holds exactly that: a rewrite
+/// touches only the files that change.
+fn write_if_changed(path: &Path, text: &str) {
+    if std::fs::read(path).is_ok_and(|old| old == text.as_bytes()) {
+        return;
+    }
+    std::fs::write(path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
 }
 
 /// Resolved listen address of a pool, for clients.
@@ -254,6 +293,37 @@ impl Addr {
         }
     }
 
+    /// The backlog of the socket listening here, as the kernel has it
+    /// (`ss`: the Send-Q of a listening socket); None when nothing listens.
+    pub fn backlog(&self) -> Option<u32> {
+        let (args, local) = match self {
+            Addr::Unix(p) => (
+                vec!["-xlnH".to_string(), "src".into(), p.display().to_string()],
+                p.display().to_string(),
+            ),
+            Addr::Tcp(a) => (
+                vec![
+                    "-tlnH".to_string(),
+                    "sport".into(),
+                    format!("= :{}", a.port()),
+                ],
+                a.to_string(),
+            ),
+        };
+        let out = Command::new("ss").args(&args).output().unwrap_or_else(|e| {
+            panic!("cannot run ss ({e}): install it with `apt-get install iproute2`")
+        });
+        assert!(out.status.success(), "ss {args:?}: {out:?}");
+        // "u_str LISTEN 0 511 /path ino * 0" / "LISTEN 0 511 127.0.0.1:9000 0.0.0.0:*"
+        String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let at = f.iter().position(|x| *x == "LISTEN")?;
+            (f.get(at + 3) == Some(&local.as_str()))
+                .then(|| f.get(at + 2)?.parse().ok())
+                .flatten()
+        })
+    }
+
     pub fn accepts(&self) -> bool {
         match self {
             Addr::Unix(p) => UnixStream::connect(p).is_ok(),
@@ -266,8 +336,14 @@ pub struct Fpmd {
     child: Option<Child>,
     pid: i32,
     status: Option<ExitStatus>,
+    /// Where fpmd's log is: `fpmd.log` (its stderr), or the `error_log` file.
     log_path: PathBuf,
+    /// fpmd's stdout and stderr.
+    stderr_path: PathBuf,
     tag: String,
+    /// The test dir and the main configuration file in it.
+    dir: PathBuf,
+    conf: PathBuf,
     addrs: Vec<Addr>,
     pool_names: Vec<String>,
 }
@@ -283,11 +359,15 @@ impl Fpmd {
     /// Writes the config and starts `fpmd -c <dir>/fpmd.toml <extra_args>` without waiting.
     pub fn spawn(dir: &TestDir, cfg: &FpmdConfig, extra_args: &[&str]) -> Fpmd {
         let conf = cfg.write(dir);
-        let log_path = dir.join("fpmd.log");
+        let stderr_path = dir.join("fpmd.log");
+        let log_path = match &cfg.error_log {
+            Some(p) => dir.path().join(p),
+            None => stderr_path.clone(),
+        };
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(&log_path)
+            .open(&stderr_path)
             .unwrap();
         let mut cmd = Command::new(FPMD_BIN);
         cmd.arg("-c").arg(&conf).args(extra_args);
@@ -335,7 +415,10 @@ impl Fpmd {
             pid,
             status: None,
             log_path,
+            stderr_path,
             tag: dir.tag(),
+            dir: dir.path().to_path_buf(),
+            conf,
             addrs,
             pool_names,
         }
@@ -480,6 +563,183 @@ impl Fpmd {
     pub fn tagged(&self) -> Vec<ProcInfo> {
         procs::tagged(&self.tag)
     }
+
+    /// The main configuration file (`<test dir>/fpmd.toml`).
+    pub fn conf(&self) -> &Path {
+        &self.conf
+    }
+
+    /// Rewrites the configuration files in place with `cfg` (as
+    /// [`Fpmd::spawn`] wrote them; pool files of `pool.d/` that `cfg` does
+    /// not have are removed), for a reload. `addr(i)` and `upstream(i)`
+    /// follow the new pools. fpmd is not told: see [`Fpmd::reload`].
+    pub fn rewrite(&mut self, cfg: &FpmdConfig) {
+        cfg.write_in(&self.dir, &self.tag);
+        let keep = cfg.pool_file_names();
+        for e in std::fs::read_dir(self.dir.join("pool.d"))
+            .unwrap()
+            .flatten()
+        {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".toml") && !keep.contains(&name) {
+                std::fs::remove_file(e.path()).unwrap();
+            }
+        }
+        self.addrs = cfg
+            .pools
+            .iter()
+            .map(|p| Addr::parse(&p.address(&self.dir)))
+            .collect();
+        self.pool_names = cfg.pools.iter().map(|p| p.name.clone()).collect();
+    }
+
+    /// Sends SIGUSR2 and waits until fpmd's log says how the reload ended
+    /// ("reload done", "reload refused" or "reload failed"); returns that
+    /// line. Panics (with the log) when fpmd exits or no such line comes
+    /// within 60 s. Reloads requested meanwhile by others are not told
+    /// apart: call it when no other reload runs.
+    pub fn reload(&mut self) -> String {
+        let mark = self.log_len();
+        self.signal(Signal::SIGUSR2);
+        self.wait_reload_end(mark, Duration::from_secs(60))
+    }
+
+    /// [`Fpmd::reload`], and panics unless the line says "reload done".
+    pub fn reload_ok(&mut self) -> String {
+        let line = self.reload();
+        assert!(
+            line.contains("reload done"),
+            "the reload did not succeed: {line}\\nfpmd log:\\n{}",
+            self.log()
+        );
+        line
+    }
+
+    /// The first line after `offset` of the log that ends a reload.
+    pub fn wait_reload_end(&mut self, offset: usize, timeout: Duration) -> String {
+        let t0 = Instant::now();
+        loop {
+            if let Some(l) = self
+                .log_lines_since(offset)
+                .into_iter()
+                .find(|l| RELOAD_ENDS.iter().any(|e| l.contains(e)))
+            {
+                return l;
+            }
+            if let Some(st) = self.try_wait() {
+                panic!(
+                    "fpmd exited ({st}) during a reload; its log:\\n{}",
+                    self.log()
+                );
+            }
+            if t0.elapsed() > timeout {
+                panic!(
+                    "no end of the reload in fpmd's log after {timeout:?}; its log:\\n{}",
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Runs `fpmd -c <fpmd.toml> ARGS` (e.g. `reload`, `-t`) and waits for
+    /// it (killed after 60 s).
+    pub fn cli(&self, args: &[&str]) -> CliRun {
+        cli(&self.dir, &self.conf, &self.tag, args)
+    }
+
+    /// The pid in the pid file (`<test dir>/fpmd.pid`), if it holds one.
+    pub fn pid_file(&self) -> Option<i32> {
+        std::fs::read_to_string(self.dir.join("fpmd.pid"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+    }
+}
+
+/// What ends a reload in fpmd's log (`daemon.rs`).
+pub const RELOAD_ENDS: [&str; 3] = ["reload done", "reload refused", "reload failed"];
+
+/// A finished run of the fpmd command line.
+#[derive(Debug)]
+pub struct CliRun {
+    pub args: Vec<String>,
+    /// None: killed after the timeout.
+    pub status: Option<ExitStatus>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl CliRun {
+    pub fn code(&self) -> Option<i32> {
+        self.status.and_then(|s| s.code())
+    }
+    /// stdout and stderr together, for messages.
+    pub fn output(&self) -> String {
+        format!("{}{}", self.stdout, self.stderr)
+    }
+}
+
+impl std::fmt::Display for CliRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let st = match &self.status {
+            Some(s) => describe_status(s),
+            None => "killed after 60 s".into(),
+        };
+        write!(
+            f,
+            "fpmd {}: {st}\n--- stdout ---\n{}--- stderr ---\n{}",
+            self.args.join(" "),
+            self.stdout,
+            self.stderr
+        )
+    }
+}
+
+/// Runs `fpmd -c CONF ARGS` in `dir` with the test's tag and waits for it
+/// (at most 60 s, then it is killed); its output is captured.
+pub fn cli(dir: &Path, conf: &Path, tag: &str, args: &[&str]) -> CliRun {
+    static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let out_path = dir.join(format!("cli.{n}.out"));
+    let err_path = dir.join(format!("cli.{n}.err"));
+    let out = std::fs::File::create(&out_path).unwrap();
+    let err = std::fs::File::create(&err_path).unwrap();
+    let mut child = Command::new(FPMD_BIN)
+        .arg("-c")
+        .arg(conf)
+        .args(args)
+        .current_dir(dir)
+        .env_remove("RUST_LOG")
+        .env_remove("NOTIFY_SOCKET")
+        .env("FPMD_TEST_TAG", tag)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {FPMD_BIN}: {e}"));
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break Some(st);
+        }
+        if t0.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let read = |p: &Path| {
+        let s = String::from_utf8_lossy(&std::fs::read(p).unwrap_or_default()).into_owned();
+        let _ = std::fs::remove_file(p);
+        s
+    };
+    CliRun {
+        args: args.iter().map(|a| a.to_string()).collect(),
+        status,
+        stdout: read(&out_path),
+        stderr: read(&err_path),
+    }
 }
 
 /// `exit code N` or `signal N` of a status.
@@ -500,6 +760,15 @@ impl Drop for Fpmd {
             }
         }
         procs::kill_tagged(&self.tag);
+        if std::thread::panicking() && self.stderr_path != self.log_path {
+            let out = std::fs::read_to_string(&self.stderr_path).unwrap_or_default();
+            if !out.is_empty() {
+                eprintln!(
+                    "---- fpmd stdout/stderr ({}) ----\n{out}",
+                    self.stderr_path.display()
+                );
+            }
+        }
         if std::thread::panicking() {
             // A flood test can leave a log of 100 MiB: show its ends only.
             const SHOW: usize = 32 << 10;

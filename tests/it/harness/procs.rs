@@ -204,3 +204,35 @@ pub fn fd_count(pid: i32) -> usize {
         .map(|d| d.count())
         .unwrap_or(0)
 }
+
+/// The arguments of a process (/proc/PID/cmdline); empty once it is gone.
+pub fn cmdline(pid: i32) -> Vec<String> {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    raw.split(|b| *b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect()
+}
+
+/// Every open descriptor, of any process, on one of `paths` (also after
+/// the file was renamed to it or deleted: the kernel then shows
+/// "PATH (deleted)"), as `ls -l /proc/*/fd` lists them: (pid, fd, target).
+pub fn fds_on(paths: &[&std::path::Path]) -> Vec<(i32, String, String)> {
+    let mut out = Vec::new();
+    for p in all() {
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{}/fd", p.pid)) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            let Ok(target) = std::fs::read_link(fd.path()) else {
+                continue;
+            };
+            let target = target.display().to_string();
+            let bare = target.strip_suffix(" (deleted)").unwrap_or(&target);
+            if paths.iter().any(|q| std::path::Path::new(bare) == *q) {
+                out.push((p.pid, fd.file_name().to_string_lossy().into_owned(), target));
+            }
+        }
+    }
+    out
+}

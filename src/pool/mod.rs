@@ -340,6 +340,11 @@ impl Pool {
         self.table.lock().unwrap().config().clone()
     }
 
+    /// Notes which child serves a busy slot (learned during its request).
+    pub fn note_pid(&self, slot: SlotId, pid: i32) {
+        self.table.lock().unwrap().note_pid(slot, pid);
+    }
+
     /// Reads the slot table (status page, tests).
     pub fn with_table<R>(&self, f: impl FnOnce(&Table) -> R) -> R {
         f(&self.table.lock().unwrap())

@@ -205,6 +205,13 @@ impl Table {
         }
     }
 
+    /// Notes the pid of the child behind a slot.
+    pub fn note_pid(&mut self, id: SlotId, pid: i32) {
+        if let Some(s) = self.slots.get_mut(&id) {
+            s.pid = Some(pid);
+        }
+    }
+
     /// Marks a slot Retiring (its worker is with the caller).
     pub fn retiring(&mut self, id: SlotId) {
         if let Some(s) = self.slots.get_mut(&id) {

@@ -117,6 +117,15 @@ pub async fn write_all_vectored<W: AsyncWrite + Unpin>(
     Ok(())
 }
 
+/// What the exchange tells its caller while the request runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Notice {
+    /// Prefork: the child that took the connection is this pid.
+    Learned(i32),
+    /// `request_slowlog_timeout` passed (once per request).
+    Slow { pid: Option<i32>, elapsed: Duration },
+}
+
 /// The request's timers, from its pool's configuration.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Timers {
@@ -128,15 +137,15 @@ pub struct Timers {
 
 /// Runs the exchange for `req`, whose head was written on `conn`.
 /// `probe` (prefork) is the connection's fd and the php-cgi parent's pid,
-/// to learn which child took the connection; `on_slow(pid, elapsed)` is
-/// called once when the slowlog timeout passes.
+/// to learn which child took the connection; `on` hears of it (and of the
+/// slowlog timeout passing) while the request runs.
 pub async fn run<R, W>(
     conn: &mut ChildConn,
     probe: Option<(std::os::fd::RawFd, i32)>,
     timers: Timers,
     client: &mut ClientConn<R, W>,
     req: &mut Request,
-    mut on_slow: impl FnMut(Option<i32>, Duration),
+    mut on: impl FnMut(Notice),
 ) -> Report
 where
     R: AsyncRead + Unpin,
@@ -373,13 +382,19 @@ where
                     if learned.is_none() {
                         if let Some((fd, parent)) = probe {
                             learned = crate::peer::child_on_connection(fd, parent);
+                            if let Some(pid) = learned {
+                                on(Notice::Learned(pid));
+                            }
                         }
                     }
-                    on_slow(learned, started.elapsed());
+                    on(Notice::Slow { pid: learned, elapsed: started.elapsed() });
                 }
                 _ = &mut probe_timer, if probe.is_some() && learned.is_none() => {
                     if let Some((fd, parent)) = probe {
                         learned = crate::peer::child_on_connection(fd, parent);
+                        if let Some(pid) = learned {
+                            on(Notice::Learned(pid));
+                        }
                     }
                     probe_delay = (probe_delay * 2).min(Duration::from_millis(200));
                     probe_timer.as_mut().reset(tokio::time::Instant::now() + probe_delay);
@@ -595,7 +610,7 @@ mod tests {
             panic!("no request")
         };
         conn.writer.write_all(&req.head).await.unwrap();
-        run(conn, None, Timers::default(), client, &mut req, |_, _| {}).await
+        run(conn, None, Timers::default(), client, &mut req, |_| {}).await
     }
 
     /// Runs one request: `client_bytes` from the web server (then it closes

@@ -394,12 +394,17 @@ where
             lease.give_back(Fate::Unreachable);
             continue;
         };
-        let on_slow = |pid: Option<i32>, elapsed| {
-            if let Some(info) = &slow {
-                write_slowlog(&limits, pid.unwrap_or(known), info, elapsed);
+        let slot = w.slot;
+        let on = |notice| match notice {
+            // The slot table names the child (status page, graceful_timeout).
+            exchange::Notice::Learned(pid) => pool.note_pid(slot, pid),
+            exchange::Notice::Slow { pid, elapsed } => {
+                if let Some(info) = &slow {
+                    write_slowlog(&limits, pid.unwrap_or(known), info, elapsed);
+                }
             }
         };
-        let report = exchange::run(conn, probe, timers, client, req, on_slow).await;
+        let report = exchange::run(conn, probe, timers, client, req, on).await;
         if let Some(pid) = report.learned {
             lease.worker().set_pid(pid);
         }

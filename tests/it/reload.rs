@@ -1055,6 +1055,15 @@ fn listen_mode_backlog_and_address_change_under_load() {
 // Item 7: watch = true
 // ---------------------------------------------------------------------------
 
+/// Waits until fpmd says it is ready: it installs the configuration
+/// watcher just before, so an edit made earlier (when fpmd is slow to
+/// start, on a loaded machine) could go unseen. `log` reads its log.
+fn wait_watching(log: impl Fn() -> String) {
+    wait_for(LONG, "fpmd ready (its watcher installed)", || {
+        log().contains("ready to handle connections")
+    });
+}
+
 /// `watch = true`: an edit of a pool file (only that file is written, in
 /// place) starts a reload within 1 s; a broken save is refused, logged with
 /// file and line, and changes nothing; the next good save applies.
@@ -1076,6 +1085,7 @@ fn watch_reloads_an_edited_pool_file_and_ignores_a_broken_save() {
     let nginx = Nginx::start(&dir, NginxOpts::default().upstream(fpmd.upstream(0)));
     let mut s = Stack { nginx, fpmd, dir };
     s.fpmd.wait_workers(4, LONG);
+    wait_watching(|| read(&error_log));
     assert_eq!(memory_limit(&s.nginx), "64M");
 
     let main_before = std::fs::read(s.fpmd.conf()).unwrap();
@@ -1176,6 +1186,7 @@ fn watch_is_not_postponed_by_writes_beside_the_configuration() {
     let cfg = |p: Pool| FpmdConfig::new().global("watch = true").pool(p);
     let mut s = Stack::start_with(cfg(pool("www", "64M")), NginxOpts::default());
     s.fpmd.wait_workers(4, LONG);
+    wait_watching(|| s.fpmd.log());
     let stop = Arc::new(AtomicBool::new(false));
     let busy = {
         let (stop, path) = (stop.clone(), s.dir.join("busy.log"));
@@ -1227,6 +1238,7 @@ fn watch_one_edit_is_one_reload_even_when_the_reload_is_slow() {
     let nginx = Nginx::start(&dir, NginxOpts::default().upstream(fpmd.upstream(0)));
     let mut s = Stack { nginx, fpmd, dir };
     s.fpmd.wait_workers(4, LONG);
+    wait_watching(|| s.fpmd.log());
     let mark = s.fpmd.log_len();
     s.fpmd.rewrite(&cfg(pool("www", "96M").php_cgi(&slow)));
     wait_memory_limit(&s.nginx, "96M", LONG);

@@ -224,6 +224,22 @@ impl FpmdConfig {
         for l in &self.global_lines {
             writeln!(g, "{l}").unwrap();
         }
+        // Each test's own control socket (after the test's lines, which
+        // tests count lines in): fpmd's default for root,
+        // /run/fpmd/fpmd.sock, would be taken by whichever test's fpmd
+        // started first, and reached by every other test's `fpmd reload`.
+        if !self
+            .global_lines
+            .iter()
+            .any(|l| l.trim_start().starts_with("control_socket"))
+        {
+            writeln!(
+                g,
+                "control_socket = {:?}",
+                dir.join("ctl.sock").display().to_string()
+            )
+            .unwrap();
+        }
         write_if_changed(&main, &g);
         for p in &self.pools {
             write_if_changed(&pool_d.join(format!("{}.toml", p.name)), &p.toml(dir, tag));

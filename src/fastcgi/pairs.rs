@@ -8,7 +8,16 @@ use super::{ProtocolError, StreamWriter, MAX_CONTENT_LEN};
 /// pair runs past the end.
 pub struct Pairs<'a> {
     rest: &'a [u8],
+    len: usize,
     failed: bool,
+}
+
+impl Pairs<'_> {
+    /// Bytes of the stream consumed so far: the offset where the next pair
+    /// starts (after a pair was yielded, where it ended).
+    pub fn offset(&self) -> usize {
+        self.len - self.rest.len()
+    }
 }
 
 /// Iterates the name-value pairs (FCGI spec 3.4) of `stream`, the
@@ -16,6 +25,7 @@ pub struct Pairs<'a> {
 pub fn pairs(stream: &[u8]) -> Pairs<'_> {
     Pairs {
         rest: stream,
+        len: stream.len(),
         failed: false,
     }
 }

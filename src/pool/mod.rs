@@ -212,21 +212,22 @@ impl Lease<'_> {
         &self.config
     }
 
-    /// Notes what request the child runs (status page, graceful_timeout).
-    pub fn set_request(&self, info: RequestInfo) {
+    /// Notes what request the child runs (status page, graceful_timeout):
+    /// `fill` writes it into the slot, under the table's lock.
+    pub fn set_request(&self, fill: impl FnOnce(&mut RequestInfo)) {
         if let Some(w) = &self.worker {
             self.pool
                 .table
                 .lock()
                 .unwrap()
-                .set_request(w.slot, info, w.pid);
+                .set_request(w.slot, w.pid, fill);
         }
     }
 
     /// Ends the lease as the verdict says.
     pub fn give_back(mut self, fate: Fate) {
         if let Some(w) = self.worker.take() {
-            self.pool.settle(w, fate);
+            self.pool.settle(w, fate, &self.config);
         }
     }
 }
@@ -235,7 +236,7 @@ impl Drop for Lease<'_> {
     fn drop(&mut self) {
         if let Some(w) = self.worker.take() {
             warn!(pool = %self.pool.name, pid = w.log_pid(), "a child was given back without a verdict (the connection task ended early): killing it");
-            self.pool.settle(w, Fate::Kill);
+            self.pool.settle(w, Fate::Kill, &self.config);
         }
     }
 }
@@ -411,22 +412,32 @@ impl Pool {
         result
     }
 
-    /// Carries out a verdict on a child given back by a [`Lease`].
-    fn settle(&self, mut w: Worker, fate: Fate) {
+    /// Carries out a verdict on a child given back by a [`Lease`]; `config`
+    /// is its generation's.
+    fn settle(&self, mut w: Worker, fate: Fate, config: &PoolConfig) {
         match fate {
-            Fate::Keep => self.release(w),
+            Fate::Keep => self.release(w, config),
             Fate::Reconnect => {
                 w.learn_pid();
                 drop(w.conn.take());
-                self.release(w);
+                self.release(w, config);
             }
             Fate::Lost => {
                 self.died_mid_request(&w);
-                drop(w.conn.take());
                 if w.prefork {
+                    // The parent forks a replacement; the slot reconnects.
+                    drop(w.conn.take());
                     w.reset_slot();
+                    self.offer_cold(w);
+                } else {
+                    // php-cgi closes its connection mid-request only on its
+                    // way out (it may still be dumping core, its listening
+                    // socket still open): never offer it again. Its exit is
+                    // reaped and logged as a crash (fpmd did not ask for
+                    // it), and the process manager replaces it.
+                    drop(w.conn.take());
+                    self.table.lock().unwrap().remove(w.slot);
                 }
-                self.offer(w);
             }
             Fate::Kill | Fate::Unreachable => self.discard(w),
             Fate::Terminate => self.terminate(w),
@@ -436,14 +447,9 @@ impl Pool {
     /// Gives a child back after a complete exchange: to the oldest waiter,
     /// else onto the idle stack; or retires it when it reached
     /// `pm.max_requests` or is over `pm.max_memory` (its generation's).
-    fn release(&self, mut w: Worker) {
+    fn release(&self, mut w: Worker, config: &PoolConfig) {
         w.served += 1;
         w.learn_pid();
-        let config = { self.table.lock().unwrap().configs.get(&w.gen).cloned() };
-        let Some(config) = config else {
-            self.offer(w);
-            return;
-        };
         let max = config.pm.max_requests;
         let over_memory = match (config.pm.max_memory, w.pid) {
             (Some(limit), Some(pid)) => match crate::procfs::resident_bytes(pid) {
@@ -483,7 +489,7 @@ impl Pool {
             }
             if w.prefork {
                 w.reset_slot();
-                self.offer(w);
+                self.offer_cold(w);
             } else {
                 self.table.lock().unwrap().remove(w.slot);
             }
@@ -516,7 +522,7 @@ impl Pool {
         }
         if w.prefork {
             w.reset_slot();
-            self.offer(w);
+            self.offer_cold(w);
         } else {
             self.table.lock().unwrap().remove(w.slot);
         }
@@ -549,7 +555,7 @@ impl Pool {
         }
         if w.prefork {
             w.reset_slot();
-            self.offer(w);
+            self.offer_cold(w);
         } else {
             self.table.lock().unwrap().remove(w.slot);
         }
@@ -561,6 +567,15 @@ impl Pool {
     /// generation being started makes it current.
     fn offer(&self, w: Worker) {
         self.put_back(w, false)
+    }
+
+    /// [`Pool::offer`] for a slot with no warm child behind it (a new
+    /// child, or a pre-fork slot whose child was replaced): it goes to the
+    /// least recently used end of the idle stack, so that the children
+    /// already serving keep the work and their warm caches (as php-fpm's
+    /// children, which the kernel wakes most recently waiting first).
+    pub(crate) fn offer_cold(&self, w: Worker) {
+        self.put_back(w, true)
     }
 
     /// [`Pool::offer`], or onto the least recently used end with `lru`.

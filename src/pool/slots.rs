@@ -36,13 +36,39 @@ impl std::fmt::Display for GenId {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SlotId(pub u32);
 
-/// What a request in flight is, for the status page and for the log line
-/// when `graceful_timeout` ends it.
+/// What a slot's request is (while Busy) or was, for the status page and
+/// for the log line when `graceful_timeout` ends it; empty before the
+/// first. Kept in its slot and overwritten in place, as php-fpm's
+/// scoreboard keeps it, so that a request costs no allocation.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RequestInfo {
-    pub script: Box<str>,
-    pub uri: Box<str>,
-    pub method: Box<str>,
+    pub script: String,
+    pub uri: String,
+    pub method: String,
+}
+
+impl RequestInfo {
+    /// Overwrites the fields with client-supplied bytes as text (invalid
+    /// UTF-8 shows as U+FFFD), keeping their buffers.
+    pub fn set(&mut self, script: &[u8], uri: &[u8], method: &[u8]) {
+        fn put(to: &mut String, b: &[u8]) {
+            to.clear();
+            match std::str::from_utf8(b) {
+                Ok(s) => to.push_str(s),
+                Err(_) => to.push_str(&String::from_utf8_lossy(b)),
+            }
+        }
+        put(&mut self.script, script);
+        put(&mut self.uri, uri);
+        put(&mut self.method, method);
+    }
+
+    /// Empties the fields, keeping their buffers.
+    pub fn clear(&mut self) {
+        self.script.clear();
+        self.uri.clear();
+        self.method.clear();
+    }
 }
 
 /// The state of a slot (Horust-style: each state carries its data).
@@ -53,11 +79,9 @@ pub enum SlotState {
     Cold,
     /// Idle since then.
     Idle { since: Instant },
-    /// Leased to a request since then.
-    Busy {
-        since: Instant,
-        request: Option<RequestInfo>,
-    },
+    /// Leased to a request since then (the request is the slot's
+    /// [`Slot::request`]).
+    Busy { since: Instant },
     /// Taken out of dispatch for good (old generation, max_requests,
     /// scale-down, stop); the supervisor removes it.
     Retiring,
@@ -72,6 +96,8 @@ pub struct Slot {
     /// The child serving it, when known.
     pub pid: Option<i32>,
     pub state: SlotState,
+    /// The request running (Busy) or last run.
+    pub request: RequestInfo,
     /// The slot's worker while it is not leased.
     worker: Option<Worker>,
 }
@@ -123,6 +149,7 @@ impl Table {
                 leader,
                 pid,
                 state: SlotState::Retiring,
+                request: RequestInfo::default(),
                 worker: None,
             },
         );
@@ -175,10 +202,8 @@ impl Table {
     fn take(&mut self, id: SlotId, now: Instant) -> Option<Worker> {
         let s = self.slots.get_mut(&id)?;
         let w = s.worker.take()?;
-        s.state = SlotState::Busy {
-            since: now,
-            request: None,
-        };
+        s.state = SlotState::Busy { since: now };
+        s.request.clear();
         Some(w)
     }
 
@@ -186,18 +211,21 @@ impl Table {
     pub fn lease(&mut self, w: &Worker, now: Instant) {
         if let Some(s) = self.slots.get_mut(&w.slot) {
             s.pid = w.pid;
-            s.state = SlotState::Busy {
-                since: now,
-                request: None,
-            };
+            s.state = SlotState::Busy { since: now };
+            s.request.clear();
         }
     }
 
-    /// Notes what the request on a busy slot is.
-    pub fn set_request(&mut self, id: SlotId, info: RequestInfo, pid: Option<i32>) {
+    /// Notes what the request on a busy slot is: `fill` writes it.
+    pub fn set_request(
+        &mut self,
+        id: SlotId,
+        pid: Option<i32>,
+        fill: impl FnOnce(&mut RequestInfo),
+    ) {
         if let Some(s) = self.slots.get_mut(&id) {
-            if let SlotState::Busy { request, .. } = &mut s.state {
-                *request = Some(info);
+            if let SlotState::Busy { .. } = s.state {
+                fill(&mut s.request);
             }
             if pid.is_some() {
                 s.pid = pid;
@@ -390,14 +418,8 @@ mod tests {
         let w = t.pop_idle(now).unwrap();
         assert_eq!(w.slot, b, "most recently used first");
         assert!(matches!(t.slot(b).unwrap().state, SlotState::Busy { .. }));
-        t.set_request(
-            b,
-            RequestInfo {
-                uri: "/x.php".into(),
-                ..Default::default()
-            },
-            Some(99),
-        );
+        t.set_request(b, Some(99), |r| r.set(b"/srv/x.php", b"/x.php", b"GET"));
+        assert_eq!(t.slot(b).unwrap().request.uri, "/x.php");
         assert_eq!(t.slot(b).unwrap().pid, Some(99));
         assert_eq!(t.busy_of(GenId(1)).count(), 1);
         t.push_idle(w, false);

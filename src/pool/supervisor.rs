@@ -441,8 +441,8 @@ impl Supervisor {
                 let t = self.pool.table.lock().unwrap();
                 t.busy_of(gen)
                     .map(|(_, s)| match &s.state {
-                        SlotState::Busy { since, request } => {
-                            (s.leader, s.pid, *since, request.clone())
+                        SlotState::Busy { since } => {
+                            (s.leader, s.pid, *since, Some(s.request.clone()))
                         }
                         _ => (s.leader, s.pid, Instant::now(), None),
                     })
@@ -616,7 +616,7 @@ impl Supervisor {
                 }
             }
             w.reset_slot();
-            self.pool.put_back(w, true);
+            self.pool.offer_cold(w);
         } else {
             self.pool.table.lock().unwrap().remove(w.slot);
             self.stop_child(w.leader, w.leader, Signal::SIGTERM);
@@ -695,8 +695,8 @@ impl Supervisor {
             let t = self.pool.table.lock().unwrap();
             t.slots()
                 .filter_map(|(_, s)| match &s.state {
-                    SlotState::Busy { request, .. } => {
-                        Some((s.pid.unwrap_or(s.leader), request.clone()))
+                    SlotState::Busy { .. } => {
+                        Some((s.pid.unwrap_or(s.leader), Some(s.request.clone())))
                     }
                     _ => None,
                 })
@@ -887,7 +887,7 @@ impl Supervisor {
                 .lock()
                 .unwrap()
                 .new_slot(leader.gen, leader.leader, pid);
-            self.pool.offer(Worker {
+            self.pool.offer_cold(Worker {
                 slot,
                 gen: leader.gen,
                 leader: leader.leader,

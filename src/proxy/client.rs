@@ -10,6 +10,7 @@
 //! (request id 0) are answered by fpmd. Must not touch: children.
 
 use std::io;
+use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
@@ -19,6 +20,7 @@ use tracing::{debug, info, warn};
 
 use super::local::Local;
 use super::request::Request;
+use super::request_info::Vars;
 use super::{field, script, Charge, Ctx};
 use crate::fastcgi::{
     self, BeginRequest, Deframer, EndRequest, Piece, ProtocolStatus, RecordType, NULL_REQUEST_ID,
@@ -103,6 +105,11 @@ pub struct ClientConn<R, W> {
     pub buf: BytesMut,
     pub deframer: Deframer,
     pub st: Session,
+    /// The read timeout's timer, kept for the connection's life: it is
+    /// moved earlier when a deadline comes closer, and when it fires before
+    /// the current deadline (which only ever moved later) it is set again,
+    /// so that an ordinary request touches the timer wheel not at all.
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 /// What a connection keeps between records, apart from its socket and
@@ -168,6 +175,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> ClientConn<R, W> {
                 spare_head: Vec::new(),
                 spare_params: Vec::new(),
             },
+            timer: None,
         }
     }
 
@@ -277,6 +285,12 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> ClientConn<R, W> {
             if self.buf.capacity() - self.buf.len() < 1024 {
                 self.buf.reserve(4 * 1024);
             }
+            let timer = self
+                .timer
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+            if deadline < timer.deadline() {
+                timer.as_mut().reset(deadline);
+            }
             tokio::select! {
                 n = self.reader.read_buf(&mut self.buf) => {
                     if n? == 0 {
@@ -289,7 +303,12 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> ClientConn<R, W> {
                     }
                 }
                 _ = shutdown.changed(), if idle => return Ok(Next::Closed),
-                _ = tokio::time::sleep_until(deadline) => {
+                _ = timer.as_mut() => {
+                    if tokio::time::Instant::now() < deadline {
+                        // Set for an earlier deadline since moved on.
+                        timer.as_mut().reset(deadline);
+                        continue;
+                    }
                     let id = req.as_ref().map_or(0, |r| r.id);
                     return match state {
                         State::Idle => {
@@ -420,8 +439,15 @@ impl Session {
                     Local::HeadTooLarge.encode(&mut self.replies, id);
                     return Ok(Step::Answered);
                 }
-                let plan = script::plan(raw, &ctx.script);
-                let lost = r.set_params(raw, &plan.edits)?;
+                // One pass for the common case: the PARAMS are copied while
+                // the variables that find the script are read; the rare
+                // request that php-fpm would rewrite is copied again.
+                let mut vars = Vars::new();
+                let mut lost = r.set_params(raw, &[], |n, v| vars.note(n, v))?;
+                let plan = script::plan(&vars, &ctx.script);
+                if !plan.edits.is_empty() {
+                    lost = r.set_params(raw, &plan.edits, |_, _| {})?;
+                }
                 for (name, len) in lost {
                     warn!(pool = %ctx.pool, peer = %ctx.peer, "request id {id}: dropped the CGI variable {} ({len} bytes): no FastCGI record can carry it to php-cgi", field(&name));
                 }

@@ -71,35 +71,6 @@ enum UpEnd {
     ChildGone,
 }
 
-/// Request fields a slowlog entry names, taken before the exchange
-/// borrows the request (only when a slowlog timeout is set).
-pub struct SlowInfo {
-    pub script: String,
-    pub uri: String,
-    pub method: String,
-}
-
-impl From<SlowInfo> for crate::pool::RequestInfo {
-    fn from(s: SlowInfo) -> Self {
-        crate::pool::RequestInfo {
-            script: s.script.into(),
-            uri: s.uri.into(),
-            method: s.method.into(),
-        }
-    }
-}
-
-impl SlowInfo {
-    pub fn of(req: &Request) -> SlowInfo {
-        let get = |n: &[u8]| super::field(req.param(n).unwrap_or_default()).to_string();
-        SlowInfo {
-            script: get(b"SCRIPT_FILENAME"),
-            uri: get(b"REQUEST_URI"),
-            method: get(b"REQUEST_METHOD"),
-        }
-    }
-}
-
 /// Writes every byte of `bufs` with `writev`.
 pub async fn write_all_vectored<W: AsyncWrite + Unpin>(
     w: &mut W,
@@ -167,6 +138,7 @@ where
         buf,
         deframer,
         st,
+        ..
     } = client;
     // Written by the response pump, read after it (which may have been
     // dropped by a timer). Atomics only because a task must be Send.

@@ -205,13 +205,20 @@ async fn serve<R, W>(
     W: AsyncWrite + Unpin,
 {
     let mut client = ClientConn::new(reader, writer, Charge::new());
+    let mut config = pool.config();
+    let mut script = script::Options::of(&config);
     loop {
         // The current generation's settings (a reload may change them
         // between two requests of one connection).
+        let now = pool.config();
+        if !Arc::ptr_eq(&now, &config) {
+            script = script::Options::of(&now);
+            config = now;
+        }
         let ctx = Ctx {
             pool: pool.name(),
             peer,
-            script: script::Options::of(&pool.config()),
+            script,
         };
         let mut req = match client.read_request(&ctx, &mut shutdown).await {
             Ok(Next::Request(req)) => req,
@@ -231,7 +238,7 @@ async fn serve<R, W>(
                 return;
             }
         };
-        let result = dispatch(pool, &ctx, &mut client, &mut req).await;
+        let result = dispatch(pool, &config, &ctx, &mut client, &mut req).await;
         let drain = !req.client_stdin_done;
         client.recycle(req);
         match result {
@@ -297,9 +304,12 @@ async fn drain_and_close<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
 }
 
 /// Gets a child for `req` and runs the exchange. Returns what becomes of
-/// the connection. Errors: writing to the web server failed.
+/// the connection; `config` is the pool's current generation's settings
+/// (those the request is queued under). Errors: writing to the web server
+/// failed.
 async fn dispatch<R, W>(
     pool: &Pool,
+    config: &crate::config::PoolConfig,
     ctx: &Ctx<'_>,
     client: &mut ClientConn<R, W>,
     req: &mut Request,
@@ -309,7 +319,6 @@ where
     W: AsyncWrite + Unpin,
 {
     let uri = |req: &Request| field(req.param(b"REQUEST_URI").unwrap_or_default()).to_string();
-    let config = pool.config();
     let attempts = DISPATCH_ATTEMPTS + config.pm.max_children as usize;
     let queue_deadline = config
         .request_queue_timeout
@@ -378,10 +387,15 @@ where
         }
         // The limits of the child's generation.
         let limits = lease.config().clone();
-        let slow = limits
-            .request_slowlog_timeout
-            .map(|_| exchange::SlowInfo::of(req));
-        lease.set_request(exchange::SlowInfo::of(req).into());
+        let slow = limits.request_slowlog_timeout.map(|_| req.info());
+        lease.set_request(|info| {
+            let p = |n: &[u8]| req.param(n).unwrap_or_default();
+            info.set(
+                p(b"SCRIPT_FILENAME"),
+                p(b"REQUEST_URI"),
+                p(b"REQUEST_METHOD"),
+            )
+        });
         let timers = exchange::Timers {
             slowlog: limits.request_slowlog_timeout,
             terminate: limits.request_terminate_timeout,
@@ -456,10 +470,7 @@ fn log_report(pool: &Pool, ctx: &Ctx<'_>, pid: i32, req: &Request, r: &exchange:
             "request ran {elapsed:.3} s, over request_terminate_timeout: terminating the child")
         }
     }
-    let owed = match req.owed {
-        request::Owed::Exact(n) => n.to_string(),
-        request::Owed::UntilEnd => "an unknown number of".into(),
-    };
+    let owed = req.owed;
     match o.body {
         BodyEnd::Complete => {}
         BodyEnd::Excess => {
@@ -535,12 +546,12 @@ pub(crate) async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
 fn write_slowlog(
     config: &crate::config::PoolConfig,
     pid: i32,
-    info: &exchange::SlowInfo,
+    info: &crate::pool::RequestInfo,
     elapsed: Duration,
 ) {
     use std::io::Write;
     let name = &config.name;
-    let exchange::SlowInfo {
+    let crate::pool::RequestInfo {
         script,
         uri,
         method,

@@ -15,8 +15,9 @@ use std::ops::Range;
 use crate::fastcgi::pairs::write_pair;
 use crate::fastcgi::{
     decode_record, encode_begin_request, encode_empty, find_param, pairs, BeginRequest,
-    ProtocolError, RecordType, StreamWriter, KEEP_CONN, ROLE_RESPONDER,
+    ProtocolError, RecordType, StreamWriter, KEEP_CONN, MAX_CONTENT_LEN, ROLE_RESPONDER,
 };
+use crate::pool::RequestInfo;
 
 /// How much body the child is owed, from `CONTENT_LENGTH` as PHP reads it
 /// (`atol`, php-src `sapi/cgi/cgi_main.c` `init_request_info`).
@@ -65,6 +66,38 @@ impl Owed {
     }
 }
 
+/// The CGI variables fpmd itself reads for every request (body length,
+/// slot table, slowlog, logs): [`Request::set_params`] notes where their
+/// values lie, so that [`Request::param`] finds them without a scan.
+pub const KNOWN: [&[u8]; 4] = [
+    b"CONTENT_LENGTH",
+    b"SCRIPT_FILENAME",
+    b"REQUEST_URI",
+    b"REQUEST_METHOD",
+];
+
+fn known_index(name: &[u8]) -> Option<usize> {
+    // Length and first byte tell most names apart without a compare.
+    let k = match (name.len(), name.first()) {
+        (14, Some(b'C')) => 0,
+        (15, Some(b'S')) => 1,
+        (11, Some(b'R')) => 2,
+        (14, Some(b'R')) => 3,
+        _ => return None,
+    };
+    (KNOWN[k] == name).then_some(k)
+}
+
+/// As log lines say it: "1234 bytes", "an unknown number of bytes".
+impl std::fmt::Display for Owed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Owed::Exact(n) => write!(f, "{n}"),
+            Owed::UntilEnd => f.write_str("an unknown number of"),
+        }
+    }
+}
+
 /// A request whose head (BEGIN_REQUEST and PARAMS) has been read.
 #[derive(Debug)]
 pub struct Request {
@@ -77,6 +110,8 @@ pub struct Request {
     /// Where the PARAMS records lie in `head` (for [`Request::param`]; kept
     /// valid after `head` was written: it is cleared only for reuse).
     params: Range<usize>,
+    /// Where the values of the [`KNOWN`] variables lie in `head`.
+    known: [Option<Range<usize>>; KNOWN.len()],
     /// Body owed to the child.
     pub owed: Owed,
     /// STDIN content bytes given to the child so far (in `head`, or written).
@@ -125,6 +160,7 @@ impl Request {
             keep_conn,
             head,
             params: at..at,
+            known: Default::default(),
             owed: Owed::Exact(0),
             body: 0,
             excess: 0,
@@ -142,31 +178,92 @@ impl Request {
     /// Re-encodes the web server's PARAMS stream `raw` (its records'
     /// content, concatenated) into `head`, each pair whole in one record,
     /// with `edits` applied; learns the body owed from `CONTENT_LENGTH`.
-    /// Returns the pairs dropped because no record can hold them (over
-    /// 65,535 bytes: php-cgi could not read them either).
+    /// `observe` sees every pair of `raw` as it is read, edits aside (so
+    /// that the caller needs no pass of its own). Returns the pairs dropped
+    /// because no record can hold them (over 65,535 bytes: php-cgi could
+    /// not read them either). Called again before any body was buffered,
+    /// it replaces the PARAMS it wrote.
+    ///
+    /// One pass over `raw`: runs of consecutive whole pairs are copied as
+    /// they are, one record per 64 KiB, and the values of the [`KNOWN`]
+    /// variables are located on the way.
     ///
     /// Errors: [`ProtocolError::TruncatedPair`] for a malformed stream
-    /// (php-fpm closes such a connection too).
-    pub fn set_params(&mut self, raw: &[u8], edits: &[Edit]) -> Result<Dropped, ProtocolError> {
-        if let Some(Err(e)) = pairs(raw).find(|p| p.is_err()) {
-            return Err(e);
-        }
-        let start = self.head.len();
+    /// (php-fpm closes such a connection too); `head` has no PARAMS then.
+    pub fn set_params<'r>(
+        &mut self,
+        raw: &'r [u8],
+        edits: &[Edit],
+        mut observe: impl FnMut(&'r [u8], &'r [u8]),
+    ) -> Result<Dropped, ProtocolError> {
+        let start = self.params.start;
+        self.head.truncate(start);
+        self.params = start..start;
+        self.child_stdin_ended = false;
         let mut w = StreamWriter::new(RecordType::Params, self.id);
         let mut dropped = Vec::new();
-        let mut push = |head: &mut Vec<u8>, name: &[u8], value: &[u8]| {
-            if write_pair(&mut w, head, name, value).is_err() {
-                dropped.push((name.to_vec(), name.len() + value.len()));
+        // The run of raw pairs not yet copied, and where its known values lie.
+        let mut run = 0..0;
+        let mut pending: [Option<Range<usize>>; KNOWN.len()] = Default::default();
+        self.known = Default::default();
+        let mut flush = |head: &mut Vec<u8>,
+                         known: &mut [Option<Range<usize>>; KNOWN.len()],
+                         pending: &mut [Option<Range<usize>>; KNOWN.len()],
+                         run: &Range<usize>| {
+            if run.is_empty() {
+                return;
+            }
+            // A run is at most one record's worth: this cannot fail.
+            let _ = w.write_whole(head, &[&raw[run.clone()]]);
+            // Raw offset `run.end` is now `head.len()`; a value lies in
+            // the run, so `r.start >= run.start` and nothing underflows.
+            let end = head.len();
+            for (k, p) in known.iter_mut().zip(pending.iter_mut()) {
+                if let Some(r) = p.take() {
+                    *k = Some(r.start + end - run.end..r.end + end - run.end);
+                }
             }
         };
-        for (name, value) in pairs(raw).map_while(Result::ok) {
-            if !edits.iter().any(|e| e.name == name) {
-                push(&mut self.head, name, value);
+        let mut it = pairs(raw);
+        loop {
+            let pair_start = it.offset();
+            let (name, value) = match it.next() {
+                None => break,
+                Some(Ok(pair)) => pair,
+                Some(Err(e)) => {
+                    self.head.truncate(start);
+                    self.known = Default::default();
+                    self.owed = Owed::Exact(0);
+                    return Err(e);
+                }
+            };
+            observe(name, value);
+            let pair_end = it.offset();
+            let whole = pair_end - pair_start;
+            if whole > MAX_CONTENT_LEN || edits.iter().any(|e| e.name == name) {
+                flush(&mut self.head, &mut self.known, &mut pending, &run);
+                run = pair_end..pair_end;
+                if whole > MAX_CONTENT_LEN {
+                    dropped.push((name.to_vec(), name.len() + value.len()));
+                }
+                continue;
+            }
+            if pair_end - run.start > MAX_CONTENT_LEN {
+                flush(&mut self.head, &mut self.known, &mut pending, &run);
+                run = pair_start..pair_start;
+            }
+            run.end = pair_end;
+            if let Some(k) = known_index(name) {
+                pending[k] = Some(pair_end - value.len()..pair_end);
             }
         }
+        flush(&mut self.head, &mut self.known, &mut pending, &run);
         for e in edits {
-            if let Some(v) = &e.value {
-                push(&mut self.head, &e.name, v);
+            let Some(v) = &e.value else { continue };
+            if write_pair(&mut w, &mut self.head, &e.name, v).is_err() {
+                dropped.push((e.name.clone(), e.name.len() + v.len()));
+            } else if let Some(k) = known_index(&e.name) {
+                self.known[k] = Some(self.head.len() - v.len()..self.head.len());
             }
         }
         w.end(&mut self.head);
@@ -180,8 +277,17 @@ impl Request {
     }
 
     /// The value of a CGI variable as the child sees it (the last pair of
-    /// that name, as in php-cgi's table).
+    /// that name, as in php-cgi's table). Free for the [`KNOWN`] names; a
+    /// scan of the PARAMS for the others.
     pub fn param(&self, name: &[u8]) -> Option<&[u8]> {
+        if let Some(k) = known_index(name) {
+            return self.known[k].clone().and_then(|r| self.head.get(r));
+        }
+        self.scan_param(name)
+    }
+
+    /// [`Request::param`] by reading the PARAMS records.
+    fn scan_param(&self, name: &[u8]) -> Option<&[u8]> {
         let mut rest = self.head.get(self.params.clone()).unwrap_or_default();
         let mut found = None;
         while let Ok(Some(rec)) = decode_record(rest) {
@@ -191,6 +297,19 @@ impl Request {
             rest = &rest[rec.header.record_len()..];
         }
         found
+    }
+
+    /// What the request is, for the slot table and the slowlog: the
+    /// script, URI and method as text (invalid UTF-8 shows as U+FFFD).
+    pub fn info(&self) -> RequestInfo {
+        let p = |n: &[u8]| self.param(n).unwrap_or_default();
+        let mut info = RequestInfo::default();
+        info.set(
+            p(b"SCRIPT_FILENAME"),
+            p(b"REQUEST_URI"),
+            p(b"REQUEST_METHOD"),
+        );
+        info
     }
 
     /// Bytes of body the child may still take (`u64::MAX` for a body of
@@ -313,7 +432,7 @@ mod tests {
             (b"CONTENT_LENGTH", b"3"),
             (b"CONTENT_LENGTH", b"4"),
         ]);
-        let dropped = r.set_params(&p, &[]).unwrap();
+        let dropped = r.set_params(&p, &[], |_, _| {}).unwrap();
         assert_eq!(dropped, vec![(b"G".to_vec(), 70_001)]);
         assert_eq!(r.owed, Owed::Exact(4));
         assert_eq!(r.param(b"A").map(<[u8]>::len), Some(40_000));
@@ -328,6 +447,53 @@ mod tests {
                     "each PARAMS record parses on its own"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn known_values_are_where_a_scan_finds_them() {
+        // Runs split across records, repeated names, an edited name, a
+        // dropped giant and a name skipped by an edit.
+        let fill = vec![b'f'; 30_000];
+        let giant = vec![b'g'; 70_000];
+        let p = raw(&[
+            (b"REQUEST_URI", b"/first"),
+            (b"F1", &fill),
+            (b"SCRIPT_FILENAME", b"/srv/a.php"),
+            (b"F2", &fill),
+            (b"REQUEST_METHOD", b"GET"),
+            (b"F3", &fill),
+            (b"REQUEST_URI", b"/second"),
+            (b"REQUEST_URI", &giant),
+            (b"CONTENT_LENGTH", b"0"),
+            (b"SCRIPT_FILENAME", b"/srv/b.php"),
+            (b"X", b"1"),
+        ]);
+        for edits in [
+            vec![],
+            vec![Edit {
+                name: b"SCRIPT_FILENAME".to_vec(),
+                value: Some(b"/srv/c.php".to_vec()),
+            }],
+            vec![Edit {
+                name: b"REQUEST_METHOD".to_vec(),
+                value: None,
+            }],
+        ] {
+            let mut r = Request::begin(3, true, Vec::new());
+            let dropped = r.set_params(&p, &edits, |_, _| {}).unwrap();
+            assert_eq!(dropped.len(), 1);
+            for k in KNOWN {
+                assert_eq!(
+                    r.param(k),
+                    r.scan_param(k),
+                    "{}",
+                    String::from_utf8_lossy(k)
+                );
+            }
+            assert_eq!(r.param(b"REQUEST_URI"), Some(&b"/second"[..]));
+            let script = r.param(b"SCRIPT_FILENAME");
+            assert!(script == Some(b"/srv/b.php") || script == Some(b"/srv/c.php"));
         }
     }
 
@@ -349,16 +515,45 @@ mod tests {
                 value: None,
             },
         ];
-        r.set_params(&p, &edits).unwrap();
+        r.set_params(&p, &edits, |_, _| {}).unwrap();
         assert_eq!(r.param(b"SCRIPT_FILENAME"), Some(&b"/srv/a.php"[..]));
         assert_eq!(r.param(b"X"), None);
+    }
+
+    #[test]
+    fn params_set_again_replace_the_first_and_observe_sees_every_pair() {
+        let p = raw(&[(b"SCRIPT_FILENAME", b"/a.php"), (b"X", b"1")]);
+        let mut r = Request::begin(1, true, Vec::new());
+        let mut seen = Vec::new();
+        r.set_params(&p, &[], |n, v| seen.push((n, v))).unwrap();
+        assert_eq!(
+            seen,
+            vec![(&b"SCRIPT_FILENAME"[..], &b"/a.php"[..]), (b"X", b"1")]
+        );
+        let edit = Edit {
+            name: b"SCRIPT_FILENAME".to_vec(),
+            value: Some(b"/b.php".to_vec()),
+        };
+        r.set_params(&p, &[edit], |_, _| {}).unwrap();
+        assert_eq!(r.param(b"SCRIPT_FILENAME"), Some(&b"/b.php"[..]));
+        let recs = records(&r.head);
+        assert_eq!(
+            recs.iter().filter(|(k, _)| *k == 4).count(),
+            2,
+            "one PARAMS record and the end"
+        );
+        assert_eq!(
+            recs.iter().filter(|(k, _)| *k == 5).count(),
+            1,
+            "one empty STDIN"
+        );
     }
 
     #[test]
     fn malformed_params_are_refused() {
         let mut r = Request::begin(1, false, Vec::new());
         assert_eq!(
-            r.set_params(&[5, 10, b'x'], &[]),
+            r.set_params(&[5, 10, b'x'], &[], |_, _| {}),
             Err(ProtocolError::TruncatedPair)
         );
     }
@@ -366,7 +561,7 @@ mod tests {
     #[test]
     fn body_is_cut_at_content_length_and_ended() {
         let mut r = Request::begin(2, true, Vec::new());
-        r.set_params(&raw(&[(b"CONTENT_LENGTH", b"10")]), &[])
+        r.set_params(&raw(&[(b"CONTENT_LENGTH", b"10")]), &[], |_, _| {})
             .unwrap();
         assert!(!r.child_stdin_ended);
         assert_eq!(r.buffer_body(b"0123"), 4);
@@ -384,7 +579,7 @@ mod tests {
     #[test]
     fn no_content_length_means_no_body_for_the_child() {
         let mut r = Request::begin(2, true, Vec::new());
-        r.set_params(&raw(&[(b"REQUEST_METHOD", b"POST")]), &[])
+        r.set_params(&raw(&[(b"REQUEST_METHOD", b"POST")]), &[], |_, _| {})
             .unwrap();
         assert!(r.child_stdin_ended, "empty STDIN at once");
         assert_eq!(r.buffer_body(b"chunked body"), 0);
@@ -396,12 +591,12 @@ mod tests {
     #[test]
     fn short_body_is_reported_and_until_end_is_ended_by_the_client() {
         let mut r = Request::begin(2, true, Vec::new());
-        r.set_params(&raw(&[(b"CONTENT_LENGTH", b"10")]), &[])
+        r.set_params(&raw(&[(b"CONTENT_LENGTH", b"10")]), &[], |_, _| {})
             .unwrap();
         r.buffer_body(b"abc");
         assert!(!r.end_client_stdin(), "3 of 10 bytes");
         let mut u = Request::begin(3, true, Vec::new());
-        u.set_params(&raw(&[(b"CONTENT_LENGTH", b"-1")]), &[])
+        u.set_params(&raw(&[(b"CONTENT_LENGTH", b"-1")]), &[], |_, _| {})
             .unwrap();
         assert_eq!(u.owed, Owed::UntilEnd);
         assert_eq!(u.buffer_body(&[1; 100_000]), 100_000);
@@ -425,6 +620,7 @@ mod tests {
         r.set_params(
             &raw(&[(b"CONTENT_LENGTH", b"5"), (b"SCRIPT_FILENAME", b"/x.php")]),
             &[],
+            |_, _| {},
         )
         .unwrap();
         r.buffer_body(b"hello world");

@@ -285,11 +285,17 @@ impl<'a> Vars<'a> {
     pub fn from_pairs<I: IntoIterator<Item = (&'a [u8], &'a [u8])>>(params: I) -> Vars<'a> {
         let mut vars = Vars::new();
         for (name, value) in params {
-            if let Some(var) = Var::from_name(name) {
-                vars.vals[var as usize] = Some(Cow::Borrowed(c_str(value)));
-            }
+            vars.note(name, value);
         }
         vars
+    }
+
+    /// Takes in one pair of a PARAMS stream, in stream order (the last of
+    /// a name wins); pairs of other names are ignored.
+    pub fn note(&mut self, name: &'a [u8], value: &'a [u8]) {
+        if let Some(var) = Var::from_name(name) {
+            self.vals[var as usize] = Some(Cow::Borrowed(c_str(value)));
+        }
     }
 
     /// [`Vars::from_pairs`] over the content of a PARAMS stream (FCGI spec

@@ -57,12 +57,11 @@ pub struct Plan {
     pub dropped_redirect_url: bool,
 }
 
-/// The plan for the PARAMS stream `raw` (its pairs already validated).
-/// Costs one `stat` of the script in the common case (nginx, the script
-/// exists), like php-fpm's own `realpath`.
-pub fn plan(raw: &[u8], opts: &Options) -> Plan {
-    let vars = Vars::from_stream(raw);
-    let p = for_php_cgi(&vars, &opts.info, &RealFs);
+/// The plan for a request whose PARAMS hold `vars`. Costs one `stat` of
+/// the script in the common case (nginx, the script exists), like
+/// php-fpm's own `realpath`.
+pub fn plan(vars: &Vars<'_>, opts: &Options) -> Plan {
+    let p = for_php_cgi(vars, &opts.info, &RealFs);
     let answer = match p.action {
         Action::Forward => None,
         Action::ScriptUnknown => Some(Local::ScriptUnknown),

@@ -18,6 +18,7 @@ pub mod daemon;
 pub mod fastcgi;
 pub mod listen;
 pub mod log;
+pub mod observe;
 pub mod output;
 pub mod peer;
 pub mod pool;

@@ -19,7 +19,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::model::{
-    Config, Global, Listen, ListenAddress, LogLevel, LogTarget, PoolConfig, ProcessManager,
+    Config, Global, Listen, ListenAddress, LocalEndpoints, LogLevel, LogTarget, PoolConfig,
+    ProcessManager,
 };
 
 /// Everything that differs between two configurations.
@@ -207,6 +208,7 @@ pub fn changed_fields(old: &PoolConfig, new: &PoolConfig) -> Vec<&'static str> {
         catch_workers_output,
         decorate_workers_output,
         graceful_timeout,
+        local,
     } = old;
     let mut out = Vec::new();
     let mut field = |name: &'static str, changed: bool| {
@@ -265,6 +267,14 @@ pub fn changed_fields(old: &PoolConfig, new: &PoolConfig) -> Vec<&'static str> {
         "graceful_timeout",
         *graceful_timeout != new.graceful_timeout,
     );
+    let LocalEndpoints {
+        status_path,
+        ping_path,
+        ping_response,
+    } = local;
+    field("pm.status_path", *status_path != new.local.status_path);
+    field("ping.path", *ping_path != new.local.ping_path);
+    field("ping.response", *ping_response != new.local.ping_response);
     out
 }
 
@@ -397,6 +407,7 @@ mod tests {
             catch_workers_output: false,
             decorate_workers_output: true,
             graceful_timeout: None,
+            local: Default::default(),
         }
     }
 

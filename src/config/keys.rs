@@ -108,9 +108,9 @@ pub(super) const KEYS: &[Key] = &[
     supported("decorate_workers_output"),
     supported("graceful_timeout"),
     not_yet("chroot"),
-    not_yet("pm.status_path"),
-    not_yet("ping.path"),
-    not_yet("ping.response"),
+    supported("pm.status_path"),
+    supported("ping.path"),
+    supported("ping.response"),
     not_yet("access.log"),
     not_yet("access.format"),
     not_yet("security.limit_extensions"),
@@ -568,9 +568,6 @@ mod tests {
     fn unsupported_yet_keys() {
         let cases = [
             ("chroot", "\"/srv/www\""),
-            ("pm.status_path", "\"/status\""),
-            ("ping.path", "\"/ping\""),
-            ("ping.response", "\"pong\""),
             ("access.log", "\"/var/log/access.log\""),
             ("access.format", "\"%R - %u\""),
             ("security.limit_extensions", "[\".php\"]"),

@@ -63,8 +63,8 @@ pub use diff::{
     PoolChange,
 };
 pub use model::{
-    Config, Credentials, Global, Listen, ListenAddress, LogLevel, LogTarget, PmMode, PoolConfig,
-    ProcessManager, Sources, Spawn,
+    Config, Credentials, Global, Listen, ListenAddress, LocalEndpoints, LogLevel, LogTarget,
+    PmMode, PoolConfig, ProcessManager, Sources, Spawn,
 };
 pub use raw::{ByteSize, Duration};
 
@@ -382,6 +382,10 @@ php_admin_flag.log_errors = true
             catch_workers_output: false,
             decorate_workers_output: true,
             graceful_timeout: Some(std::time::Duration::from_secs(10)),
+            local: LocalEndpoints {
+                ping_response: "pong".into(),
+                ..Default::default()
+            },
         };
         assert_eq!(bbb, &expected);
         assert!(bbb.user.groups.contains(&gid));

@@ -177,6 +177,23 @@ pub struct PoolConfig {
     /// [`Global::process_control_timeout`]; `None` (unset everywhere, or
     /// 0 here): they finish their requests however long they take.
     pub graceful_timeout: Option<std::time::Duration>,
+    /// What fpmd answers itself, without a child: the status page and
+    /// ping.
+    pub local: LocalEndpoints,
+}
+
+/// The pool's status page and ping, answered by fpmd (php-fpm answers
+/// them from a child, so they go dark when every child is busy).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LocalEndpoints {
+    /// `pm.status_path`: the `SCRIPT_NAME` of the status page (php-fpm's
+    /// rules: starts with `/`, at least 2 characters, only
+    /// `[alphanum]/_-.~`). `None`: no status page.
+    pub status_path: Option<String>,
+    /// `ping.path`: the `SCRIPT_NAME` of the ping page, same rules.
+    pub ping_path: Option<String>,
+    /// `ping.response`: the ping page's body. Default `pong`, as php-fpm.
+    pub ping_response: String,
 }
 
 impl PoolConfig {

@@ -187,7 +187,6 @@ pub(super) struct RawPool {
     // here, refused by validation when the document sets them.
     #[allow(dead_code)]
     pub(super) chroot: Option<String>,
-    #[allow(dead_code)]
     #[serde(default)]
     pub(super) ping: RawPing,
     #[allow(dead_code)]
@@ -222,13 +221,11 @@ pub(super) struct RawPm {
     pub(super) max_spare_servers: Option<u32>,
     pub(super) max_spawn_rate: Option<u32>,
     pub(super) process_idle_timeout: Option<Duration>,
-    #[allow(dead_code)] // not supported yet
     pub(super) status_path: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
-#[allow(dead_code)] // not supported yet
 pub(super) struct RawPing {
     pub(super) path: Option<String>,
     pub(super) response: Option<String>,

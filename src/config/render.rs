@@ -199,6 +199,18 @@ impl PoolConfig {
             )),
             None => out.push_str("# slowlog: entries go to fpmd's log\n"),
         }
+        match &self.local.status_path {
+            Some(p) => out.push_str(&format!("pm.status_path = {}\n", toml_str(p))),
+            None => out.push_str("# pm.status_path: no status page\n"),
+        }
+        match &self.local.ping_path {
+            Some(p) => out.push_str(&format!(
+                "ping.path = {}\nping.response = {}\n",
+                toml_str(p),
+                toml_str(&self.local.ping_response)
+            )),
+            None => out.push_str("# ping.path: no ping page\n"),
+        }
         for (name, value) in &self.env {
             out.push_str(&format!("env.{} = {}\n", toml_key(name), toml_str(value)));
         }

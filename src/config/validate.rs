@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 
 use super::keys;
 use super::model::{
-    Global, Listen, ListenAddress, LogLevel, LogTarget, PmMode, PoolConfig, ProcessManager, Spawn,
+    Global, Listen, ListenAddress, LocalEndpoints, LogLevel, LogTarget, PmMode, PoolConfig,
+    ProcessManager, Spawn,
 };
 use super::raw::{
     AllowedClients, ByteSize, Duration, EnvValue, IniScalar, IniTable, RawAddress, RawGlobal,
@@ -377,6 +378,9 @@ pub(super) fn validate_pool(
         .filter(|(k, _)| !php_admin_values.contains_key(k))
         .collect();
 
+    let local =
+        local_endpoints(raw.pm.status_path, raw.ping).map_err(|(key, msg)| ctx.err(&key, msg))?;
+
     Ok(PoolConfig {
         name: name.to_string(),
         file: src.path.clone(),
@@ -399,6 +403,63 @@ pub(super) fn validate_pool(
             Some(d) => nonzero(Some(d)),
             None => global.process_control_timeout,
         },
+        local,
+    })
+}
+
+/// `pm.status_path`, `ping.path` and `ping.response`, checked as php-fpm
+/// checks them (`fpm_conf_process_all_pools` in php-src
+/// `sapi/fpm/fpm/fpm_conf.c`). Errors: the key and the message.
+fn local_endpoints(
+    status_path: Option<String>,
+    ping: super::raw::RawPing,
+) -> Result<LocalEndpoints, (Vec<&'static str>, String)> {
+    fn check(what: &str, p: &str) -> Result<(), String> {
+        if !p.starts_with('/') {
+            return Err(format!("the {what} path '{p}' must start with a '/'"));
+        }
+        if p.len() < 2 {
+            return Err(format!("the {what} path '{p}' is not long enough"));
+        }
+        if !p
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/-_.~".contains(c))
+        {
+            return Err(format!(
+                "the {what} path '{p}' must contain only the following characters '[alphanum]/_-.~'"
+            ));
+        }
+        Ok(())
+    }
+    // An empty value is unset, as in php-fpm.
+    let status_path = status_path.filter(|p| !p.is_empty());
+    if let Some(p) = &status_path {
+        check("status", p).map_err(|m| (vec!["pm", "status_path"], m))?;
+    }
+    let ping_path = ping.path.filter(|p| !p.is_empty());
+    if let Some(p) = &ping_path {
+        check("ping", p).map_err(|m| (vec!["ping", "path"], m))?;
+    }
+    let ping_response = match ping.response {
+        Some(r) if r.is_empty() => {
+            return Err((
+                vec!["ping", "response"],
+                "the ping response page '' is not long enough".into(),
+            ))
+        }
+        Some(r) => r,
+        None => "pong".into(),
+    };
+    if status_path.is_some() && status_path == ping_path {
+        return Err((
+            vec!["ping", "path"],
+            "ping.path is the same as pm.status_path".into(),
+        ));
+    }
+    Ok(LocalEndpoints {
+        status_path,
+        ping_path,
+        ping_response,
     })
 }
 

@@ -100,10 +100,27 @@ pub fn somaxconn() -> Option<u32> {
         .ok()
 }
 
+/// `somaxconn` as last read by a bind (0: never read, or unreadable).
+static SOMAXCONN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// The queue length `listen.backlog` really gives: capped by
+/// `net.core.somaxconn` as the kernel caps a listening socket's queue (as
+/// last read when a socket was bound). fpmd bounds its own queue of
+/// waiting requests by the same figure, and the status page shows it as
+/// `listen queue len` (case C04).
+pub fn effective_backlog(backlog: u32) -> u32 {
+    match SOMAXCONN.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => backlog,
+        max => backlog.min(max),
+    }
+}
+
 /// `listen.backlog` for `listen(2)`, warning when `somaxconn` caps it.
 fn backlog(pool: &str, listen: &Listen) -> i32 {
     let backlog = listen.backlog;
-    if let Some(max) = somaxconn() {
+    let max = somaxconn();
+    SOMAXCONN.store(max.unwrap_or(0), std::sync::atomic::Ordering::Relaxed);
+    if let Some(max) = max {
         if backlog > max {
             warn!(pool = %pool, "listen.backlog = {backlog} is capped by the kernel to net.core.somaxconn = {max}");
         }

@@ -22,5 +22,5 @@ pub mod table;
 pub mod transfer;
 
 pub use accept::{accept_loop, raise_nofile, Listener, Route, RouteWatch};
-pub use bind::{somaxconn, BindError};
+pub use bind::{effective_backlog, somaxconn, BindError};
 pub use table::{AdoptError, Inherited, KeyError, ListenKey, ListenerTable, Obtained};

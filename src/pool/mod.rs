@@ -16,6 +16,7 @@
 
 pub mod slots;
 pub mod spec;
+pub mod stats;
 mod supervisor;
 
 use std::path::PathBuf;
@@ -327,6 +328,8 @@ pub struct Pool {
     name: String,
     table: Mutex<Table>,
     events: mpsc::UnboundedSender<Event>,
+    /// Counters for the status page and metrics.
+    pub stats: stats::PoolStats,
 }
 
 impl Pool {
@@ -376,11 +379,18 @@ impl Pool {
                 t.remove(w.slot);
             }
             t.waiters.retain(|s| !s.is_closed());
-            if t.waiters.len() >= t.config().listen.backlog as usize {
+            if t.waiters.len()
+                >= crate::listen::effective_backlog(t.config().listen.backlog) as usize
+            {
                 return Acquired::QueueFull;
             }
             let (tx, rx) = oneshot::channel();
-            t.waiters.push_back(tx);
+            t.wait(tx);
+            if t.config().pm.mode != PmMode::Static
+                && t.busy() >= t.config().pm.max_children as usize
+            {
+                self.stats.limit_reached();
+            }
             if t.config().pm.mode != PmMode::Static {
                 // Scale up now, not at the next tick.
                 let _ = self.events.send(Event::Demand);
@@ -614,6 +624,7 @@ impl Pool {
             w.idle_since = now;
         }
         t.push_idle(w, lru);
+        self.stats.limit_left();
     }
 
     /// Idle children now, and requests waiting for one.
@@ -724,6 +735,102 @@ pub(crate) mod tests {
             alive: Arc::new(AtomicBool::new(true)),
             idle_since: Instant::now(),
             startup: crate::output::StartupWindow::new(),
+        }
+    }
+}
+
+/// One child as the status page shows it (php-fpm's `&full` rows).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcessStatus {
+    /// The child's pid (0 while a pre-fork slot's child is unknown).
+    pub pid: i32,
+    /// php-fpm's stage name: `Idle` or `Running`.
+    pub state: &'static str,
+    /// When the child started (exec: it was ready; prefork: its
+    /// connection was made).
+    pub start_time: std::time::SystemTime,
+    /// Requests this child served.
+    pub requests: u32,
+    /// The running request's time so far, or the last request's; µs.
+    pub request_duration_us: u64,
+    pub request: RequestInfo,
+    /// The generation (configuration epoch) the child was started with.
+    pub generation: u32,
+    /// Its slot id (stable while it lives).
+    pub slot: u32,
+}
+
+/// A consistent sample of a pool, taken under the slot table's lock: idle
+/// + active = total always, as php-fpm's scoreboard promises.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolStatus {
+    pub pool: String,
+    /// `static`, `dynamic` or `ondemand`.
+    pub process_manager: &'static str,
+    pub start_time: std::time::SystemTime,
+    pub accepted_conn: u64,
+    /// Requests waiting for a child in fpmd's queue now.
+    pub listen_queue: usize,
+    pub max_listen_queue: usize,
+    /// The queue's bound (`listen.backlog`, as the kernel caps it).
+    pub listen_queue_len: u32,
+    pub idle: usize,
+    pub active: usize,
+    pub max_active: usize,
+    pub max_children_reached: u64,
+    pub slow_requests: u64,
+    /// `pm.max_children` of the current generation.
+    pub max_children: u32,
+    /// The current generation.
+    pub generation: u32,
+    pub processes: Vec<ProcessStatus>,
+}
+
+impl Pool {
+    /// A sample of the pool for the status page (`full`: with one row per
+    /// child). Cheap: one pass over the slot table under its lock.
+    pub fn status(&self, full: bool) -> PoolStatus {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut t = self.table.lock().unwrap();
+        t.waiters.retain(|s| !s.is_closed());
+        let config = t.config().clone();
+        let now = Instant::now();
+        let mut processes = Vec::new();
+        if full {
+            for (id, s) in t.slots() {
+                let (state, duration) = match &s.state {
+                    SlotState::Busy { since } => ("Running", now.saturating_duration_since(*since)),
+                    SlotState::Idle { .. } | SlotState::Cold => ("Idle", s.last_duration),
+                    SlotState::Retiring => continue,
+                };
+                processes.push(ProcessStatus {
+                    pid: s.pid.unwrap_or(0),
+                    state,
+                    start_time: s.created,
+                    requests: s.requests,
+                    request_duration_us: duration.as_micros() as u64,
+                    request: s.request.clone(),
+                    generation: s.gen.0,
+                    slot: id.0,
+                });
+            }
+        }
+        PoolStatus {
+            pool: self.name.clone(),
+            process_manager: config.pm.mode.as_str(),
+            start_time: self.stats.started,
+            accepted_conn: self.stats.accepted.load(Relaxed),
+            listen_queue: t.waiters.len(),
+            max_listen_queue: t.max_waiting,
+            listen_queue_len: crate::listen::effective_backlog(config.listen.backlog),
+            idle: t.idle_len(),
+            active: t.busy(),
+            max_active: t.max_busy,
+            max_children_reached: self.stats.max_children_reached.load(Relaxed),
+            slow_requests: self.stats.slow_requests.load(Relaxed),
+            max_children: config.pm.max_children,
+            generation: t.current.0,
+            processes,
         }
     }
 }

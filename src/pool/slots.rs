@@ -42,15 +42,22 @@ pub struct SlotId(pub u32);
 /// scoreboard keeps it, so that a request costs no allocation.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RequestInfo {
+    /// `SCRIPT_FILENAME`.
     pub script: String,
+    /// `REQUEST_URI` (with its query string, as the web server sent it).
     pub uri: String,
+    /// `REQUEST_METHOD`.
     pub method: String,
+    /// `REMOTE_USER` (HTTP authentication), empty when none.
+    pub user: String,
+    /// The body's `CONTENT_LENGTH` in bytes (0 when none or unknown).
+    pub content_length: u64,
 }
 
 impl RequestInfo {
     /// Overwrites the fields with client-supplied bytes as text (invalid
     /// UTF-8 shows as U+FFFD), keeping their buffers.
-    pub fn set(&mut self, script: &[u8], uri: &[u8], method: &[u8]) {
+    pub fn set(&mut self, script: &[u8], uri: &[u8], method: &[u8], user: &[u8], length: u64) {
         fn put(to: &mut String, b: &[u8]) {
             to.clear();
             match std::str::from_utf8(b) {
@@ -61,6 +68,8 @@ impl RequestInfo {
         put(&mut self.script, script);
         put(&mut self.uri, uri);
         put(&mut self.method, method);
+        put(&mut self.user, user);
+        self.content_length = length;
     }
 
     /// Empties the fields, keeping their buffers.
@@ -68,6 +77,8 @@ impl RequestInfo {
         self.script.clear();
         self.uri.clear();
         self.method.clear();
+        self.user.clear();
+        self.content_length = 0;
     }
 }
 
@@ -98,6 +109,14 @@ pub struct Slot {
     pub state: SlotState,
     /// The request running (Busy) or last run.
     pub request: RequestInfo,
+    /// Requests its current child has served (php-fpm's per-process
+    /// `requests`).
+    pub requests: u32,
+    /// How long the last request took (while Idle; php-fpm's `request
+    /// duration` of an idle process).
+    pub last_duration: std::time::Duration,
+    /// When the slot entered the table (exec: its child was ready).
+    pub created: std::time::SystemTime,
     /// The slot's worker while it is not leased.
     worker: Option<Worker>,
 }
@@ -116,6 +135,30 @@ pub struct Table {
     pub configs: BTreeMap<GenId, Arc<PoolConfig>>,
     /// No new request is accepted (the pool is stopping).
     pub closed: bool,
+    /// Busy slots now (kept with every change of state, so that the status
+    /// page and `max active processes` need no scan).
+    busy: usize,
+    /// The most slots busy at once since the pool started (php-fpm's `max
+    /// active processes`).
+    pub max_busy: usize,
+    /// The longest the queue of waiting requests has been (php-fpm's `max
+    /// listen queue`).
+    pub max_waiting: usize,
+}
+
+/// Moves a slot to `new`, keeping the table's busy count.
+fn transition(busy: &mut usize, max_busy: &mut usize, s: &mut Slot, new: SlotState) {
+    let was = matches!(s.state, SlotState::Busy { .. });
+    let is = matches!(new, SlotState::Busy { .. });
+    match (was, is) {
+        (false, true) => {
+            *busy += 1;
+            *max_busy = (*max_busy).max(*busy);
+        }
+        (true, false) => *busy -= 1,
+        _ => {}
+    }
+    s.state = new;
 }
 
 impl Table {
@@ -130,6 +173,9 @@ impl Table {
             current: GenId(1),
             configs,
             closed: false,
+            busy: 0,
+            max_busy: 0,
+            max_waiting: 0,
         }
     }
 
@@ -150,6 +196,9 @@ impl Table {
                 pid,
                 state: SlotState::Retiring,
                 request: RequestInfo::default(),
+                requests: 0,
+                last_duration: std::time::Duration::ZERO,
+                created: std::time::SystemTime::now(),
                 worker: None,
             },
         );
@@ -172,14 +221,23 @@ impl Table {
         let Some(s) = self.slots.get_mut(&id) else {
             return;
         };
+        if s.pid != w.pid {
+            // Another child behind the slot (prefork: a fresh connection).
+            s.created = std::time::SystemTime::now();
+        }
         s.pid = w.pid;
-        s.state = if w.conn.is_none() && w.served == 0 {
+        if let SlotState::Busy { since } = s.state {
+            s.last_duration = since.elapsed();
+        }
+        s.requests = w.served;
+        let new = if w.conn.is_none() && w.served == 0 {
             SlotState::Cold
         } else {
             SlotState::Idle {
                 since: w.idle_since,
             }
         };
+        transition(&mut self.busy, &mut self.max_busy, s, new);
         s.worker = Some(w);
         if lru {
             self.idle.insert(0, id);
@@ -202,7 +260,12 @@ impl Table {
     fn take(&mut self, id: SlotId, now: Instant) -> Option<Worker> {
         let s = self.slots.get_mut(&id)?;
         let w = s.worker.take()?;
-        s.state = SlotState::Busy { since: now };
+        transition(
+            &mut self.busy,
+            &mut self.max_busy,
+            s,
+            SlotState::Busy { since: now },
+        );
         s.request.clear();
         Some(w)
     }
@@ -211,7 +274,17 @@ impl Table {
     pub fn lease(&mut self, w: &Worker, now: Instant) {
         if let Some(s) = self.slots.get_mut(&w.slot) {
             s.pid = w.pid;
-            s.state = SlotState::Busy { since: now };
+            if let SlotState::Busy { since } = s.state {
+                // Straight from one request to the next.
+                s.last_duration = now.saturating_duration_since(since);
+            }
+            s.requests = w.served;
+            transition(
+                &mut self.busy,
+                &mut self.max_busy,
+                s,
+                SlotState::Busy { since: now },
+            );
             s.request.clear();
         }
     }
@@ -243,7 +316,7 @@ impl Table {
     /// Marks a slot Retiring (its worker is with the caller).
     pub fn retiring(&mut self, id: SlotId) {
         if let Some(s) = self.slots.get_mut(&id) {
-            s.state = SlotState::Retiring;
+            transition(&mut self.busy, &mut self.max_busy, s, SlotState::Retiring);
             s.worker = None;
         }
         self.idle.retain(|i| *i != id);
@@ -252,7 +325,11 @@ impl Table {
     /// Removes a slot for good.
     pub fn remove(&mut self, id: SlotId) -> Option<Slot> {
         self.idle.retain(|i| *i != id);
-        self.slots.remove(&id)
+        let s = self.slots.remove(&id);
+        if matches!(&s, Some(s) if matches!(s.state, SlotState::Busy { .. })) {
+            self.busy -= 1;
+        }
+        s
     }
 
     /// Takes up to `limit` idle workers for which `pick` holds, least
@@ -275,7 +352,7 @@ impl Table {
             if hit {
                 self.idle.remove(i);
                 if let Some(s) = self.slots.get_mut(&id) {
-                    s.state = SlotState::Retiring;
+                    transition(&mut self.busy, &mut self.max_busy, s, SlotState::Retiring);
                     if let Some(w) = s.worker.take() {
                         taken.push(w);
                     }
@@ -316,10 +393,20 @@ impl Table {
 
     /// Busy slots of every generation.
     pub fn busy(&self) -> usize {
-        self.slots
-            .values()
-            .filter(|s| matches!(s.state, SlotState::Busy { .. }))
-            .count()
+        debug_assert_eq!(
+            self.busy,
+            self.slots
+                .values()
+                .filter(|s| matches!(s.state, SlotState::Busy { .. }))
+                .count()
+        );
+        self.busy
+    }
+
+    /// Queues a waiting request (the caller checked the bound).
+    pub fn wait(&mut self, tx: oneshot::Sender<Worker>) {
+        self.waiters.push_back(tx);
+        self.max_waiting = self.max_waiting.max(self.waiters.len());
     }
 
     /// Slots of `gen` in any state.
@@ -356,7 +443,7 @@ impl Table {
         for id in old {
             self.idle.retain(|i| *i != id);
             if let Some(s) = self.slots.get_mut(&id) {
-                s.state = SlotState::Retiring;
+                transition(&mut self.busy, &mut self.max_busy, s, SlotState::Retiring);
                 if let Some(w) = s.worker.take() {
                     out.push(w);
                 }
@@ -374,7 +461,7 @@ impl Table {
         let mut out = Vec::new();
         for id in idle {
             if let Some(s) = self.slots.get_mut(&id) {
-                s.state = SlotState::Retiring;
+                transition(&mut self.busy, &mut self.max_busy, s, SlotState::Retiring);
                 if let Some(w) = s.worker.take() {
                     out.push(w);
                 }
@@ -418,7 +505,9 @@ mod tests {
         let w = t.pop_idle(now).unwrap();
         assert_eq!(w.slot, b, "most recently used first");
         assert!(matches!(t.slot(b).unwrap().state, SlotState::Busy { .. }));
-        t.set_request(b, Some(99), |r| r.set(b"/srv/x.php", b"/x.php", b"GET"));
+        t.set_request(b, Some(99), |r| {
+            r.set(b"/srv/x.php", b"/x.php", b"GET", b"", 0)
+        });
         assert_eq!(t.slot(b).unwrap().request.uri, "/x.php");
         assert_eq!(t.slot(b).unwrap().pid, Some(99));
         assert_eq!(t.busy_of(GenId(1)).count(), 1);

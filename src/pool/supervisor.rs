@@ -128,6 +128,7 @@ pub fn start_pool(
         name: config.name.clone(),
         table: Mutex::new(Table::new(config.clone())),
         events: events_tx.clone(),
+        stats: super::stats::PoolStats::new(),
     });
     let mut gens = BTreeMap::new();
     gens.insert(

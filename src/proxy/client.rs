@@ -205,6 +205,19 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> ClientConn<R, W> {
         self.flush_replies().await
     }
 
+    /// Writes a page of fpmd's own (status, ping) to request `id`; see
+    /// [`super::local::encode_response`].
+    pub async fn answer_page(
+        &mut self,
+        id: u16,
+        headers: &[&str],
+        body: &[u8],
+        head_only: bool,
+    ) -> io::Result<()> {
+        super::local::encode_response(&mut self.st.replies, id, "200 OK", headers, body, head_only);
+        self.flush_replies().await
+    }
+
     /// Reads records until a request is ready for a child, answering what
     /// fpmd answers itself on the way.
     pub async fn read_request(
@@ -444,7 +457,16 @@ impl Session {
                 // request that php-fpm would rewrite is copied again.
                 let mut vars = Vars::new();
                 let mut lost = r.set_params(raw, &[], |n, v| vars.note(n, v))?;
-                let plan = script::plan(&vars, &ctx.script);
+                if super::local_page(&ctx.script.local, r).is_some() {
+                    // The status page or ping: fpmd answers, no script runs.
+                    *state = State::Stdin;
+                    return Ok(if r.child_stdin_ended {
+                        Step::Ready
+                    } else {
+                        Step::Continue
+                    });
+                }
+                let plan = script::plan(&vars, ctx.script);
                 if !plan.edits.is_empty() {
                     lost = r.set_params(raw, &plan.edits, |_, _| {})?;
                 }

@@ -575,7 +575,7 @@ mod tests {
         let ctx = Ctx {
             pool: "t",
             peer: "test",
-            script: script::Options::default(),
+            script: &script::Options::default(),
         };
         let (_tx, mut rx) = tokio::sync::watch::channel(false);
         let Next::Request(mut req) = client.read_request(&ctx, &mut rx).await.unwrap() else {

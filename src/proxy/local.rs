@@ -94,6 +94,31 @@ impl Local {
     }
 }
 
+/// Appends a whole CGI response of fpmd's own to request `id`: `status`
+/// (`"200 OK"`), header lines (`"Content-Type: text/plain"`), and `body`
+/// (left out when `head_only`, for a HEAD request), then END_REQUEST.
+pub fn encode_response(
+    out: &mut Vec<u8>,
+    id: u16,
+    status: &str,
+    headers: &[&str],
+    body: &[u8],
+    head_only: bool,
+) {
+    let mut text = format!("Status: {status}\r\n").into_bytes();
+    for h in headers {
+        text.extend_from_slice(h.as_bytes());
+        text.extend_from_slice(b"\r\n");
+    }
+    text.extend_from_slice(b"\r\n");
+    if !head_only {
+        text.extend_from_slice(body);
+    }
+    encode_stream(out, RecordType::Stdout, id, &text);
+    encode_empty(out, RecordType::Stdout, id);
+    encode_end_request(out, id, EndRequest::COMPLETE);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -139,7 +139,7 @@ pub fn set_max_connections(n: usize) {
 pub struct Ctx<'a> {
     pub pool: &'a str,
     pub peer: &'a str,
-    pub script: script::Options,
+    pub script: &'a script::Options,
 }
 
 /// Client-supplied bytes as text for a log field or message: invalid
@@ -218,7 +218,7 @@ async fn serve<R, W>(
         let ctx = Ctx {
             pool: pool.name(),
             peer,
-            script,
+            script: &script,
         };
         let mut req = match client.read_request(&ctx, &mut shutdown).await {
             Ok(Next::Request(req)) => req,
@@ -238,7 +238,13 @@ async fn serve<R, W>(
                 return;
             }
         };
-        let result = dispatch(pool, &config, &ctx, &mut client, &mut req).await;
+        pool.stats.accepted.fetch_add(1, Ordering::Relaxed);
+        let result = match local_page(&ctx.script.local, &req) {
+            Some(page) => answer_local_page(pool, &mut client, &req, page)
+                .await
+                .map(|()| after_answer(&mut client, &req)),
+            None => dispatch(pool, &config, &ctx, &mut client, &mut req).await,
+        };
         let drain = !req.client_stdin_done;
         client.recycle(req);
         match result {
@@ -256,6 +262,87 @@ async fn serve<R, W>(
             }
         }
     }
+}
+
+/// A page fpmd answers itself, without a child.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LocalPage {
+    Status,
+    Ping,
+}
+
+/// The request's script path as php-fpm matches it against
+/// `pm.status_path` and `ping.path`: `SCRIPT_NAME`, else the path of
+/// `REQUEST_URI`.
+fn script_path(req: &Request) -> &[u8] {
+    match req.param(b"SCRIPT_NAME") {
+        Some(s) if !s.is_empty() => s,
+        _ => {
+            let uri = req.param(b"REQUEST_URI").unwrap_or_default();
+            uri.split(|b| *b == b'?').next().unwrap_or_default()
+        }
+    }
+}
+
+/// Whether `req` is for the status page or ping of the pool.
+pub(crate) fn local_page(
+    local: &crate::config::LocalEndpoints,
+    req: &Request,
+) -> Option<LocalPage> {
+    if local.status_path.is_none() && local.ping_path.is_none() {
+        return None;
+    }
+    let path = script_path(req);
+    if local.ping_path.as_deref().map(str::as_bytes) == Some(path) {
+        Some(LocalPage::Ping)
+    } else if local.status_path.as_deref().map(str::as_bytes) == Some(path) {
+        Some(LocalPage::Status)
+    } else {
+        None
+    }
+}
+
+/// php-fpm's headers on its status and ping pages (besides the type).
+const NO_CACHE: [&str; 2] = [
+    "Expires: Thu, 01 Jan 1970 00:00:00 GMT",
+    "Cache-Control: no-cache, no-store, must-revalidate, max-age=0",
+];
+
+/// Answers the status page or ping from the pool's own records, as php-fpm
+/// does (`fpm_status_handle_request`), but without taking a child: both
+/// answer while every child is busy. A HEAD request gets the headers only.
+async fn answer_local_page<R, W>(
+    pool: &Pool,
+    client: &mut ClientConn<R, W>,
+    req: &Request,
+    page: LocalPage,
+) -> io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let head_only = req.param(b"REQUEST_METHOD") == Some(b"HEAD");
+    let (content_type, body) = match page {
+        LocalPage::Ping => (
+            "text/plain;charset=UTF-8".to_string(),
+            pool.config().local.ping_response.clone().into_bytes(),
+        ),
+        LocalPage::Status => {
+            use crate::observe::status;
+            let (format, full) =
+                status::parse_query(req.param(b"QUERY_STRING").unwrap_or_default());
+            let full = full || format == status::Format::Live;
+            let sample = pool.status(full);
+            (
+                status::content_type(format).to_string(),
+                status::render(&sample, format, full, std::time::SystemTime::now()).into_bytes(),
+            )
+        }
+    };
+    let ct = format!("Content-Type: {content_type}");
+    client
+        .answer_page(req.id, &[&ct, NO_CACHE[0], NO_CACHE[1]], &body, head_only)
+        .await
 }
 
 /// What becomes of the web server's connection after a request.
@@ -323,12 +410,15 @@ where
     let queue_deadline = config
         .request_queue_timeout
         .map(|d| tokio::time::Instant::now() + d);
+    let arrived = std::time::Instant::now();
+    let mut waited = false;
     for _ in 0..attempts {
         let acquired = tokio::select! {
             // An idle child is taken without touching the timers.
             biased;
             a = pool.acquire() => a,
             _ = sleep_until_opt(queue_deadline), if queue_deadline.is_some() => {
+                pool.stats.queue_wait.observe(arrived.elapsed());
                 warn!(pool = %ctx.pool, uri = %uri(req), "request waited {:.1} s for a child (request_queue_timeout): answering 503",
                     config.request_queue_timeout.unwrap_or_default().as_secs_f64());
                 client.answer(req.id, Local::Unavailable("every PHP process is busy; retry later")).await?;
@@ -343,6 +433,11 @@ where
                 return Ok(Then::Close);
             }
         };
+        if !waited {
+            // Once per request, whatever the acquisition gave.
+            pool.stats.queue_wait.observe(arrived.elapsed());
+            waited = true;
+        }
         let mut lease = match acquired {
             Acquired::Lease(l) => l,
             Acquired::QueueFull => {
@@ -388,14 +483,7 @@ where
         // The limits of the child's generation.
         let limits = lease.config().clone();
         let slow = limits.request_slowlog_timeout.map(|_| req.info());
-        lease.set_request(|info| {
-            let p = |n: &[u8]| req.param(n).unwrap_or_default();
-            info.set(
-                p(b"SCRIPT_FILENAME"),
-                p(b"REQUEST_URI"),
-                p(b"REQUEST_METHOD"),
-            )
-        });
+        lease.set_request(|info| req.fill_info(info));
         let timers = exchange::Timers {
             slowlog: limits.request_slowlog_timeout,
             terminate: limits.request_terminate_timeout,
@@ -413,12 +501,15 @@ where
             // The slot table names the child (status page, graceful_timeout).
             exchange::Notice::Learned(pid) => pool.note_pid(slot, pid),
             exchange::Notice::Slow { pid, elapsed } => {
+                pool.stats.slow_requests.fetch_add(1, Ordering::Relaxed);
                 if let Some(info) = &slow {
                     write_slowlog(&limits, pid.unwrap_or(known), info, elapsed);
                 }
             }
         };
+        let started = std::time::Instant::now();
         let report = exchange::run(conn, probe, timers, client, req, on).await;
+        pool.stats.service.observe(started.elapsed());
         if let Some(pid) = report.learned {
             lease.worker().set_pid(pid);
         }
@@ -555,6 +646,7 @@ fn write_slowlog(
         script,
         uri,
         method,
+        ..
     } = info;
     warn!(pool = %name, pid, script = %script, uri = %uri, "slow request: running for {:.3} s (request_slowlog_timeout)", elapsed.as_secs_f64());
     let Some(path) = &config.slowlog else {

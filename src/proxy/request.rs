@@ -67,25 +67,38 @@ impl Owed {
 }
 
 /// The CGI variables fpmd itself reads for every request (body length,
-/// slot table, slowlog, logs): [`Request::set_params`] notes where their
-/// values lie, so that [`Request::param`] finds them without a scan.
-pub const KNOWN: [&[u8]; 4] = [
+/// slot table, status page, slowlog, access log): [`Request::set_params`]
+/// notes where their values lie, so that [`Request::param`] finds them
+/// without a scan.
+pub const KNOWN: [&[u8]; 8] = [
     b"CONTENT_LENGTH",
     b"SCRIPT_FILENAME",
     b"REQUEST_URI",
     b"REQUEST_METHOD",
+    b"SCRIPT_NAME",
+    b"QUERY_STRING",
+    b"REMOTE_USER",
+    b"REMOTE_ADDR",
 ];
 
 fn known_index(name: &[u8]) -> Option<usize> {
-    // Length and first byte tell most names apart without a compare.
-    let k = match (name.len(), name.first()) {
-        (14, Some(b'C')) => 0,
-        (15, Some(b'S')) => 1,
-        (11, Some(b'R')) => 2,
-        (14, Some(b'R')) => 3,
+    // Length and first byte tell most names apart; then at most three
+    // compares.
+    let candidates: &[usize] = match (name.len(), name.first()) {
+        (14, Some(b'C')) => &[0],
+        (15, Some(b'S')) => &[1],
+        (11, Some(b'R')) => &[2, 6, 7],
+        (14, Some(b'R')) => &[3],
+        (11, Some(b'S')) => &[4],
+        (12, Some(b'Q')) => &[5],
         _ => return None,
     };
-    (KNOWN[k] == name).then_some(k)
+    candidates.iter().copied().find(|&k| KNOWN[k] == name)
+}
+
+/// A range of the head as stored in [`Request::known`].
+fn span(r: Range<usize>) -> Range<u32> {
+    r.start as u32..r.end as u32
 }
 
 /// As log lines say it: "1234 bytes", "an unknown number of bytes".
@@ -111,7 +124,9 @@ pub struct Request {
     /// valid after `head` was written: it is cleared only for reuse).
     params: Range<usize>,
     /// Where the values of the [`KNOWN`] variables lie in `head`.
-    known: [Option<Range<usize>>; KNOWN.len()],
+    /// (Offsets as u32: a head is far below 4 GiB, and the request stays
+    /// small to move.)
+    known: [Option<Range<u32>>; KNOWN.len()],
     /// Body owed to the child.
     pub owed: Owed,
     /// STDIN content bytes given to the child so far (in `head`, or written).
@@ -207,7 +222,7 @@ impl Request {
         let mut pending: [Option<Range<usize>>; KNOWN.len()] = Default::default();
         self.known = Default::default();
         let mut flush = |head: &mut Vec<u8>,
-                         known: &mut [Option<Range<usize>>; KNOWN.len()],
+                         known: &mut [Option<Range<u32>>; KNOWN.len()],
                          pending: &mut [Option<Range<usize>>; KNOWN.len()],
                          run: &Range<usize>| {
             if run.is_empty() {
@@ -220,7 +235,7 @@ impl Request {
             let end = head.len();
             for (k, p) in known.iter_mut().zip(pending.iter_mut()) {
                 if let Some(r) = p.take() {
-                    *k = Some(r.start + end - run.end..r.end + end - run.end);
+                    *k = Some(span(r.start + end - run.end..r.end + end - run.end));
                 }
             }
         };
@@ -263,7 +278,7 @@ impl Request {
             if write_pair(&mut w, &mut self.head, &e.name, v).is_err() {
                 dropped.push((e.name.clone(), e.name.len() + v.len()));
             } else if let Some(k) = known_index(&e.name) {
-                self.known[k] = Some(self.head.len() - v.len()..self.head.len());
+                self.known[k] = Some(span(self.head.len() - v.len()..self.head.len()));
             }
         }
         w.end(&mut self.head);
@@ -281,7 +296,9 @@ impl Request {
     /// scan of the PARAMS for the others.
     pub fn param(&self, name: &[u8]) -> Option<&[u8]> {
         if let Some(k) = known_index(name) {
-            return self.known[k].clone().and_then(|r| self.head.get(r));
+            return self.known[k]
+                .clone()
+                .and_then(|r| self.head.get(r.start as usize..r.end as usize));
         }
         self.scan_param(name)
     }
@@ -302,14 +319,25 @@ impl Request {
     /// What the request is, for the slot table and the slowlog: the
     /// script, URI and method as text (invalid UTF-8 shows as U+FFFD).
     pub fn info(&self) -> RequestInfo {
-        let p = |n: &[u8]| self.param(n).unwrap_or_default();
         let mut info = RequestInfo::default();
+        self.fill_info(&mut info);
+        info
+    }
+
+    /// Writes what the request is into `info` (reusing its buffers).
+    pub fn fill_info(&self, info: &mut RequestInfo) {
+        let p = |n: &[u8]| self.param(n).unwrap_or_default();
+        let length = match self.owed {
+            Owed::Exact(n) => n,
+            Owed::UntilEnd => 0,
+        };
         info.set(
             p(b"SCRIPT_FILENAME"),
             p(b"REQUEST_URI"),
             p(b"REQUEST_METHOD"),
+            p(b"REMOTE_USER"),
+            length,
         );
-        info
     }
 
     /// Bytes of body the child may still take (`u64::MAX` for a body of

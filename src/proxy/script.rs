@@ -11,9 +11,11 @@ use super::request_info::{for_php_cgi, Action, Edit as InfoEdit, RealFs, Vars};
 use crate::config::PoolConfig;
 
 /// The pool's settings that change how the script is found.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Options {
     pub info: super::request_info::Options,
+    /// The status page and ping: requests for them are no scripts.
+    pub local: crate::config::LocalEndpoints,
 }
 
 impl Options {
@@ -40,6 +42,7 @@ impl Options {
                 fix_pathinfo: flag("cgi.fix_pathinfo", true),
                 discard_path: flag("cgi.discard_path", false),
             },
+            local: config.local.clone(),
         }
     }
 }

@@ -150,6 +150,32 @@ fn wrong_type() {
     invalid_pool_key("pm.max_children", "\"four\"", &[]);
 }
 
+/// php-fpm's checks of `pm.status_path`, `ping.path` and `ping.response`
+/// (fpm_conf.c), with file, line and key.
+#[test]
+fn bad_status_and_ping_paths() {
+    invalid_pool_key(
+        "pm.status_path",
+        "\"status\"",
+        &["the status path 'status' must start with a '/'"],
+    );
+    invalid_pool_key(
+        "pm.status_path",
+        "\"/\"",
+        &["the status path '/' is not long enough"],
+    );
+    invalid_pool_key(
+        "ping.path",
+        "\"/p?ng\"",
+        &["must contain only the following characters"],
+    );
+    invalid_pool_key(
+        "ping.response",
+        "\"\"",
+        &["the ping response page '' is not long enough"],
+    );
+}
+
 #[test]
 fn max_children_zero() {
     invalid_pool_key("pm.max_children", "0", &[]);

@@ -20,5 +20,6 @@ mod pm_modes;
 mod pool_settings;
 mod reload;
 mod signals;
+mod status;
 mod strict;
 mod systemd;

@@ -31,6 +31,10 @@ pub struct NginxOpts {
     /// split by `fastcgi_split_path_info`, with PATH_INFO passed on
     /// (`/server_vars.php/foo/bar` runs server_vars.php, PATH_INFO `/foo/bar`).
     pub path_info: bool,
+    /// php-fpm's usual status and ping location, `location ~
+    /// ^/(status|ping)$`, passed to FastCGI without `try_files` (the
+    /// paths are no files): `SCRIPT_NAME` is `/status` or `/ping`.
+    pub status: bool,
 }
 
 impl NginxOpts {
@@ -63,6 +67,10 @@ impl NginxOpts {
     }
     pub fn no_try_files(mut self) -> Self {
         self.no_try_files = true;
+        self
+    }
+    pub fn status(mut self) -> Self {
+        self.status = true;
         self
     }
     pub fn path_info(mut self) -> Self {
@@ -197,6 +205,20 @@ fn config(dir: &std::path::Path, port: u16, t: &TestDir, o: &NginxOpts) -> Strin
     )
     .unwrap();
     writeln!(s, "    index index.php doku.php;").unwrap();
+    if o.status {
+        writeln!(s, "    location ~ ^/(status|ping)$ {{").unwrap();
+        writeln!(s, "      include /etc/nginx/fastcgi_params;").unwrap();
+        writeln!(
+            s,
+            "      fastcgi_param SCRIPT_FILENAME $document_root$fastcgi_script_name;"
+        )
+        .unwrap();
+        writeln!(s, "      fastcgi_pass php;").unwrap();
+        if o.keepalive {
+            writeln!(s, "      fastcgi_keep_conn on;").unwrap();
+        }
+        writeln!(s, "    }}").unwrap();
+    }
     if o.path_info {
         writeln!(s, "    location ~ [^/]\\.php(/|$) {{").unwrap();
         writeln!(s, "      fastcgi_split_path_info ^(.+?\\.php)(/.*)$;").unwrap();

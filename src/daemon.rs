@@ -68,7 +68,8 @@ pub fn prepare_inherited(
     let keep: Vec<ListenKey> = config
         .pools
         .iter()
-        .map(|p| ListenKey::new(&p.listen.address))
+        .flat_map(|p| p.listeners())
+        .map(|(l, _)| ListenKey::new(&l.address))
         .collect();
     listeners.retain(&keep);
     Ok(Prepared { config, listeners })
@@ -79,22 +80,23 @@ fn bind_all(
     listeners: &mut ListenerTable,
     config: &Config,
 ) -> Result<Vec<(ListenKey, Obtained)>, BindError> {
-    let mut got = Vec::new();
-    for (i, pool) in config.pools.iter().enumerate() {
-        if let Some(other) = config.pools[..i]
-            .iter()
-            .find(|p| p.listen.address == pool.listen.address)
-        {
-            return Err(BindError::InUse {
-                address: pool.listen.address.to_string(),
-                detail: format!(
-                    ": pools '{}' and '{}' both listen on it",
-                    other.name, pool.name
-                ),
-            });
+    let mut got: Vec<(ListenKey, Obtained)> = Vec::new();
+    for pool in &config.pools {
+        for (listen, _) in pool.listeners() {
+            let key = ListenKey::new(&listen.address);
+            if got.iter().any(|(k, _)| *k == key) {
+                // Validation refuses this; never bind one address twice.
+                return Err(BindError::InUse {
+                    address: listen.address.to_string(),
+                    detail: format!(
+                        ": two listeners of the configuration (pool '{}') are on it",
+                        pool.name
+                    ),
+                });
+            }
+            let o = listeners.obtain(&pool.name, &listen)?;
+            got.push((key, o));
         }
-        let o = listeners.obtain(&pool.name, &pool.listen)?;
-        got.push((ListenKey::new(&pool.listen.address), o));
     }
     Ok(got)
 }
@@ -375,16 +377,24 @@ impl Daemon {
         self.pools.insert(p.name.clone(), handle);
     }
 
-    /// Points `p`'s listen address at its pool, starting the accept loop
-    /// if the address has none.
+    /// Points `p`'s listen addresses (its `listen.address`, and its
+    /// `pm.status_listen`) at its pool, starting the accept loop of an
+    /// address that has none.
     fn route(&mut self, p: &PoolConfig) {
-        let key = ListenKey::new(&p.listen.address);
+        for (listen, status_only) in p.listeners() {
+            self.route_one(p, &listen, status_only);
+        }
+    }
+
+    fn route_one(&mut self, p: &PoolConfig, listen: &crate::config::Listen, status_only: bool) {
+        let key = ListenKey::new(&listen.address);
         let Some(handle) = self.pools.get(&p.name) else {
             return;
         };
         let route = Some(Arc::new(Route {
             pool: handle.pool.clone(),
-            allowed_clients: p.listen.allowed_clients.clone(),
+            allowed_clients: listen.allowed_clients.clone(),
+            status_only,
         }));
         if let Some(a) = self.accepting.get(&key) {
             if !a.task.is_finished() {
@@ -395,7 +405,12 @@ impl Daemon {
         let (tx, rx) = watch::channel(route);
         match Listener::register(&self.listeners, &key) {
             Ok(l) => {
-                info!(pool = %p.name, "listening on {key}");
+                let what = if status_only {
+                    " (status and ping only)"
+                } else {
+                    ""
+                };
+                info!(pool = %p.name, "listening on {key}{what}");
                 let task = tokio::spawn(listen::accept_loop(
                     l,
                     rx,
@@ -559,7 +574,8 @@ impl Daemon {
             .config
             .pools
             .iter()
-            .map(|p| ListenKey::new(&p.listen.address))
+            .flat_map(|p| p.listeners())
+            .map(|(l, _)| ListenKey::new(&l.address))
             .collect();
         // Listeners first: nothing else changes if one cannot be had.
         let obtained = match bind_all(&mut self.listeners, &new) {
@@ -604,9 +620,11 @@ impl Daemon {
             .cloned()
             .collect();
         for p in &removed {
-            let key = ListenKey::new(&p.listen.address);
-            if !obtained.iter().any(|(k, _)| *k == key) {
-                self.unroute(&key).await;
+            for (l, _) in p.listeners() {
+                let key = ListenKey::new(&l.address);
+                if !obtained.iter().any(|(k, _)| *k == key) {
+                    self.unroute(&key).await;
+                }
             }
             if let Some(h) = self.pools.remove(&p.name) {
                 info!(pool = %p.name, "removed by the reload: no new requests; it stops once its requests are done");

@@ -271,7 +271,12 @@ pub fn changed_fields(old: &PoolConfig, new: &PoolConfig) -> Vec<&'static str> {
         status_path,
         ping_path,
         ping_response,
+        status_listen,
     } = local;
+    field(
+        "pm.status_listen",
+        *status_listen != new.local.status_listen,
+    );
     field("pm.status_path", *status_path != new.local.status_path);
     field("ping.path", *ping_path != new.local.ping_path);
     field("ping.response", *ping_response != new.local.ping_response);

@@ -109,6 +109,7 @@ pub(super) const KEYS: &[Key] = &[
     supported("graceful_timeout"),
     not_yet("chroot"),
     supported("pm.status_path"),
+    supported("pm.status_listen"),
     supported("ping.path"),
     supported("ping.response"),
     not_yet("access.log"),

@@ -194,9 +194,32 @@ pub struct LocalEndpoints {
     pub ping_path: Option<String>,
     /// `ping.response`: the ping page's body. Default `pong`, as php-fpm.
     pub ping_response: String,
+    /// `pm.status_listen`: a listener of its own that serves only the
+    /// status page and ping (php-fpm 8's shared status pool), with the
+    /// pool's `listen.owner`, `group`, `mode`, `backlog` and
+    /// `allowed_clients`. Setting it without `pm.status_path` makes the
+    /// status path `/`, as php-fpm does.
+    pub status_listen: Option<ListenAddress>,
 }
 
 impl PoolConfig {
+    /// The pool's listeners: its `listen.address` (`false`) and its
+    /// `pm.status_listen` (`true`: status and ping only), with the pool's
+    /// listen settings.
+    pub fn listeners(&self) -> Vec<(Listen, bool)> {
+        let mut v = vec![(self.listen.clone(), false)];
+        if let Some(a) = &self.local.status_listen {
+            v.push((
+                Listen {
+                    address: a.clone(),
+                    ..self.listen.clone()
+                },
+                true,
+            ));
+        }
+        v
+    }
+
     /// The php-cgi arguments carrying the pool's ini values:
     /// `["-d", "name=value", …]`, plain values first, then admin values
     /// (admin values win on the same name; see [`PoolConfig::php_values`]).

@@ -222,6 +222,7 @@ pub(super) struct RawPm {
     pub(super) max_spawn_rate: Option<u32>,
     pub(super) process_idle_timeout: Option<Duration>,
     pub(super) status_path: Option<String>,
+    pub(super) status_listen: Option<RawAddress>,
 }
 
 #[derive(Deserialize, Default)]

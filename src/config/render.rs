@@ -203,6 +203,12 @@ impl PoolConfig {
             Some(p) => out.push_str(&format!("pm.status_path = {}\n", toml_str(p))),
             None => out.push_str("# pm.status_path: no status page\n"),
         }
+        if let Some(a) = &self.local.status_listen {
+            out.push_str(&format!(
+                "pm.status_listen = {}\n",
+                toml_str(&a.to_string())
+            ));
+        }
         match &self.local.ping_path {
             Some(p) => out.push_str(&format!(
                 "ping.path = {}\nping.response = {}\n",

@@ -378,8 +378,17 @@ pub(super) fn validate_pool(
         .filter(|(k, _)| !php_admin_values.contains_key(k))
         .collect();
 
-    let local =
-        local_endpoints(raw.pm.status_path, raw.ping).map_err(|(key, msg)| ctx.err(&key, msg))?;
+    let status_listen = match raw.pm.status_listen {
+        None => None,
+        Some(RawAddress::Tcp(addr)) => Some(ListenAddress::Tcp(addr)),
+        Some(RawAddress::Unix(p)) => {
+            let path = src.resolve(&p);
+            check_socket_path(&path).map_err(|m| ctx.err(&["pm", "status_listen"], m))?;
+            Some(ListenAddress::Unix(path))
+        }
+    };
+    let local = local_endpoints(raw.pm.status_path, raw.ping, status_listen)
+        .map_err(|(key, msg)| ctx.err(&key, msg))?;
 
     Ok(PoolConfig {
         name: name.to_string(),
@@ -413,12 +422,15 @@ pub(super) fn validate_pool(
 fn local_endpoints(
     status_path: Option<String>,
     ping: super::raw::RawPing,
+    status_listen: Option<ListenAddress>,
 ) -> Result<LocalEndpoints, (Vec<&'static str>, String)> {
-    fn check(what: &str, p: &str) -> Result<(), String> {
+    let own_listener = status_listen.is_some();
+    let check = |what: &str, p: &str| {
         if !p.starts_with('/') {
             return Err(format!("the {what} path '{p}' must start with a '/'"));
         }
-        if p.len() < 2 {
+        // "/" is allowed for the status page of its own listener.
+        if p.len() < 2 && !(what == "status" && own_listener) {
             return Err(format!("the {what} path '{p}' is not long enough"));
         }
         if !p
@@ -430,9 +442,12 @@ fn local_endpoints(
             ));
         }
         Ok(())
-    }
-    // An empty value is unset, as in php-fpm.
-    let status_path = status_path.filter(|p| !p.is_empty());
+    };
+    // An empty value is unset, as in php-fpm; with a status listener of
+    // its own, the status page is at "/" unless set.
+    let status_path = status_path
+        .filter(|p| !p.is_empty())
+        .or_else(|| own_listener.then(|| "/".to_string()));
     if let Some(p) = &status_path {
         check("status", p).map_err(|m| (vec!["pm", "status_path"], m))?;
     }
@@ -460,6 +475,7 @@ fn local_endpoints(
         status_path,
         ping_path,
         ping_response,
+        status_listen,
     })
 }
 
@@ -645,59 +661,75 @@ fn socket_identity(path: &Path) -> PathBuf {
     }
 }
 
-/// Every pool listens on an address of its own: two pools on one address
-/// (or on overlapping TCP addresses) are an error at the second pool's
-/// `listen.address`, naming the first pool and where it is set; so is a
-/// pool on fpmd's control socket. `pools` are in load order, each with the
-/// file that defined it; `main` is the main file.
+/// Every pool listens on addresses of its own (`listen.address`, and
+/// `pm.status_listen` if set): two listeners on one address (or on
+/// overlapping TCP addresses) are an error at the second one's key, naming
+/// the first pool and where it is set; so is a pool on fpmd's control
+/// socket. `pools` are in load order, each with the file that defined it;
+/// `main` is the main file.
 pub(super) fn check_listen_addresses(
     main: &SourceFile,
     global: &Global,
     pools: &[(&SourceFile, &PoolConfig)],
 ) -> Result<(), ConfigError> {
     let control = ListenAddress::Unix(global.control_socket.clone());
-    for (i, (src, pool)) in pools.iter().enumerate() {
-        if collision(&control, &pool.listen.address).is_some() {
+    // Every listener: its pool, the key that sets it, its address.
+    let mut all: Vec<(&SourceFile, &PoolConfig, [&str; 2], &ListenAddress)> = Vec::new();
+    for (src, pool) in pools {
+        all.push((src, pool, ["listen", "address"], &pool.listen.address));
+        if let Some(a) = &pool.local.status_listen {
+            all.push((src, pool, ["pm", "status_listen"], a));
+        }
+    }
+    for (i, (src, pool, key, address)) in all.iter().enumerate() {
+        let err = |message: String| {
+            PoolCtx {
+                src,
+                name: &pool.name,
+            }
+            .err(key, message)
+        };
+        if collision(&control, address).is_some() {
             let at = match main.find_line(&["global", "control_socket"]) {
                 Some(l) => format!("global.control_socket, {}:{l}", main.path.display()),
                 None => "the default of global.control_socket".to_string(),
             };
-            return Err(PoolCtx {
-                src,
-                name: &pool.name,
-            }
-            .err(
-                &["listen", "address"],
-                format!(
-                    "{} is fpmd's control socket ({at}): a pool cannot listen on it",
-                    pool.listen.address
-                ),
-            ));
+            return Err(err(format!(
+                "{address} is fpmd's control socket ({at}): a pool cannot listen on it"
+            )));
         }
-        for (first_src, first) in &pools[..i] {
-            let Some(how) = collision(&first.listen.address, &pool.listen.address) else {
+        for (first_src, first, first_key, other) in &all[..i] {
+            let Some(how) = collision(other, address) else {
                 continue;
             };
             let at = location(
                 &first_src.path,
-                first_src.find_line(&[&first.name, "listen", "address"]),
+                first_src.find_line(&[&first.name, first_key[0], first_key[1]]),
             );
-            let (address, other) = (&pool.listen.address, &first.listen.address);
+            let (what, why) = match (first_key[0], key[0]) {
+                ("listen", "listen") => {
+                    ("listen address", "two pools cannot listen on one address")
+                }
+                ("listen", _) => (
+                    "listen address",
+                    "the status listener needs an address of its own",
+                ),
+                _ => (
+                    "status listen address (pm.status_listen)",
+                    "the status listener needs an address of its own",
+                ),
+            };
             let message = match how {
                 Collision::Same => format!(
-                    "{address} is already the listen address of pool '{}' ({at}): two pools cannot listen on one address",
+                    "{address} is already the {what} of pool '{}' ({at}): {why}",
                     first.name
                 ),
                 Collision::Overlap => format!(
-                    "{address} overlaps {other}, the listen address of pool '{}' ({at}): all addresses and one of them on the same port cannot both be bound",
+                    "{address} overlaps {other}, the {what} of pool '{}' ({at}): all addresses and one of them on the same port cannot both be bound",
                     first.name
                 ),
             };
-            return Err(PoolCtx {
-                src,
-                name: &pool.name,
-            }
-            .err(&["listen", "address"], message));
+            return Err(err(message));
         }
     }
     Ok(())
@@ -708,6 +740,25 @@ mod tests {
     use super::*;
     use crate::config::raw::parse_mode;
     use crate::config::testutil::*;
+
+    #[test]
+    fn status_listen_needs_an_address_of_its_own() {
+        let text = pool("www", "pm.status_listen = \"/run/fpmd/www.sock\"\n");
+        let (_dir, e) = load_err(&text, &[]);
+        let m = e.to_string();
+        assert!(
+            m.contains("fpmd.toml:7: [www] key 'pm.status_listen'")
+                && m.contains("is already the listen address of pool 'www'")
+                && m.contains("the status listener needs an address of its own"),
+            "{m}"
+        );
+        // Alone, it makes the status page "/" (php-fpm's default there).
+        let (_dir, c) = load_ok(&pool("www", "pm.status_listen = \"127.0.0.1:9001\"\n"), &[]);
+        let p = &c.pools[0];
+        assert_eq!(p.local.status_path.as_deref(), Some("/"));
+        assert_eq!(p.listeners().len(), 2);
+        assert!(p.listeners()[1].1, "the second listener serves status only");
+    }
 
     #[test]
     fn listen_address_errors() {

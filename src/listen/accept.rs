@@ -32,6 +32,9 @@ pub struct Route {
     pub pool: Arc<Pool>,
     /// `listen.allowed_clients` (TCP only): `None` allows any client.
     pub allowed_clients: Option<Vec<IpAddr>>,
+    /// `pm.status_listen`: the address serves the status page and ping
+    /// only.
+    pub status_only: bool,
 }
 
 impl Route {
@@ -41,6 +44,7 @@ impl Route {
         Route {
             pool,
             allowed_clients,
+            status_only: false,
         }
     }
 }
@@ -153,6 +157,7 @@ pub async fn accept_loop(
         let current = route.borrow().clone().unwrap_or(current);
         let name = current.pool.name();
         let pool = current.pool.clone();
+        let status_only = current.status_only;
         let shutdown = shutdown.clone();
         let guard = (in_flight.clone(), Open::new());
         match conn {
@@ -165,14 +170,14 @@ pub async fn accept_loop(
                 let _ = stream.set_nodelay(true);
                 let (r, w) = stream.into_split();
                 tokio::spawn(async move {
-                    serve_connection(pool, r, w, peer.to_string(), shutdown).await;
+                    serve_connection(pool, r, w, peer.to_string(), status_only, shutdown).await;
                     drop(guard);
                 });
             }
             Conn::Unix(stream) => {
                 let (r, w) = stream.into_split();
                 tokio::spawn(async move {
-                    serve_connection(pool, r, w, "unix".to_string(), shutdown).await;
+                    serve_connection(pool, r, w, "unix".to_string(), status_only, shutdown).await;
                     drop(guard);
                 });
             }

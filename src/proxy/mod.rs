@@ -176,12 +176,13 @@ pub async fn serve_connection<R, W>(
     reader: R,
     writer: W,
     peer: String,
+    status_only: bool,
     shutdown: watch::Receiver<bool>,
 ) where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let served = AssertUnwindSafe(serve(&pool, reader, writer, &peer, shutdown))
+    let served = AssertUnwindSafe(serve(&pool, reader, writer, &peer, status_only, shutdown))
         .catch_unwind()
         .await;
     if let Err(panic) = served {
@@ -199,6 +200,7 @@ async fn serve<R, W>(
     reader: R,
     writer: W,
     peer: &str,
+    status_only: bool,
     mut shutdown: watch::Receiver<bool>,
 ) where
     R: AsyncRead + Unpin,
@@ -241,6 +243,12 @@ async fn serve<R, W>(
         pool.stats.accepted.fetch_add(1, Ordering::Relaxed);
         let result = match local_page(&ctx.script.local, &req) {
             Some(page) => answer_local_page(pool, &mut client, &req, page)
+                .await
+                .map(|()| after_answer(&mut client, &req)),
+            // The status listener runs no script: php-fpm's answer for
+            // a script it cannot find.
+            None if status_only => client
+                .answer(req.id, Local::ScriptUnknown)
                 .await
                 .map(|()| after_answer(&mut client, &req)),
             None => dispatch(pool, &config, &ctx, &mut client, &mut req).await,

@@ -432,3 +432,55 @@ fn c04_listen_queue_len_is_the_effective_backlog() {
     let m = sample(&s.url("/status"));
     assert_eq!(num(&m, "listen queue len"), 1024.min(somaxconn), "{m:?}");
 }
+
+/// `pm.status_listen`: a listener of its own that answers the status page
+/// and ping (even while the pool's main listener and every child are in
+/// use) and runs no script; `fpmd -t` prints it.
+#[test]
+fn status_listen_serves_status_and_ping_only() {
+    use crate::harness::fcgi;
+    let port = free_port();
+    let pool = Pool::www()
+        .max_children(2)
+        .line(format!("pm.status_listen = \"127.0.0.1:{port}\""))
+        .line("ping.path = \"/ping\"");
+    let s = Stack::start_with(FpmdConfig::new().pool(pool), NginxOpts::default());
+    s.fpmd.wait_workers(2, LONG);
+    assert!(
+        s.fpmd.log().contains(&format!(
+            "listening on 127.0.0.1:{port} (status and ping only)"
+        )),
+        "{}",
+        s.fpmd.log()
+    );
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let ask = |script: &str, query: &str| {
+        let mut params = fcgi::params_for(&s.dir.docroot(), script, query, "GET", 0);
+        // php-fpm's status path is "/" when only pm.status_listen is set.
+        if script.is_empty() {
+            params.retain(|(k, _)| k != "SCRIPT_NAME");
+            params.push(("SCRIPT_NAME".into(), "/".into()));
+        }
+        let (recs, _) = fcgi::exchange(addr, &fcgi::request(1, 0, &params, b""), 1, LONG);
+        let (status, _, body) = fcgi::cgi_response(&fcgi::stdout_of(&recs, 1));
+        (status, String::from_utf8_lossy(&body).into_owned())
+    };
+    // Both children busy: the status listener still answers.
+    let url = s.url("/sleep.php?ms=1500");
+    let load = http::spawn_concurrent(2, 1, move |a, _, _| http::try_get_with(a, &url));
+    wait_for(Duration::from_secs(10), "2 active children", || {
+        let (status, body) = ask("", "");
+        status == 200 && body.contains("active processes:     2\n")
+    });
+    assert_eq!(ask("ping", ""), (200, "pong".to_string()));
+    let (status, body) = ask("", "json");
+    assert_eq!(status, 200);
+    let j: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(j["pool"], "www");
+    // A script is not run there.
+    let (status, body) = ask("pid.php", "");
+    assert_eq!((status, body.trim()), (404, "File not found."));
+    assert_all_200(&load.join());
+    // The main listener serves scripts as before, not the status page at "/".
+    assert_eq!(get(&s.url("/pid.php")).status, 200);
+}

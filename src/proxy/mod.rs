@@ -623,6 +623,11 @@ where
             lease.worker().set_pid(pid);
         }
         let v = verdict::verdict(&report.outcome);
+        if head.is_some() {
+            // Prefork, a request too short for the probe: `%p` names the
+            // child, not its parent (looked up once per connection).
+            lease.worker().learn_pid();
+        }
         let pid = lease.worker().log_pid();
         log_report(pool, ctx, pid, req, &report);
         lease.give_back(v.child);

@@ -71,12 +71,16 @@ fn not_default(line: &str) -> ! {
 }
 
 fn parse_default(line: &str) -> DefaultLine {
-    let bad = || not_default(line);
-    let (remote, rest) = line.split_once(" - ").unwrap_or_else(|| bad());
-    let (user, rest) = rest.split_once(' ').unwrap_or_else(|| bad());
-    let (time, rest) = rest.split_once(" \"").unwrap_or_else(|| bad());
-    let (request, status) = rest.rsplit_once("\" ").unwrap_or_else(|| bad());
-    let (method, uri) = request.split_once(' ').unwrap_or_else(|| bad());
+    let parts = line.split_once(" - ").and_then(|(remote, rest)| {
+        let (user, rest) = rest.split_once(' ')?;
+        let (time, rest) = rest.split_once(" \"")?;
+        let (request, status) = rest.rsplit_once("\" ")?;
+        let (method, uri) = request.split_once(' ')?;
+        Some((remote, user, time, method, uri, status))
+    });
+    let Some((remote, user, time, method, uri, status)) = parts else {
+        not_default(line)
+    };
     let time = chrono::DateTime::parse_from_str(time, "%d/%b/%Y:%H:%M:%S %z")
         .unwrap_or_else(|e| panic!("time {time:?} of {line:?}: {e}"))
         .timestamp();
@@ -366,4 +370,36 @@ fn reload_changes_format_and_file_without_new_children() {
         "two 404 text/html; charset=UTF-8 -"
     );
     assert_eq!(s.fpmd.workers(), children, "children were replaced");
+}
+
+/// fpmd's own answers have a line too: with one busy child and
+/// `request_queue_timeout`, the waiting request's 503 is logged with
+/// fpmd's pid as `%p` (and `%P`), the busy one's 200 with the pid of the
+/// child that ran it.
+#[test]
+fn fpmds_own_503_and_the_childs_pid() {
+    let dir = TestDir::new();
+    let log = dir.join("www.access.log");
+    let pool = access_pool(&log, Some("%s %p %P %r%Q%q"))
+        .max_children(1)
+        .line("request_queue_timeout = \"100ms\"");
+    let s = stack(dir, FpmdConfig::new().pool(pool), NginxOpts::default());
+    let busy_url = s.url("/sleep.php?ms=1500&mark=busy");
+    let busy = std::thread::spawn(move || get(&busy_url));
+    wait_for(LONG, "the child to start the long request", || {
+        s.dir.mark("busy").is_some()
+    });
+    let child: i32 = s.dir.mark("busy").unwrap().trim().parse().unwrap();
+    let refused = get(&s.url("/hello.php?id=queued"));
+    assert_eq!(refused.status, 503, "{}", refused.text());
+    assert_eq!(busy.join().unwrap().status, 200);
+    let fpmd = s.fpmd.pid();
+    let got = wait_lines(&log, 2);
+    assert_eq!(
+        got,
+        [
+            format!("503 {fpmd} {fpmd} /hello.php?id=queued"),
+            format!("200 {child} {fpmd} /sleep.php?ms=1500&mark=busy"),
+        ]
+    );
 }

@@ -161,6 +161,8 @@ pub fn open(path: &Path) -> io::Result<Arc<LogFile>> {
         return Ok(f.clone());
     }
     let file = open_file(path)?;
+    // The thread that will write it (and answer reopen and sync).
+    writer();
     let f = Arc::new(LogFile {
         path: path.to_path_buf(),
         pending: Mutex::new(Pending::default()),
@@ -214,6 +216,11 @@ pub fn sync() -> oneshot::Receiver<Done> {
 
 fn job(reopen: bool) -> oneshot::Receiver<Done> {
     let (tx, rx) = oneshot::channel();
+    if WRITER.get().is_none() {
+        // No file was ever opened: nothing to write or reopen.
+        let _ = tx.send(Done::default());
+        return rx;
+    }
     let w = writer();
     lock(&w.state).jobs.push(Job { reopen, done: tx });
     w.wake.notify_one();
@@ -238,9 +245,10 @@ struct Inbox {
     jobs: Vec<Job>,
 }
 
+static WRITER: OnceLock<Writer> = OnceLock::new();
+
 /// The writer, its thread started on first use.
 fn writer() -> &'static Writer {
-    static WRITER: OnceLock<Writer> = OnceLock::new();
     let mut first = false;
     let w = WRITER.get_or_init(|| {
         first = true;

@@ -255,7 +255,9 @@ fn sigusr1_after_mv_moves_new_lines_to_a_new_file_and_loses_none() {
         }
     });
     let moved = PathBuf::from(format!("{}.1", log.display()));
-    std::thread::sleep(Duration::from_millis(20));
+    wait_for(LONG, "the first lines of the requests that go on", || {
+        lines(&log).len() > 5
+    });
     std::fs::rename(&log, &moved).unwrap();
     let mark = s.fpmd.log_len();
     s.fpmd.signal(Signal::SIGUSR1);

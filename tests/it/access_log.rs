@@ -292,6 +292,12 @@ fn sigusr1_after_mv_moves_new_lines_to_a_new_file_and_loses_none() {
     }
     assert_eq!(all.len(), total, "{all:#?}");
     let (old, new) = (lines(&moved), lines(&log));
+    let during_in = |v: &[String]| v.iter().filter(|l| l.contains("during-")).count();
+    eprintln!(
+        "requests during the rotation: {} lines in access.log.1, {} in the new access.log",
+        during_in(&old),
+        during_in(&new)
+    );
     assert!(
         old.iter().take(5).all(|l| l.contains("before-")),
         "{old:#?}"

@@ -159,6 +159,8 @@ pub async fn run(
         info!("no process events ({e}): the exit status of pre-forked children will not be known");
     }
     let runtime_dir = tempfile::Builder::new().prefix("fpmd.").tempdir()?;
+    // As php-fpm: an access log that cannot be opened stops the start.
+    open_access_logs(&config).map_err(anyhow::Error::msg)?;
     let pid_file = write_pid_file(&config)?;
     let (nofile, cap) = listen::raise_nofile(children_of(&config));
     debug!("RLIMIT_NOFILE {nofile}: at most {cap} web server connections");
@@ -269,10 +271,13 @@ pub async fn run(
         match intent {
             Intent::GracefulStop => break StopMode::Graceful,
             Intent::FastStop => break StopMode::Fast,
-            Intent::ReopenLogs => match d.log.reopen() {
-                Ok(()) => info!("log file reopened"),
-                Err(e) => error!("cannot reopen the log file: {e}"),
-            },
+            Intent::ReopenLogs => {
+                match d.log.reopen() {
+                    Ok(()) => info!("log file reopened"),
+                    Err(e) => error!("cannot reopen the log file: {e}"),
+                }
+                reopen_access_logs();
+            }
             Intent::Reload => {
                 d.reload_coalescing(&mut intents, &mut queued).await;
             }
@@ -348,8 +353,58 @@ pub async fn run(
     if let Some(p) = pid_file {
         let _ = std::fs::remove_file(p);
     }
+    // The access log lines not yet written (a disk that hangs does not
+    // hold the exit long).
+    let _ = tokio::time::timeout(STOP_GRACE, crate::observe::reopen::sync()).await;
     info!("exiting");
     Ok(())
+}
+
+/// Opens the access log of every pool of `config` (those open already stay
+/// as they are). Errors: the first that cannot be opened, naming its pool
+/// and path.
+fn open_access_logs(config: &Config) -> Result<(), String> {
+    for p in &config.pools {
+        if let Some(path) = &p.access_log {
+            crate::observe::reopen::open(path).map_err(|e| {
+                format!(
+                    "pool {}: cannot open access.log {}: {e}",
+                    p.name,
+                    path.display()
+                )
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// Closes the access logs that no pool of `config` writes (once the
+/// requests still holding them are done).
+fn retain_access_logs(config: &Config) {
+    let paths: Vec<&std::path::Path> = config
+        .pools
+        .iter()
+        .filter_map(|p| p.access_log.as_deref())
+        .collect();
+    crate::observe::reopen::retain(&paths);
+}
+
+/// SIGUSR1: the writer thread reopens every access log (after it wrote
+/// what was pending); the outcome is logged once it is done.
+fn reopen_access_logs() {
+    let done = crate::observe::reopen::reopen();
+    tokio::spawn(async move {
+        let Ok(done) = done.await else { return };
+        if !done.reopened.is_empty() {
+            info!("access logs reopened ({})", done.reopened.len());
+        }
+        for (path, e) in done.failed {
+            error!(
+                "cannot reopen the access log {}: {e}; lines go on to the old file",
+                path.display()
+            );
+        }
+    });
 }
 
 /// Whether a live control socket at `path` belongs to an fpmd this one
@@ -577,14 +632,19 @@ impl Daemon {
             .flat_map(|p| p.listeners())
             .map(|(l, _)| ListenKey::new(&l.address))
             .collect();
-        // Listeners first: nothing else changes if one cannot be had.
-        let obtained = match bind_all(&mut self.listeners, &new) {
+        // Listeners and access logs first: nothing else changes if one
+        // cannot be had.
+        let obtained = match bind_all(&mut self.listeners, &new)
+            .map_err(|e| e.to_string())
+            .and_then(|o| open_access_logs(&new).map(|()| o))
+        {
             Ok(o) => o,
             Err(e) => {
                 self.listeners.retain(&old_keys);
                 // Put the kept sockets' options back.
                 let _ = bind_all(&mut self.listeners, &self.config);
-                return Answer::ConfigError(e.to_string());
+                retain_access_logs(&self.config);
+                return Answer::ConfigError(e);
             }
         };
         // Global settings that apply live.
@@ -704,6 +764,7 @@ impl Daemon {
         for k in self.listeners.retain(&keep) {
             info!("no longer listening on {k}");
         }
+        retain_access_logs(&self.config);
         if failed.is_empty() {
             Answer::Ok(summary.join("\n"))
         } else {

@@ -9,7 +9,8 @@
 //! path, and php-fpm's handling of the CGI variables in
 //! [`proxy::request_info`]), [`control`] and [`daemon`] (signals, start and
 //! stop), [`systemd`] (readiness and status for systemd), [`log`] (fpmd's
-//! own log).
+//! own log), [`observe`] (the status page, php-fpm's access log and the
+//! thread that writes and reopens log files).
 
 pub mod config;
 pub mod control;

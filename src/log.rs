@@ -62,6 +62,15 @@ impl LogWriter {
     }
 }
 
+/// Whole seconds since the first call (for once-a-second log lines).
+pub fn uptime_secs() -> usize {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_secs() as usize
+}
+
 fn open_append(path: &Path) -> io::Result<File> {
     OpenOptions::new().create(true).append(true).open(path)
 }

@@ -140,11 +140,12 @@ async fn drive(mode: u8, web: Vec<u8>) {
     });
     let (r, w) = tokio::io::split(fpmd_side);
     let mut client = ClientConn::new(r, w, Charge::new());
-    let ctx = Ctx { pool: "fuzz", peer: "fuzz", script: &script::Options::default() };
+    let ctx = Ctx { pool: "fuzz", peer: "fuzz", script: &script::Options::default(), access_log: false };
     let (_stop, mut shutdown) = tokio::sync::watch::channel(false);
     for _ in 0..8 {
         let mut req = match client.read_request(&ctx, &mut shutdown).await {
             Ok(Next::Request(req)) => req,
+            Ok(Next::Answered(..)) => unreachable!("only with an access log"),
             Ok(Next::Closed) | Err(_) => break,
         };
         params_parse_record_by_record(&req.head);
@@ -156,7 +157,7 @@ async fn drive(mode: u8, web: Vec<u8>) {
             break;
         }
         let timers = Timers { slowlog: Some(Duration::from_millis(500)), terminate: Some(Duration::from_secs(2)) };
-        let report = exchange::run(&mut conn, None, timers, &mut client, &mut req, |_| {}).await;
+        let report = exchange::run(&mut conn, None, timers, &mut client, &mut req, None, |_| {}).await;
         let v = verdict(&report.outcome);
         drop(conn);
         let seen = kid.await.expect("the fake child's checks hold");

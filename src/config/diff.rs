@@ -204,6 +204,8 @@ pub fn changed_fields(old: &PoolConfig, new: &PoolConfig) -> Vec<&'static str> {
         request_terminate_timeout,
         request_slowlog_timeout,
         slowlog,
+        access_log,
+        access_format,
         request_queue_timeout,
         catch_workers_output,
         decorate_workers_output,
@@ -251,6 +253,8 @@ pub fn changed_fields(old: &PoolConfig, new: &PoolConfig) -> Vec<&'static str> {
         *request_slowlog_timeout != new.request_slowlog_timeout,
     );
     field("slowlog", *slowlog != new.slowlog);
+    field("access.log", *access_log != new.access_log);
+    field("access.format", *access_format != new.access_format);
     field(
         "request_queue_timeout",
         *request_queue_timeout != new.request_queue_timeout,
@@ -408,6 +412,8 @@ mod tests {
             request_terminate_timeout: None,
             request_slowlog_timeout: None,
             slowlog: None,
+            access_log: None,
+            access_format: Default::default(),
             request_queue_timeout: None,
             catch_workers_output: false,
             decorate_workers_output: true,
@@ -501,6 +507,12 @@ mod tests {
                 p.request_slowlog_timeout = Some(Duration::from_secs(5))
             }),
             ("slowlog", |p| p.slowlog = Some("/var/log/slow.log".into())),
+            ("access.log", |p| {
+                p.access_log = Some("/var/log/access.log".into())
+            }),
+            ("access.format", |p| {
+                p.access_format = crate::observe::access_log::Format::parse("%m %r").unwrap()
+            }),
             ("request_queue_timeout", |p| {
                 p.request_queue_timeout = Some(Duration::from_secs(1))
             }),
@@ -539,6 +551,8 @@ mod tests {
             "request_terminate_timeout",
             "request_slowlog_timeout",
             "slowlog",
+            "access.log",
+            "access.format",
             "request_queue_timeout",
             "catch_workers_output",
             "decorate_workers_output",

@@ -112,8 +112,8 @@ pub(super) const KEYS: &[Key] = &[
     supported("pm.status_listen"),
     supported("ping.path"),
     supported("ping.response"),
-    not_yet("access.log"),
-    not_yet("access.format"),
+    supported("access.log"),
+    supported("access.format"),
     not_yet("security.limit_extensions"),
     map("env"),
     map("php_value"),
@@ -569,8 +569,6 @@ mod tests {
     fn unsupported_yet_keys() {
         let cases = [
             ("chroot", "\"/srv/www\""),
-            ("access.log", "\"/var/log/access.log\""),
-            ("access.format", "\"%R - %u\""),
             ("security.limit_extensions", "[\".php\"]"),
         ];
         assert_eq!(

@@ -378,6 +378,8 @@ php_admin_flag.log_errors = true
             request_terminate_timeout: None,
             request_slowlog_timeout: None,
             slowlog: None,
+            access_log: None,
+            access_format: Default::default(),
             request_queue_timeout: None,
             catch_workers_output: false,
             decorate_workers_output: true,

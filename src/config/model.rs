@@ -158,6 +158,14 @@ pub struct PoolConfig {
     /// `slowlog`: file of slow-request entries (relative to the pool's
     /// file); `None`: entries go to fpmd's own log.
     pub slowlog: Option<PathBuf>,
+    /// `access.log`: the pool's access log, one line per request (relative
+    /// to the pool's file); `None` (unset or empty): no access log.
+    /// php-fpm: same.
+    pub access_log: Option<PathBuf>,
+    /// `access.format`: the access log's line, parsed; default php-fpm's
+    /// `%R - %u %t "%m %r" %s`. php-fpm: same (see
+    /// [`crate::observe::access_log`] for the specifiers).
+    pub access_format: crate::observe::access_log::Format,
     /// `request_queue_timeout` (fpmd only): a request that waited longer
     /// for a child is answered 503 with `Retry-After`; `None`: it waits.
     pub request_queue_timeout: Option<std::time::Duration>,

@@ -189,7 +189,6 @@ pub(super) struct RawPool {
     pub(super) chroot: Option<String>,
     #[serde(default)]
     pub(super) ping: RawPing,
-    #[allow(dead_code)]
     #[serde(default)]
     pub(super) access: RawAccess,
     #[allow(dead_code)]
@@ -234,7 +233,6 @@ pub(super) struct RawPing {
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
-#[allow(dead_code)] // not supported yet
 pub(super) struct RawAccess {
     pub(super) log: Option<String>,
     pub(super) format: Option<String>,

@@ -199,6 +199,17 @@ impl PoolConfig {
             )),
             None => out.push_str("# slowlog: entries go to fpmd's log\n"),
         }
+        match &self.access_log {
+            Some(p) => out.push_str(&format!(
+                "access.log = {}\n",
+                toml_str(&p.display().to_string())
+            )),
+            None => out.push_str("# access.log: none (no access log)\n"),
+        }
+        out.push_str(&format!(
+            "access.format = {}\n",
+            toml_str(self.access_format.as_str())
+        ));
         match &self.local.status_path {
             Some(p) => out.push_str(&format!("pm.status_path = {}\n", toml_str(p))),
             None => out.push_str("# pm.status_path: no status page\n"),
@@ -267,7 +278,7 @@ mod tests {
     fn to_toml_round_trips() {
         let main =
             "[global]\npid = \"fpmd.pid\"\nlog_level = \"warning\"\ninclude = \"pool.d/*.toml\"\n";
-        let extra = "listen.allowed_clients = \"127.0.0.1\"\nenv.\"odd name\" = \"quote \\\" and backslash \\\\\"\nphp_value.\"session.save_path\" = \"/tmp\"\nphp_flag.display_errors = \"on\"\nphp_admin_value.memory_limit = \"1G\"\npm.max_requests = 9\n";
+        let extra = "listen.allowed_clients = \"127.0.0.1\"\nenv.\"odd name\" = \"quote \\\" and backslash \\\\\"\nphp_value.\"session.save_path\" = \"/tmp\"\nphp_flag.display_errors = \"on\"\nphp_admin_value.memory_limit = \"1G\"\npm.max_requests = 9\naccess.log = \"log/a.access.log\"\naccess.format = \"%{mili}d \\\"%r\\\" %{%H:%M}t\"\n";
         let (dir, c) = load_ok(
             main,
             &[
@@ -288,6 +299,19 @@ mod tests {
         );
         assert!(
             text.contains("listen.mode = \"0660\"\n") && text.contains("pm.mode = \"static\"\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "access.log = \"{}\"\naccess.format = '%{{mili}}d \"%r\" %{{%H:%M}}t'\n",
+                dir.path().join("pool.d/log/a.access.log").display()
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "# access.log: none (no access log)\naccess.format = '%R - %u %t \"%m %r\" %s'\n"
+            ),
             "{text}"
         );
         let again = write(dir.path(), "effective/fpmd.toml", &text);

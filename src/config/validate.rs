@@ -271,6 +271,23 @@ pub(super) fn validate_pool(
     let request_slowlog_timeout = nonzero(raw.request_slowlog_timeout);
     let request_queue_timeout = nonzero(raw.request_queue_timeout);
     let slowlog = raw.slowlog.as_deref().map(|p| src.resolve(p));
+    // An empty access.log is unset, as in php-fpm; the format is checked
+    // even then (php-fpm checks it only with a log).
+    let access_log = raw
+        .access
+        .log
+        .as_deref()
+        .filter(|p| !p.is_empty())
+        .map(|p| src.resolve(p));
+    let access_format = match raw.access.format.as_deref() {
+        None => crate::observe::access_log::Format::default(),
+        Some(f) => crate::observe::access_log::Format::parse(f).map_err(|e| {
+            ctx.err(
+                &["access", "format"],
+                format!("wrong format for access.format '{f}': {e}"),
+            )
+        })?,
+    };
 
     // user, group
     let user = resolve_credentials(raw.user.as_ref(), raw.group.as_ref(), ids)
@@ -405,6 +422,8 @@ pub(super) fn validate_pool(
         request_terminate_timeout,
         request_slowlog_timeout,
         slowlog,
+        access_log,
+        access_format,
         request_queue_timeout,
         catch_workers_output: raw.catch_workers_output.unwrap_or(false),
         decorate_workers_output: raw.decorate_workers_output.unwrap_or(true),
@@ -1161,6 +1180,37 @@ php_admin_flag.display_errors = "off"
             Some("www"),
             Some("catch_worker_output"),
             "unknown key (did you mean 'catch_workers_output'?)",
+        );
+    }
+
+    #[test]
+    fn access_log_and_format() {
+        let (dir, c) = load_ok(
+            &pool(
+                "www",
+                "access.log = \"logs/www.access.log\"\naccess.format = \"%{mili}d %r\"\n",
+            ),
+            &[],
+        );
+        let p = &c.pools[0];
+        assert_eq!(
+            p.access_log.as_deref(),
+            Some(dir.path().join("logs/www.access.log").as_path()),
+            "relative to the pool's file"
+        );
+        assert_eq!(p.access_format.as_str(), "%{mili}d %r");
+        let (_dir, c) = load_ok(&pool("www", "access.log = \"\"\n"), &[]);
+        assert_eq!(c.pools[0].access_log, None, "empty: no access log");
+        assert_eq!(c.pools[0].access_format.as_str(), "%R - %u %t \"%m %r\" %s");
+        let (dir, e) = load_err(&pool("www", "access.format = \"%R %{x\"\n"), &[]);
+        assert_err(
+            &dir,
+            &e,
+            "fpmd.toml",
+            Some(7),
+            Some("www"),
+            Some("access.format"),
+            "wrong format for access.format '%R %{x': missing closing embrace in the access.format",
         );
     }
 

@@ -15,9 +15,12 @@
 //!   hands out stream content as it arrives and drops padding.
 //! - [`pairs`]: name-value pairs (PARAMS, GET_VALUES).
 //! - [`scan`]: the check of a child's response before it is forwarded.
+//! - [`cgi`]: the head of the CGI response inside a child's STDOUT (its
+//!   `Status:` line and headers, for the access log).
 
 use std::fmt;
 
+pub mod cgi;
 pub mod deframe;
 pub mod pairs;
 pub mod record;

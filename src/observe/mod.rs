@@ -1,7 +1,9 @@
-//! What fpmd tells about its pools: the status page (and, next to it, the
-//! access log and the metrics endpoint).
+//! What fpmd tells about its pools: the status page, php-fpm's access log
+//! and the writer thread that writes and reopens the log files.
 //!
 //! Must not touch: dispatch or children (it formats samples the pools
-//! give).
+//! give, and lines of requests the proxy describes).
 
+pub mod access_log;
+pub mod reopen;
 pub mod status;

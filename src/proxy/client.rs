@@ -92,6 +92,10 @@ pub enum ClientError {
 pub enum Next {
     /// A request ready for a child.
     Request(Request),
+    /// A request fpmd answered itself while reading it (`answer`), returned
+    /// only to a pool that writes an access log (its line); the caller
+    /// recycles it, and closes the connection unless it is `keep_conn`.
+    Answered(Request, Local),
     /// The connection closed (or fpmd is stopping, or it was idle too
     /// long) between requests.
     Closed,
@@ -156,8 +160,9 @@ enum Step {
     /// The same, but the piece stays in the buffer: the child takes it as
     /// the body streams (the budget allows no more buffering).
     ReadyLeave,
-    /// The request was answered by fpmd (the answer is in `replies`).
-    Answered,
+    /// The request was answered by fpmd (the answer is in `replies`):
+    /// with this, or by a bare END_REQUEST (`None`: it was aborted).
+    Answered(Option<Local>),
 }
 
 impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> ClientConn<R, W> {
@@ -260,12 +265,17 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> ClientConn<R, W> {
                         self.st.spare_params = raw;
                         return Ok(Next::Request(req.take().expect("a ready request exists")));
                     }
-                    Step::Answered => {
+                    Step::Answered(answer) => {
                         self.flush_replies().await?;
                         let r = req.take().expect("an answered request exists");
                         let keep = r.keep_conn;
                         if !r.client_stdin_done {
                             self.st.skip = Some(r.id);
+                        }
+                        if let Some(answer) = answer.filter(|_| ctx.access_log) {
+                            raw.clear();
+                            self.st.spare_params = raw;
+                            return Ok(Next::Answered(r, answer));
                         }
                         self.recycle(r);
                         raw.clear();
@@ -408,11 +418,12 @@ impl Session {
                     return Ok(Step::Continue);
                 }
                 self.requests += 1;
-                *req = Some(Request::begin(
-                    id,
-                    begin.keep_conn(),
-                    std::mem::take(&mut self.spare_head),
-                ));
+                let mut r =
+                    Request::begin(id, begin.keep_conn(), std::mem::take(&mut self.spare_head));
+                if ctx.access_log {
+                    r.began = Some(std::time::Instant::now());
+                }
+                *req = Some(r);
                 *state = State::Params;
                 Ok(Step::Continue)
             }
@@ -450,7 +461,7 @@ impl Session {
                     warn!(pool = %ctx.pool, peer = %ctx.peer, "request id {id}: {} bytes of PARAMS, over the limit of {MAX_PARAMS}: answering 431", raw.len() + *dropped);
                     r.client_stdin_done = false;
                     Local::HeadTooLarge.encode(&mut self.replies, id);
-                    return Ok(Step::Answered);
+                    return Ok(Step::Answered(Some(Local::HeadTooLarge)));
                 }
                 // One pass for the common case: the PARAMS are copied while
                 // the variables that find the script are read; the rare
@@ -491,7 +502,7 @@ impl Session {
                         }
                     }
                     answer.encode(&mut self.replies, id);
-                    return Ok(Step::Answered);
+                    return Ok(Step::Answered(Some(answer)));
                 }
                 *state = State::Stdin;
                 Ok(if r.child_stdin_ended {
@@ -535,7 +546,7 @@ impl Session {
                     info!(pool = %ctx.pool, peer = %ctx.peer, uri = %field(r.param(b"REQUEST_URI").unwrap_or_default()),
                         "request id {id}: the body ended after {} of {:?} bytes (CONTENT_LENGTH); answering 400, the script does not run", r.body, r.owed);
                     Local::ShortBody.encode(&mut self.replies, id);
-                    return Ok(Step::Answered);
+                    return Ok(Step::Answered(Some(Local::ShortBody)));
                 }
                 Ok(Step::Ready)
             }
@@ -545,7 +556,7 @@ impl Session {
                 // Not handed to a child yet: nothing ran, just end it.
                 debug!(pool = %ctx.pool, peer = %ctx.peer, "request id {id} aborted by the web server before dispatch");
                 fastcgi::encode_end_request(&mut self.replies, id, EndRequest::COMPLETE);
-                Ok(Step::Answered)
+                Ok(Step::Answered(None))
             }
             (State::Params | State::Stdin, Piece::Record(_))
                 if kind == Some(RecordType::BeginRequest) =>

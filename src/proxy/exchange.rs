@@ -25,6 +25,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use super::client::{management, ClientConn, ClientError};
 use super::request::{Owed, Request};
 use super::verdict::{BodyEnd, ChildEnd, ClientEnd, Outcome, Sent};
+use crate::fastcgi::cgi::Head;
 use crate::fastcgi::{self, scan_response, Header, Piece, RecordType, NULL_REQUEST_ID};
 use crate::pool::ChildConn;
 
@@ -108,14 +109,17 @@ pub struct Timers {
 
 /// Runs the exchange for `req`, whose head was written on `conn`.
 /// `probe` (prefork) is the connection's fd and the php-cgi parent's pid,
-/// to learn which child took the connection; `on` hears of it (and of the
-/// slowlog timeout passing) while the request runs.
+/// to learn which child took the connection; `head` (for the access log)
+/// collects the head of the child's response as it is forwarded; `on`
+/// hears of the child's pid (and of the slowlog timeout passing) while the
+/// request runs.
 pub async fn run<R, W>(
     conn: &mut ChildConn,
     probe: Option<(std::os::fd::RawFd, i32)>,
     timers: Timers,
     client: &mut ClientConn<R, W>,
     req: &mut Request,
+    mut head: Option<&mut Head>,
     mut on: impl FnMut(Notice),
 ) -> Report
 where
@@ -282,6 +286,9 @@ where
         loop {
             let scan = scan_response(child_buf, id);
             if scan.forwardable > 0 {
+                if let Some(h) = head.as_deref_mut().filter(|h| !h.done()) {
+                    h.feed_records(&child_buf[..scan.forwardable], id);
+                }
                 if !client_gone.load(Ordering::Relaxed) {
                     if writer
                         .write_all(&child_buf[..scan.forwardable])
@@ -576,13 +583,23 @@ mod tests {
             pool: "t",
             peer: "test",
             script: &script::Options::default(),
+            access_log: false,
         };
         let (_tx, mut rx) = tokio::sync::watch::channel(false);
         let Next::Request(mut req) = client.read_request(&ctx, &mut rx).await.unwrap() else {
             panic!("no request")
         };
         conn.writer.write_all(&req.head).await.unwrap();
-        run(conn, None, Timers::default(), client, &mut req, |_| {}).await
+        run(
+            conn,
+            None,
+            Timers::default(),
+            client,
+            &mut req,
+            None,
+            |_| {},
+        )
+        .await
     }
 
     /// Runs one request: `client_bytes` from the web server (then it closes

@@ -49,6 +49,11 @@ impl Local {
         }
     }
 
+    /// The HTTP status code of the answer (503, …).
+    pub fn code(self) -> u16 {
+        crate::fastcgi::cgi::status_code(self.status().as_bytes()).unwrap_or(500)
+    }
+
     /// Appends the whole answer to request `id` (STDERR if any, STDOUT,
     /// the empty STDOUT record, END_REQUEST) to `out`.
     pub fn encode(self, out: &mut Vec<u8>, id: u16) {

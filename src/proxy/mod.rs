@@ -67,15 +67,6 @@ static BUDGET_USED: AtomicUsize = AtomicUsize::new(0);
 /// the log says it once a second at most.
 static BUDGET_WARNED: AtomicUsize = AtomicUsize::new(usize::MAX);
 
-/// Whole seconds since the first call (for once-a-second log lines).
-fn uptime_secs() -> usize {
-    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    START
-        .get_or_init(std::time::Instant::now)
-        .elapsed()
-        .as_secs() as usize
-}
-
 /// One connection's share of [`BUDGET`], given back when its request is
 /// done (or the connection task ends, however it ends).
 #[derive(Debug, Default)]
@@ -98,7 +89,7 @@ impl Charge {
         let more = want - self.charged;
         if BUDGET_USED.fetch_add(more, Ordering::Relaxed) + more > BUDGET {
             BUDGET_USED.fetch_sub(more, Ordering::Relaxed);
-            let now = uptime_secs();
+            let now = crate::log::uptime_secs();
             if BUDGET_WARNED.swap(now, Ordering::Relaxed) != now {
                 warn!("the buffer budget for unfinished requests ({} MiB) is used up: requests over {} KiB are refused or dispatched early",
                     BUDGET >> 20, FREE_PER_REQUEST >> 10);
@@ -140,6 +131,84 @@ pub struct Ctx<'a> {
     pub pool: &'a str,
     pub peer: &'a str,
     pub script: &'a script::Options,
+    /// The pool writes an access log: note when each request arrives, and
+    /// return the requests fpmd answers while reading them
+    /// ([`client::Next::Answered`]).
+    pub access_log: bool,
+}
+
+/// Who answered a request, for its access log line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answered {
+    /// Nobody: the web server left before an answer (not logged).
+    Nobody,
+    /// fpmd itself, with this HTTP status.
+    Fpmd(u16),
+    /// A child (`pid`); `reply`: the status fpmd answered instead of it
+    /// (502, 504) when it gave no answer.
+    Child { pid: i32, reply: Option<u16> },
+}
+
+/// A connection's access log: the pool's file and the buffers every line
+/// reuses.
+struct AccessLog {
+    file: Arc<crate::observe::reopen::LogFile>,
+    line: String,
+    /// The child's response head (`%s`, `%{…}o`).
+    head: crate::fastcgi::cgi::Head,
+}
+
+impl AccessLog {
+    /// The access log of `config`, if it has one (the daemon opened the
+    /// file); the buffers of `old` are kept.
+    fn of(config: &crate::config::PoolConfig, old: Option<AccessLog>) -> Option<AccessLog> {
+        let file = crate::observe::reopen::get(config.access_log.as_deref()?)?;
+        let (line, head) = match old {
+            Some(a) => (a.line, a.head),
+            None => (String::new(), Default::default()),
+        };
+        Some(AccessLog { file, line, head })
+    }
+
+    /// Writes the line of `req`, answered as `answered` (nothing when
+    /// nobody answered it), in the pool's `access.format`.
+    fn write(
+        &mut self,
+        pool: &str,
+        format: &crate::observe::access_log::Format,
+        req: &Request,
+        answered: Answered,
+    ) {
+        let Some(began) = req.began else { return };
+        let (pid, status, head) = match answered {
+            Answered::Nobody => return,
+            Answered::Fpmd(code) => (std::process::id() as i32, code, None),
+            Answered::Child { pid, reply } => (
+                pid,
+                reply.unwrap_or_else(|| self.head.status().unwrap_or(200)),
+                Some(&self.head),
+            ),
+        };
+        let duration = began.elapsed();
+        let now = std::time::SystemTime::now();
+        let entry = crate::observe::access_log::Entry {
+            pool,
+            params: req,
+            request_uri: script_path(req),
+            content_length: req.content_length(),
+            pid,
+            status,
+            head,
+            start: now.checked_sub(duration).unwrap_or(now),
+            duration,
+        };
+        if format.write(&entry, &mut self.line) && !self.file.append(self.line.as_bytes()) {
+            if let Some(n) = self.file.dropped_report() {
+                warn!(pool = %pool, "access log {}: writing does not keep up; {n} lines dropped",
+                    self.file.path().display());
+            }
+        }
+    }
 }
 
 /// Client-supplied bytes as text for a log field or message: invalid
@@ -209,21 +278,40 @@ async fn serve<R, W>(
     let mut client = ClientConn::new(reader, writer, Charge::new());
     let mut config = pool.config();
     let mut script = script::Options::of(&config);
+    let mut access = AccessLog::of(&config, None);
     loop {
         // The current generation's settings (a reload may change them
         // between two requests of one connection).
         let now = pool.config();
         if !Arc::ptr_eq(&now, &config) {
             script = script::Options::of(&now);
+            access = AccessLog::of(&now, access);
             config = now;
         }
         let ctx = Ctx {
             pool: pool.name(),
             peer,
             script: &script,
+            access_log: access.is_some(),
         };
         let mut req = match client.read_request(&ctx, &mut shutdown).await {
             Ok(Next::Request(req)) => req,
+            Ok(Next::Answered(req, answer)) => {
+                if let Some(a) = &mut access {
+                    a.write(
+                        ctx.pool,
+                        &config.access_format,
+                        &req,
+                        Answered::Fpmd(answer.code()),
+                    );
+                }
+                let keep = req.keep_conn;
+                client.recycle(req);
+                if !keep {
+                    return;
+                }
+                continue;
+            }
             Ok(Next::Closed) => return,
             Err(ClientError::Io(e))
                 if matches!(
@@ -241,18 +329,43 @@ async fn serve<R, W>(
             }
         };
         pool.stats.accepted.fetch_add(1, Ordering::Relaxed);
+        let mut answered = Answered::Nobody;
         let result = match local_page(&ctx.script.local, &req) {
-            Some(page) => answer_local_page(pool, &mut client, &req, page)
-                .await
-                .map(|()| after_answer(&mut client, &req)),
+            Some(page) => {
+                answered = Answered::Fpmd(200);
+                answer_local_page(pool, &mut client, &req, page)
+                    .await
+                    .map(|()| after_answer(&mut client, &req))
+            }
             // The status listener runs no script: php-fpm's answer for
             // a script it cannot find.
-            None if status_only => client
-                .answer(req.id, Local::ScriptUnknown)
+            None if status_only => {
+                answered = Answered::Fpmd(404);
+                client
+                    .answer(req.id, Local::ScriptUnknown)
+                    .await
+                    .map(|()| after_answer(&mut client, &req))
+            }
+            None => {
+                let head = access.as_mut().map(|a| {
+                    a.head.clear();
+                    &mut a.head
+                });
+                dispatch(
+                    pool,
+                    &config,
+                    &ctx,
+                    &mut client,
+                    &mut req,
+                    head,
+                    &mut answered,
+                )
                 .await
-                .map(|()| after_answer(&mut client, &req)),
-            None => dispatch(pool, &config, &ctx, &mut client, &mut req).await,
+            }
         };
+        if let Some(a) = &mut access {
+            a.write(ctx.pool, &config.access_format, &req, answered);
+        }
         let drain = !req.client_stdin_done;
         client.recycle(req);
         match result {
@@ -400,14 +513,17 @@ async fn drain_and_close<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
 
 /// Gets a child for `req` and runs the exchange. Returns what becomes of
 /// the connection; `config` is the pool's current generation's settings
-/// (those the request is queued under). Errors: writing to the web server
-/// failed.
+/// (those the request is queued under); `head` (access log) collects the
+/// child's response head; `answered` says who answered. Errors: writing
+/// to the web server failed.
 async fn dispatch<R, W>(
     pool: &Pool,
     config: &crate::config::PoolConfig,
     ctx: &Ctx<'_>,
     client: &mut ClientConn<R, W>,
     req: &mut Request,
+    mut head: Option<&mut crate::fastcgi::cgi::Head>,
+    answered: &mut Answered,
 ) -> io::Result<Then>
 where
     R: AsyncRead + Unpin,
@@ -429,7 +545,7 @@ where
                 pool.stats.queue_wait.observe(arrived.elapsed());
                 warn!(pool = %ctx.pool, uri = %uri(req), "request waited {:.1} s for a child (request_queue_timeout): answering 503",
                     config.request_queue_timeout.unwrap_or_default().as_secs_f64());
-                client.answer(req.id, Local::Unavailable("every PHP process is busy; retry later")).await?;
+                answer(client, req, Local::Unavailable("every PHP process is busy; retry later"), answered).await?;
                 return Ok(after_answer(client, req));
             }
             gone = watch_eof(&mut client.reader, &mut client.buf) => {
@@ -450,16 +566,12 @@ where
             Acquired::Lease(l) => l,
             Acquired::QueueFull => {
                 warn!(pool = %ctx.pool, uri = %uri(req), "request queue full (listen.backlog = {}): answering 503", config.listen.backlog);
-                client
-                    .answer(
-                        req.id,
-                        Local::Unavailable("the server is overloaded; retry later"),
-                    )
-                    .await?;
+                let busy = Local::Unavailable("the server is overloaded; retry later");
+                answer(client, req, busy, answered).await?;
                 return Ok(after_answer(client, req));
             }
             Acquired::Closed => {
-                client.answer(req.id, Local::Stopping).await?;
+                answer(client, req, Local::Stopping, answered).await?;
                 return Ok(Then::Close);
             }
         };
@@ -516,18 +628,31 @@ where
             }
         };
         let started = std::time::Instant::now();
-        let report = exchange::run(conn, probe, timers, client, req, on).await;
+        let report = exchange::run(conn, probe, timers, client, req, head.as_deref_mut(), on).await;
         pool.stats.service.observe(started.elapsed());
         if let Some(pid) = report.learned {
             lease.worker().set_pid(pid);
         }
         let v = verdict::verdict(&report.outcome);
-        log_report(pool, ctx, lease.worker().log_pid(), req, &report);
+        if head.is_some() {
+            // Prefork, a request too short for the probe: `%p` names the
+            // child, not its parent (looked up once per connection).
+            lease.worker().learn_pid();
+        }
+        let pid = lease.worker().log_pid();
+        log_report(pool, ctx, pid, req, &report);
         lease.give_back(v.child);
-        match v.reply {
-            Reply::None => {}
-            Reply::BadGateway => client.answer(req.id, Local::BadGateway).await?,
-            Reply::GatewayTimeout => client.answer(req.id, Local::GatewayTimeout).await?,
+        let reply = match v.reply {
+            Reply::None => None,
+            Reply::BadGateway => Some(Local::BadGateway),
+            Reply::GatewayTimeout => Some(Local::GatewayTimeout),
+        };
+        *answered = Answered::Child {
+            pid,
+            reply: reply.map(Local::code),
+        };
+        if let Some(local) = reply {
+            client.answer(req.id, local).await?;
         }
         if v.keep_client {
             client.flush_replies().await?;
@@ -542,13 +667,24 @@ where
         });
     }
     warn!(pool = %ctx.pool, "request id {}: no child could take it after {attempts} tries: answering 503", req.id);
-    client
-        .answer(
-            req.id,
-            Local::Unavailable("no PHP process could take the request"),
-        )
-        .await?;
+    let none = Local::Unavailable("no PHP process could take the request");
+    answer(client, req, none, answered).await?;
     Ok(after_answer(client, req))
+}
+
+/// Writes fpmd's own answer `local` to `req` and notes it in `answered`.
+async fn answer<R, W>(
+    client: &mut ClientConn<R, W>,
+    req: &Request,
+    local: Local,
+    answered: &mut Answered,
+) -> io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    *answered = Answered::Fpmd(local.code());
+    client.answer(req.id, local).await
 }
 
 /// One log line for whatever in the exchange was not ordinary.

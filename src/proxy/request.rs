@@ -138,6 +138,9 @@ pub struct Request {
     pub child_stdin_ended: bool,
     /// The web server's STDIN stream has ended.
     pub client_stdin_done: bool,
+    /// When its BEGIN_REQUEST was read; noted only for a pool that writes
+    /// an access log (`%d`, `%t`).
+    pub began: Option<std::time::Instant>,
     stdin: StreamWriter,
 }
 
@@ -181,6 +184,7 @@ impl Request {
             excess: 0,
             child_stdin_ended: false,
             client_stdin_done: false,
+            began: None,
             stdin: StreamWriter::new(RecordType::Stdin, id),
         }
     }
@@ -327,17 +331,23 @@ impl Request {
     /// Writes what the request is into `info` (reusing its buffers).
     pub fn fill_info(&self, info: &mut RequestInfo) {
         let p = |n: &[u8]| self.param(n).unwrap_or_default();
-        let length = match self.owed {
-            Owed::Exact(n) => n,
-            Owed::UntilEnd => 0,
-        };
         info.set(
             p(b"SCRIPT_FILENAME"),
             p(b"REQUEST_URI"),
             p(b"REQUEST_METHOD"),
             p(b"REMOTE_USER"),
-            length,
+            self.content_length(),
         );
+    }
+
+    /// The body length PHP reads, in bytes: `CONTENT_LENGTH` as `atol`
+    /// reads it, 0 when it is absent or negative (the status page's and
+    /// the access log's `content length`).
+    pub fn content_length(&self) -> u64 {
+        match self.owed {
+            Owed::Exact(n) => n,
+            Owed::UntilEnd => 0,
+        }
     }
 
     /// Bytes of body the child may still take (`u64::MAX` for a body of
@@ -404,6 +414,12 @@ impl Request {
     /// after the PARAMS.
     pub fn buffered_body(&self) -> usize {
         self.head.len().saturating_sub(self.params.end)
+    }
+}
+
+impl crate::observe::access_log::Params for Request {
+    fn param(&self, name: &[u8]) -> Option<&[u8]> {
+        Request::param(self, name)
     }
 }
 

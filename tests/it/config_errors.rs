@@ -121,7 +121,10 @@ fn expect_invalid(t: &TestDir, cfg: FpmdConfig, expected: Expect, also_with_t: b
     }
 }
 
-fn invalid_pool_key(key: &str, value: &str, expected_extra: &[&str]) {
+/// A pool file setting `key = value` (raw TOML) is refused with exit 78
+/// and a message naming www.toml, the line and the key, plus each of
+/// `expected_extra` (with and without `-t`).
+pub(crate) fn invalid_pool_key(key: &str, value: &str, expected_extra: &[&str]) {
     let t = TestDir::new();
     let mut p = PoolFile::new(&t);
     let line = p.set(key, value);

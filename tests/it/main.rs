@@ -5,6 +5,7 @@
 
 mod harness;
 
+mod access_log;
 mod apache;
 mod bad_fastcgi;
 mod children;

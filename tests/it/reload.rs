@@ -1357,7 +1357,7 @@ fn logrotate_mv_and_sigusr1_move_new_lines_to_new_files_without_a_restart() {
     assert_eq!(s.fpmd.workers(), before, "children were restarted");
 }
 
-/// C14 (the error log and the slowlog; fpmd has no access log yet): 10
+/// C14 (the error log and the slowlog; the access log: access_log.rs): 10
 /// lines in the new files and 0 in the renamed ones; within 1 s no process
 /// holds a renamed log; after a reload the log still goes where it went
 /// (the reopened file; fd 2 for `error_log = "stderr"`).

@@ -1,7 +1,8 @@
-//! What fpmd tells about its pools: the status page (and, next to it, the
-//! access log and the metrics endpoint).
+//! What fpmd tells about its pools: the status page and the metrics
+//! endpoint (and, next to them, the access log).
 //!
 //! Must not touch: dispatch or children (it formats samples the pools
 //! give).
 
+pub mod metrics;
 pub mod status;

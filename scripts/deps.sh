@@ -4,7 +4,7 @@
 set -euo pipefail
 need=()
 have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for pkg in php-cgi php-fpm nginx apache2 dokuwiki logrotate "$@"; do
+for pkg in php-cgi php-fpm nginx apache2 dokuwiki logrotate prometheus "$@"; do
     have "$pkg" || need+=("$pkg")
 done
 if ((${#need[@]})); then

@@ -28,6 +28,7 @@ use crate::control::Intent;
 use crate::ctl::{self, Answer, Call, Request};
 use crate::listen::{self, BindError, ListenKey, Listener, ListenerTable, Obtained, Route};
 use crate::log::LogWriter;
+use crate::observe::metrics::MetricsServer;
 use crate::pool::{self, PoolHandle, Reconfigured, StopMode};
 use crate::reap::Reaper;
 use crate::spawn::Spawner;
@@ -132,6 +133,11 @@ struct Daemon {
     calls_tx: mpsc::UnboundedSender<Call>,
     /// The fpmd binary, as started (an upgrade runs what is there now).
     exe: Option<PathBuf>,
+    /// The pools the metrics endpoint reads at each scrape (sent again
+    /// after every reload).
+    pools_view: watch::Sender<Vec<Arc<pool::Pool>>>,
+    /// The metrics endpoint (`metrics.listen`), when configured.
+    metrics: Option<MetricsServer>,
 }
 
 /// Runs until a stop intent; returns once every child is reaped. Must run
@@ -185,6 +191,8 @@ pub async fn run(
         watch_tx,
         calls_tx,
         exe: std::env::current_exe().ok(),
+        pools_view: watch::channel(Vec::new()).0,
+        metrics: None,
     };
     let pools: Vec<PoolConfig> = d.config.pools.clone();
     for p in &pools {
@@ -193,6 +201,8 @@ pub async fn run(
     for p in &pools {
         d.route(p);
     }
+    d.publish_pools();
+    d.remetrics().await;
     for h in d.pools.values_mut() {
         h.started().await;
     }
@@ -309,8 +319,14 @@ pub async fn run(
         sd,
         pid_file,
         removed,
+        metrics,
         ..
     } = d;
+    // Nothing to scrape from a stopping daemon (and after an upgrade the
+    // new fpmd waits for the address).
+    if let Some(m) = metrics {
+        m.stop().await;
+    }
     drop(in_flight);
     if upgraded {
         // The sockets, their files, the control socket and the pid file are
@@ -430,6 +446,27 @@ impl Daemon {
             self.config.global.emergency_restart,
         );
         self.pools.insert(p.name.clone(), handle);
+    }
+
+    /// Tells the metrics endpoint which pools there are now.
+    fn publish_pools(&self) {
+        self.pools_view
+            .send_replace(self.pools.values().map(|h| h.pool.clone()).collect());
+    }
+
+    /// Starts, moves or stops the metrics endpoint as `metrics.listen`
+    /// says now (a moved endpoint stops on the old address before it binds
+    /// the new one).
+    async fn remetrics(&mut self) {
+        let want = self.config.global.metrics_listen.clone();
+        if self.metrics.as_ref().map(|m| m.address()) == want.as_ref() {
+            return;
+        }
+        if let Some(old) = self.metrics.take() {
+            info!("metrics endpoint on {} stopped", old.address());
+            old.stop().await;
+        }
+        self.metrics = want.map(|a| MetricsServer::start(a, self.pools_view.subscribe()));
     }
 
     /// Points `p`'s listen addresses (its `listen.address`, and its
@@ -608,6 +645,8 @@ impl Daemon {
         let answer = self.apply(crate::config::load(&self.config.file)).await;
         // The set of files may have changed (a pool file added or removed).
         self.rewatch();
+        self.publish_pools();
+        self.remetrics().await;
         match &answer {
             Answer::Ok(summary) => info!("reload done: {}", summary.replace('\n', "; ")),
             Answer::ConfigError(e) => {

@@ -114,6 +114,8 @@ pub struct GlobalChanges<'a> {
     pub control_socket: Option<Change<&'a Path>>,
     /// `watch`.
     pub watch: Option<Change<bool>>,
+    /// `metrics.listen` (the endpoint moves, starts or stops).
+    pub metrics_listen: Option<Change<Option<&'a ListenAddress>>>,
 }
 
 impl GlobalChanges<'_> {
@@ -351,6 +353,7 @@ fn global_changes<'a>(old: &'a Global, new: &'a Global) -> GlobalChanges<'a> {
         process_control_timeout,
         control_socket,
         watch,
+        metrics_listen,
     } = old;
     GlobalChanges {
         pid: change(pid.as_deref(), new.pid.as_deref()),
@@ -360,6 +363,7 @@ fn global_changes<'a>(old: &'a Global, new: &'a Global) -> GlobalChanges<'a> {
         process_control_timeout: change(*process_control_timeout, new.process_control_timeout),
         control_socket: change(control_socket.as_path(), new.control_socket.as_path()),
         watch: change(*watch, new.watch),
+        metrics_listen: change(metrics_listen.as_ref(), new.metrics_listen.as_ref()),
     }
 }
 
@@ -431,6 +435,7 @@ mod tests {
             process_control_timeout: None,
             control_socket: "/run/fpmd/fpmd.sock".into(),
             watch: false,
+            metrics_listen: None,
         }
     }
 
@@ -801,6 +806,16 @@ mod tests {
                     watch: Some(Change {
                         old: false,
                         new: true,
+                    }),
+                    ..Default::default()
+                },
+            ),
+            (
+                |g| g.metrics_listen = Some(tcp("127.0.0.1:9253")),
+                |g| GlobalChanges {
+                    metrics_listen: Some(Change {
+                        old: None,
+                        new: g.metrics_listen.as_ref(),
                     }),
                     ..Default::default()
                 },

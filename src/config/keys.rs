@@ -79,6 +79,7 @@ pub(super) const KEYS: &[Key] = &[
     global("process_control_timeout"),
     global("control_socket"),
     global("watch"),
+    global("metrics.listen"),
     supported("user"),
     supported("group"),
     supported("php_cgi"),
@@ -139,6 +140,37 @@ pub(super) fn global_keys() -> impl Iterator<Item = &'static str> {
 
 fn is_global_key(key: &str) -> bool {
     global_keys().any(|k| k == key)
+}
+
+/// `key` is a table of known global keys (`metrics`).
+fn is_global_prefix(key: &str) -> bool {
+    global_keys()
+        .any(|k| k.len() > key.len() && k.starts_with(key) && k.as_bytes()[key.len()] == b'.')
+}
+
+/// The first key of a `[global]` table (`global.` + `prefix`) that is not
+/// in the registry: its segments from `global` on and its item.
+fn unknown_global_key<'t>(
+    table: &'t dyn TableLike,
+    prefix: &[String],
+) -> Option<(Vec<String>, &'t Item)> {
+    for (k, sub) in table.iter() {
+        let mut segs = prefix.to_vec();
+        segs.push(k.to_string());
+        let key = segs[1..].join(".");
+        if is_global_key(&key) {
+            continue;
+        }
+        match sub.as_table_like() {
+            Some(t) if is_global_prefix(&key) => {
+                if let Some(found) = unknown_global_key(t, &segs) {
+                    return Some(found);
+                }
+            }
+            _ => return Some((segs, sub)),
+        }
+    }
+    None
 }
 
 /// Pool keys that are known but not supported yet.
@@ -202,6 +234,11 @@ fn suggest_pool_key(unknown: &str) -> Option<String> {
 /// The known global key closest to `unknown` (`global.X`).
 fn suggest_global_key(unknown: &str) -> Option<String> {
     let candidates: Vec<String> = global_keys().map(|g| format!("global.{g}")).collect();
+    // A table of keys given a value (`metrics = 9253`): its key.
+    let table = format!("{unknown}.");
+    if let Some(key) = candidates.iter().find(|c| c.starts_with(&table)) {
+        return Some(key.clone());
+    }
     closest(unknown, candidates.iter().map(|s| s.as_str())).map(str::to_string)
 }
 
@@ -233,12 +270,8 @@ pub(super) fn check_structure(src: &SourceFile, is_main: bool) -> Result<Vec<Str
                     "global must be a table: [global]".into(),
                 ));
             };
-            for (k, sub) in table.iter() {
-                if is_global_key(k) {
-                    continue;
-                }
-                let (segs, key_line) =
-                    first_leaf(src, vec!["global".to_string(), k.to_string()], sub);
+            if let Some((segs, sub)) = unknown_global_key(table, &["global".to_string()]) {
+                let (segs, key_line) = first_leaf(src, segs, sub);
                 let full = dotted(&segs);
                 let message = match suggest_global_key(&full) {
                     Some(s) => format!("unknown key (did you mean '{s}'?)"),
@@ -542,7 +575,7 @@ mod tests {
             Some(2),
             None,
             Some("global.daemonize"),
-            "unknown key (global keys are: pid, error_log, log_level, include, emergency_restart_threshold, emergency_restart_interval, process_control_timeout, control_socket, watch)",
+            "unknown key (global keys are: pid, error_log, log_level, include, emergency_restart_threshold, emergency_restart_interval, process_control_timeout, control_socket, watch, metrics.listen)",
         );
         let (dir, e) = load_err("pid = \"/run/fpmd.pid\"\n", &[]);
         assert_err(&dir, &e, "fpmd.toml", Some(1), None, Some("pid"), "unknown top-level key (did you mean 'global.pid'? global keys go in the [global] table)");

@@ -302,6 +302,7 @@ php_admin_flag.log_errors = true
                 process_control_timeout: Some(std::time::Duration::from_secs(10)),
                 control_socket: d.join("run/fpmd.sock"),
                 watch: true,
+                metrics_listen: None,
             }
         );
         let names: Vec<&str> = c.pools.iter().map(|p| p.name.as_str()).collect();
@@ -411,6 +412,7 @@ php_admin_flag.log_errors = true
                     dir.path().join("fpmd.sock")
                 },
                 watch: false,
+                metrics_listen: None,
             }
         );
         let p = &c.pools[0];

@@ -74,6 +74,13 @@ pub struct Global {
     /// `watch` (fpmd only): reload when a configuration file changes.
     /// Default `false`.
     pub watch: bool,
+    /// `metrics.listen` (fpmd only): where fpmd serves `GET /metrics`
+    /// (OpenMetrics text over HTTP/1.1, see [`crate::observe::metrics`]):
+    /// `"IP:PORT"`, `"[IPv6]:PORT"`, a bare port (all IPv4 addresses) or a
+    /// unix socket path (relative to the main file's directory). Never a
+    /// pool's listen address nor the control socket. `None` (default): no
+    /// metrics endpoint.
+    pub metrics_listen: Option<ListenAddress>,
 }
 
 /// Where fpmd writes its own log.

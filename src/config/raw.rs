@@ -157,6 +157,14 @@ pub(super) struct RawGlobal {
     pub(super) process_control_timeout: Option<Duration>,
     pub(super) control_socket: Option<String>,
     pub(super) watch: Option<bool>,
+    #[serde(default)]
+    pub(super) metrics: RawMetrics,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawMetrics {
+    pub(super) listen: Option<RawAddress>,
 }
 
 #[derive(Deserialize, Default)]

@@ -46,6 +46,10 @@ impl Config {
             toml_str(&self.global.control_socket.to_string_lossy())
         ));
         out.push_str(&format!("watch = {}\n", self.global.watch));
+        match &self.global.metrics_listen {
+            Some(a) => out.push_str(&format!("metrics.listen = {}\n", toml_str(&a.to_string()))),
+            None => out.push_str("# metrics.listen: not set (no metrics endpoint)\n"),
+        }
         for pool in &self.pools {
             out.push('\n');
             pool.write_toml(&self.global, &mut out);

@@ -32,7 +32,11 @@ pub(super) fn validate_global(
 ) -> Result<(Global, Vec<String>), ConfigError> {
     let err = |key: &str, message: String| ConfigError {
         file: src.path.clone(),
-        line: src.find_line(&["global", key]),
+        line: src.find_line(
+            &std::iter::once("global")
+                .chain(key.split('.'))
+                .collect::<Vec<_>>(),
+        ),
         pool: None,
         key: Some(format!("global.{key}")),
         message,
@@ -83,6 +87,15 @@ pub(super) fn validate_global(
         None => src.dir.join("fpmd.sock"),
     };
     check_socket_path(&control_socket).map_err(|m| err("control_socket", m))?;
+    let metrics_listen = match raw.metrics.listen {
+        None => None,
+        Some(RawAddress::Tcp(addr)) => Some(ListenAddress::Tcp(addr)),
+        Some(RawAddress::Unix(p)) => {
+            let path = src.resolve(&p);
+            check_socket_path(&path).map_err(|m| err("metrics.listen", m))?;
+            Some(ListenAddress::Unix(path))
+        }
+    };
     Ok((
         Global {
             pid,
@@ -92,6 +105,7 @@ pub(super) fn validate_global(
             process_control_timeout,
             control_socket,
             watch: raw.watch.unwrap_or(false),
+            metrics_listen,
         },
         includes,
     ))
@@ -684,8 +698,9 @@ fn socket_identity(path: &Path) -> PathBuf {
 /// `pm.status_listen` if set): two listeners on one address (or on
 /// overlapping TCP addresses) are an error at the second one's key, naming
 /// the first pool and where it is set; so is a pool on fpmd's control
-/// socket. `pools` are in load order, each with the file that defined it;
-/// `main` is the main file.
+/// socket. `metrics.listen` collides with neither a pool's listener nor the
+/// control socket (an error at `global.metrics.listen`). `pools` are in load
+/// order, each with the file that defined it; `main` is the main file.
 pub(super) fn check_listen_addresses(
     main: &SourceFile,
     global: &Global,
@@ -698,6 +713,34 @@ pub(super) fn check_listen_addresses(
         all.push((src, pool, ["listen", "address"], &pool.listen.address));
         if let Some(a) = &pool.local.status_listen {
             all.push((src, pool, ["pm", "status_listen"], a));
+        }
+    }
+    if let Some(metrics) = &global.metrics_listen {
+        let err = |message: String| ConfigError {
+            file: main.path.clone(),
+            line: main.find_line(&["global", "metrics", "listen"]),
+            pool: None,
+            key: Some("global.metrics.listen".into()),
+            message,
+        };
+        if collision(&control, metrics).is_some() {
+            return Err(err(format!(
+                "{metrics} is fpmd's control socket: the metrics endpoint needs an address of its own"
+            )));
+        }
+        for (src, pool, key, address) in &all {
+            if collision(metrics, address).is_some() {
+                let at = location(&src.path, src.find_line(&[&pool.name, key[0], key[1]]));
+                let what = if key[0] == "listen" {
+                    "listen address"
+                } else {
+                    "status listen address (pm.status_listen)"
+                };
+                return Err(err(format!(
+                    "{metrics} collides with {address}, the {what} of pool '{}' ({at}): the metrics endpoint needs an address of its own",
+                    pool.name
+                )));
+            }
         }
     }
     for (i, (src, pool, key, address)) in all.iter().enumerate() {
@@ -1464,6 +1507,77 @@ php_admin_flag.display_errors = "off"
         );
     }
 
+    /// Each `(line, key, message)`: `line` in `[global]` is an error at
+    /// line 2, `key`, with `message`.
+    fn assert_global_errors(rows: &[(&str, &str, String)]) {
+        for (line, key, msg) in rows {
+            let (dir, e) = load_err(&format!("[global]\n{line}\n{}", pool("www", "")), &[]);
+            assert_err(&dir, &e, "fpmd.toml", Some(2), None, Some(key), msg);
+        }
+    }
+
+    #[test]
+    fn metrics_listen() {
+        let global = |line: &str| format!("[global]\n{line}\n{}", pool("www", ""));
+        // Unset: no endpoint.
+        let (_d, c) = load_ok(&pool("www", ""), &[]);
+        assert_eq!(c.global.metrics_listen, None);
+        assert!(c
+            .to_toml()
+            .contains("# metrics.listen: not set (no metrics endpoint)\n"));
+        // TCP, a bare port (all IPv4 addresses), IPv6, a unix path
+        // relative to the main file; as a dotted key or a table.
+        for (text, want) in [
+            ("metrics.listen = \"127.0.0.1:9253\"", "127.0.0.1:9253"),
+            ("metrics.listen = 9253", "0.0.0.0:9253"),
+            ("metrics.listen = \"[::1]:9253\"", "[::1]:9253"),
+            (
+                "[global.metrics]\nlisten = \"127.0.0.1:9253\"",
+                "127.0.0.1:9253",
+            ),
+        ] {
+            let (_d, c) = load_ok(&global(text), &[]);
+            let want = ListenAddress::Tcp(want.parse().unwrap());
+            assert_eq!(c.global.metrics_listen.as_ref(), Some(&want), "{text}");
+        }
+        let (dir, c) = load_ok(&global("metrics.listen = \"run/metrics.sock\""), &[]);
+        let want = ListenAddress::Unix(dir.path().join("run/metrics.sock"));
+        assert_eq!(c.global.metrics_listen.as_ref(), Some(&want));
+        // `-t` prints it, and its output loads to the same.
+        let text = c.to_toml();
+        assert!(
+            text.contains(&format!(
+                "metrics.listen = \"{}\"\n",
+                dir.path().join("run/metrics.sock").display()
+            )),
+            "{text}"
+        );
+        let again = write(dir.path(), "again/fpmd.toml", &text);
+        assert_eq!(super::super::load(&again).unwrap().global, c.global);
+        // Errors, at the key.
+        assert_global_errors(&[
+            ("metrics.listen = \"nope\"", "global.metrics.listen", "invalid listen address 'nope' (expected a unix socket path (containing '/'), \"IP:PORT\", \"[IPv6]:PORT\" or a port)".to_string()),
+            ("metrics.listen = 0", "global.metrics.listen", "invalid port '0' (expected 1-65535)".to_string()),
+            ("metrics.lisen = 9253", "global.metrics.lisen", "unknown key (did you mean 'global.metrics.listen'?)".to_string()),
+            ("metrics = 9253", "global.metrics", "unknown key (did you mean 'global.metrics.listen'?)".to_string()),
+            (&format!("metrics.listen = \"/run/{}.sock\"", "x".repeat(120)), "global.metrics.listen", format!("unix socket path is too long (130 bytes, at most 107): /run/{}.sock", "x".repeat(120))),
+        ]);
+        // Never a pool's address (nor one that overlaps it), nor the
+        // control socket.
+        let on_tcp = pool("www", "").replace("\"/run/fpmd/www.sock\"", "\"127.0.0.1:9000\"");
+        for (line, pool_text, msg) in [
+            ("metrics.listen = \"/run/fpmd/www.sock\"", pool("www", ""), "/run/fpmd/www.sock collides with /run/fpmd/www.sock, the listen address of pool 'www' ({main}:7): the metrics endpoint needs an address of its own"),
+            ("metrics.listen = 9000", on_tcp, "0.0.0.0:9000 collides with 127.0.0.1:9000, the listen address of pool 'www' ({main}:7): the metrics endpoint needs an address of its own"),
+            ("control_socket = \"/run/m.sock\"\nmetrics.listen = \"/run/m.sock\"", pool("www", ""), "/run/m.sock is fpmd's control socket: the metrics endpoint needs an address of its own"),
+        ] {
+            let (dir, e) = load_err(&format!("[global]\n{line}\n{pool_text}"), &[]);
+            let main = dir.path().join("fpmd.toml");
+            let line_of = 1 + line.lines().count();
+            let msg = msg.replace("{main}", &main.display().to_string());
+            assert_err(&dir, &e, "fpmd.toml", Some(line_of), None, Some("global.metrics.listen"), &msg);
+        }
+    }
+
     #[test]
     fn reload_keys() {
         use std::time::Duration as D;
@@ -1566,16 +1680,13 @@ php_admin_flag.display_errors = "off"
 
         // Errors.
         let global = |line: &str| format!("[global]\n{line}\n{}", pool("www", ""));
-        for (line, key, msg) in [
+        assert_global_errors(&[
             ("watch = \"yes\"", "global.watch", "invalid type: string \"yes\", expected a boolean".to_string()),
             ("process_control_timeout = \"soon\"", "global.process_control_timeout", "invalid duration \"soon\": expected number at 0 (expected e.g. \"30s\", \"5m\", \"1h\", \"250ms\")".to_string()),
             ("control_socket = \"\"", "global.control_socket", "control_socket must not be empty".to_string()),
             ("control_socket = 1", "global.control_socket", "invalid type: integer `1`, expected a string".to_string()),
             (&format!("control_socket = \"/run/{}.sock\"", "x".repeat(120)), "global.control_socket", format!("unix socket path is too long (130 bytes, at most 107): /run/{}.sock", "x".repeat(120))),
-        ] {
-            let (dir, e) = load_err(&global(line), &[]);
-            assert_err(&dir, &e, "fpmd.toml", Some(2), None, Some(key), &msg);
-        }
+        ]);
         let (dir, e) = load_err(&pool("www", "graceful_timeout = -1\n"), &[]);
         assert_err(
             &dir,

@@ -22,5 +22,6 @@ pub mod table;
 pub mod transfer;
 
 pub use accept::{accept_loop, raise_nofile, Listener, Route, RouteWatch};
+pub(crate) use bind::{bind as bind_socket, SocketFile};
 pub use bind::{effective_backlog, somaxconn, BindError};
 pub use table::{AdoptError, Inherited, KeyError, ListenKey, ListenerTable, Obtained};

@@ -315,6 +315,31 @@ pub fn render(s: &PoolStatus, format: Format, full: bool, now: SystemTime) -> St
     o
 }
 
+/// php-fpm's OpenMetrics families of `s` at `now`, in php-fpm's order
+/// (`phpfpm_up` aside): name, php-fpm's type (`counter` or `gauge`),
+/// help, and the value. For the metrics endpoint, which serves the same
+/// numbers as `?openmetrics`.
+pub(crate) fn openmetrics_values(
+    s: &PoolStatus,
+    now: SystemTime,
+) -> Vec<(&'static str, &'static str, &'static str, u64)> {
+    let fields = pool_fields(s, now);
+    OPENMETRICS
+        .iter()
+        .map(|(name, kind, help, field)| {
+            let value = fields
+                .iter()
+                .find(|(k, _)| k == field)
+                .and_then(|(_, v)| match v {
+                    Value::Int(n) => Some(*n),
+                    _ => None,
+                })
+                .unwrap_or(0);
+            (*name, *kind, *help, value)
+        })
+        .collect()
+}
+
 /// php-fpm's OpenMetrics families: name, type, help, and the status field.
 pub(crate) const OPENMETRICS: &[(&str, &str, &str, &str)] = &[
     ("phpfpm_start_since", "counter", "The number of seconds since FPM has started.", "start since"),

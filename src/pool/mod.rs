@@ -293,6 +293,8 @@ enum Event {
         leader: i32,
         pid: i32,
         signal: Signal,
+        /// For `fpmd_children_stopped_total`.
+        why: stats::StopReason,
         conn: Option<ChildConn>,
     },
     /// `request_terminate_timeout`: SIGTERM now, SIGKILL after
@@ -481,15 +483,16 @@ impl Pool {
                     // Over the memory limit: SIGKILL (the child is idle, its
                     // request is complete), so it does not grow further on
                     // its way out; otherwise a graceful SIGTERM.
-                    let signal = if over_memory {
-                        Signal::SIGKILL
+                    let (signal, why) = if over_memory {
+                        (Signal::SIGKILL, stats::StopReason::MaxMemory)
                     } else {
-                        Signal::SIGTERM
+                        (Signal::SIGTERM, stats::StopReason::MaxRequests)
                     };
                     let _ = self.events.send(Event::StopChild {
                         leader: w.leader,
                         pid,
                         signal,
+                        why,
                         conn: w.conn.take(),
                     });
                 }
@@ -560,6 +563,7 @@ impl Pool {
                 leader: w.leader,
                 pid,
                 signal: Signal::SIGKILL,
+                why: stats::StopReason::Killed,
                 conn: w.conn.take(),
             });
         }

@@ -20,6 +20,7 @@ use tracing::{debug, error, info, warn};
 
 use super::slots::{GenId, SlotState, Table};
 use super::spec::{child_spec, template};
+use super::stats::StopReason;
 use super::{Command, Event, Pool, PoolHandle, Reconfigured, StopMode, Worker, TERMINATE_GRACE};
 use crate::config::{PmMode, PoolConfig, Spawn};
 use crate::procfs::parent_of;
@@ -40,16 +41,20 @@ struct ChildState {
     started: Instant,
     alive: Arc<AtomicBool>,
     endpoint: Arc<PathBuf>,
-    /// fpmd asked it to go (retire, stop, broken connection).
-    expected_exit: bool,
+    /// Why fpmd asked it to go (retire, stop, broken connection); `None`:
+    /// it was not asked (an exit then counts as [`StopReason::Died`]).
+    stop: Option<StopReason>,
     /// A pre-fork parent (its process group holds its children).
     prefork: bool,
 }
 
 /// A child forked by a php-cgi parent.
 struct Forked {
+    /// The php-cgi parent (a key of `Supervisor::children`).
+    parent: i32,
     started: Instant,
-    expected_exit: bool,
+    /// Why fpmd asked it to go, if it did.
+    stop: Option<StopReason>,
 }
 
 /// One generation as the supervisor sees it.
@@ -384,7 +389,7 @@ impl Supervisor {
             .map(|(p, _)| *p)
             .collect();
         for leader in leaders {
-            self.stop_child(leader, leader, Signal::SIGTERM);
+            self.stop_child(leader, leader, Signal::SIGTERM, StopReason::Retired);
         }
         warn!(pool = %self.name(), "generation {gen} abandoned ({why}); generation {current} serves on");
     }
@@ -456,12 +461,12 @@ impl Supervisor {
                     "child of generation {gen} still busy {:.1} s after the reload, past graceful_timeout = {:.1} s: killing it",
                     since.elapsed().as_secs_f64(), grace.as_secs_f64());
                 match pid {
-                    Some(pid) => self.stop_child(leader, pid, Signal::SIGKILL),
+                    Some(pid) => self.stop_child(leader, pid, Signal::SIGKILL, StopReason::Retired),
                     // A pre-forked child fpmd could not name: its whole
                     // (old) group goes.
                     None => {
                         if let Some(c) = self.children.get_mut(&leader) {
-                            c.expected_exit = true;
+                            c.stop.get_or_insert(StopReason::Retired);
                             let _ = kill(Pid::from_raw(-leader), Signal::SIGKILL);
                         }
                     }
@@ -481,7 +486,7 @@ impl Supervisor {
         let active = self
             .children
             .values()
-            .filter(|c| c.gen == gen && !c.expected_exit)
+            .filter(|c| c.gen == gen && c.stop.is_none())
             .count();
         let max = config.pm.max_children as usize;
         if active > max {
@@ -522,7 +527,7 @@ impl Supervisor {
                     let leaders: Vec<i32> = self
                         .children
                         .iter()
-                        .filter(|(_, c)| !c.expected_exit && c.gen == gen)
+                        .filter(|(_, c)| c.stop.is_none() && c.gen == gen)
                         .map(|(p, _)| *p)
                         .collect();
                     for leader in leaders {
@@ -545,7 +550,7 @@ impl Supervisor {
                             for w in workers {
                                 self.pool.table.lock().unwrap().remove(w.slot);
                             }
-                            self.stop_child(leader, leader, Signal::SIGTERM);
+                            self.stop_child(leader, leader, Signal::SIGTERM, StopReason::Idle);
                         }
                     }
                 }
@@ -613,14 +618,14 @@ impl Supervisor {
             if w.conn.is_some() {
                 w.learn_pid();
                 if let Some(pid) = w.pid {
-                    self.stop_child(w.leader, pid, Signal::SIGTERM);
+                    self.stop_child(w.leader, pid, Signal::SIGTERM, StopReason::Idle);
                 }
             }
             w.reset_slot();
             self.pool.offer_cold(w);
         } else {
             self.pool.table.lock().unwrap().remove(w.slot);
-            self.stop_child(w.leader, w.leader, Signal::SIGTERM);
+            self.stop_child(w.leader, w.leader, Signal::SIGTERM, StopReason::Idle);
         }
     }
 
@@ -635,10 +640,10 @@ impl Supervisor {
             if w.prefork {
                 if left == 0 {
                     debug!(pool = %self.name(), pid = leader, "every slot of the php-cgi parent is retired: stopping it");
-                    self.stop_child(leader, leader, Signal::SIGTERM);
+                    self.stop_child(leader, leader, Signal::SIGTERM, StopReason::Retired);
                 }
             } else {
-                self.stop_child(leader, leader, Signal::SIGTERM);
+                self.stop_child(leader, leader, Signal::SIGTERM, StopReason::Retired);
             }
             drop(w);
         }
@@ -669,7 +674,7 @@ impl Supervisor {
                     .filter(|leader| self.pool.table.lock().unwrap().slots_of(*leader) == 0)
                     .collect();
                 for leader in orphans {
-                    self.stop_child(leader, leader, Signal::SIGTERM);
+                    self.stop_child(leader, leader, Signal::SIGTERM, StopReason::Retired);
                 }
             }
             StopMode::Fast => {
@@ -679,7 +684,7 @@ impl Supervisor {
                 });
                 drop(idle);
                 for (pid, c) in self.children.iter_mut() {
-                    c.expected_exit = true;
+                    c.stop.get_or_insert(StopReason::Retired);
                     // php-cgi only finishes its script on SIGTERM (an
                     // interrupted sleep() even returns early and the script
                     // runs on): a fast stop kills, as php-fpm's does.
@@ -709,7 +714,7 @@ impl Supervisor {
         }
         let name = self.pool.name.clone();
         for (pid, c) in self.children.iter_mut() {
-            c.expected_exit = true;
+            c.stop.get_or_insert(StopReason::Retired);
             debug!(pool = %name, pid, "child still alive after the stop grace period: SIGKILL");
             let target = if c.prefork { -*pid } else { *pid };
             let _ = kill(Pid::from_raw(target), Signal::SIGKILL);
@@ -727,13 +732,14 @@ impl Supervisor {
                 leader,
                 pid,
                 signal,
+                why,
                 conn,
             } => {
-                self.stop_child(leader, pid, signal);
+                self.stop_child(leader, pid, signal, why);
                 drop(conn);
             }
             Event::Terminate { leader, pid, conn } => {
-                self.stop_child(leader, pid, Signal::SIGTERM);
+                self.stop_child(leader, pid, Signal::SIGTERM, StopReason::Terminated);
                 drop(conn);
                 let events = self.pool.events.clone();
                 tokio::spawn(async move {
@@ -749,35 +755,56 @@ impl Supervisor {
                 };
                 if alive {
                     warn!(pool = %self.name(), pid, "child still running {:.1} s after SIGTERM: SIGKILL", TERMINATE_GRACE.as_secs_f64());
-                    self.stop_child(leader, pid, Signal::SIGKILL);
+                    // Its stop was counted with the SIGTERM.
+                    if let Err(e) = kill(Pid::from_raw(pid), Signal::SIGKILL) {
+                        if e != nix::errno::Errno::ESRCH {
+                            warn!(pool = %self.pool.name, pid, "cannot send SIGKILL: {e}");
+                        }
+                    }
                 }
             }
             Event::Retire(workers) => self.retire(workers),
             Event::Switched(gen) => self.switched(gen),
             Event::Demand => self.fill().await,
-            Event::Crashed => self.note_crash().await,
+            Event::Crashed => {
+                // Without process events this is all fpmd learns of the
+                // child's end; the parent forks a replacement.
+                self.pool.stats.stopped(StopReason::Died);
+                self.pool.stats.count_spawned(1);
+                self.note_crash().await
+            }
             Event::Forked(ev) => self.on_forked(ev).await,
         }
     }
 
-    /// Signals one child. Exec: the child is the leader. Prefork: a child
-    /// of the leader (the parent), which forks its replacement.
-    fn stop_child(&mut self, leader: i32, pid: i32, sig: Signal) {
+    /// Signals one child, which is to stop for `why` (the first reason
+    /// given counts; see [`super::stats::PoolStats::stopped`]). Exec: the
+    /// child is the leader. Prefork: a child of the leader (the parent),
+    /// which forks its replacement.
+    fn stop_child(&mut self, leader: i32, pid: i32, sig: Signal, why: StopReason) {
         if let Some(c) = self.children.get_mut(&leader) {
             if leader == pid {
-                c.expected_exit = true;
+                c.stop.get_or_insert(why);
             } else if parent_of(pid) != Some(leader) {
                 // Already gone, and the pid may have been reused: a root
                 // daemon must not signal a stranger.
                 return;
-            } else {
+            } else if crate::proc_events::available() {
+                // Counted when its exit is reported (`on_forked`).
                 self.forked
                     .entry(pid)
                     .or_insert(Forked {
+                        parent: leader,
                         started: c.started,
-                        expected_exit: false,
+                        stop: None,
                     })
-                    .expected_exit = true;
+                    .stop
+                    .get_or_insert(why);
+            } else {
+                // No exit will be reported: this is the child's end as fpmd
+                // knows it, and the parent forks a replacement.
+                self.pool.stats.stopped(why);
+                self.pool.stats.count_spawned(1);
             }
             if let Err(e) = kill(Pid::from_raw(pid), sig) {
                 if e != nix::errno::Errno::ESRCH {
@@ -793,30 +820,25 @@ impl Supervisor {
     async fn on_forked(&mut self, ev: crate::proc_events::ForkedEvent) {
         use crate::proc_events::ForkedEvent;
         match ev {
-            ForkedEvent::Started { pid, .. } => {
-                self.forked.insert(
-                    pid,
-                    Forked {
-                        started: Instant::now(),
-                        expected_exit: false,
-                    },
-                );
-            }
+            ForkedEvent::Started { pid, parent } => self.note_forked(pid, parent),
             ForkedEvent::Exited { pid, parent, kind } => {
-                let parent_state = self
-                    .children
-                    .get(&parent)
-                    .map(|c| (c.started, c.expected_exit));
-                let (started, expected) = match self.forked.remove(&pid) {
-                    Some(f) => (f.started, f.expected_exit),
-                    None => (
-                        parent_state.map(|p| p.0).unwrap_or_else(Instant::now),
-                        false,
-                    ),
-                };
-                // The parent ending takes its children with it.
-                let expected =
-                    expected || parent_state.is_none_or(|p| p.1) || self.stopping.is_some();
+                let parent_state = self.children.get(&parent).map(|c| (c.started, c.stop));
+                let forked = self.forked.remove(&pid);
+                let started = forked
+                    .as_ref()
+                    .map(|f| f.started)
+                    .or(parent_state.map(|p| p.0))
+                    .unwrap_or_else(Instant::now);
+                let asked = forked
+                    .and_then(|f| f.stop)
+                    .or(parent_state.and_then(|p| p.1))
+                    .or(self.stopping.is_some().then_some(StopReason::Retired));
+                // The parent ending takes its children with it; those it
+                // left were counted when it was reaped (`on_exit`).
+                let expected = asked.is_some() || parent_state.is_none();
+                if parent_state.is_some() {
+                    self.pool.stats.stopped(asked.unwrap_or(StopReason::Died));
+                }
                 let exit = Exit { pid, kind };
                 let lived = started.elapsed();
                 match (expected, kind) {
@@ -837,6 +859,18 @@ impl Supervisor {
                     self.note_crash().await;
                 }
             }
+        }
+    }
+
+    /// A pre-forked child is known to exist: counted once.
+    fn note_forked(&mut self, pid: i32, parent: i32) {
+        if let std::collections::hash_map::Entry::Vacant(e) = self.forked.entry(pid) {
+            e.insert(Forked {
+                parent,
+                started: Instant::now(),
+                stop: None,
+            });
+            self.pool.stats.count_spawned(1);
         }
     }
 
@@ -866,6 +900,13 @@ impl Supervisor {
         for p in ready {
             if p.prefork {
                 debug!(pool = %self.name(), pid = p.leader, "php-cgi parent forked its children: its slots serve");
+                if crate::proc_events::available() {
+                    // Children forked before the parent was watched sent
+                    // no event that reached this pool.
+                    for pid in crate::peer::children_of(p.leader) {
+                        self.note_forked(pid, p.leader);
+                    }
+                }
                 let slots = self
                     .gens
                     .get(&p.gen)
@@ -904,6 +945,34 @@ impl Supervisor {
         }
     }
 
+    /// A php-cgi parent was reaped: its children that fpmd still counts
+    /// as alive end with it, each for the reason it was asked to go, else
+    /// for the parent's `why` (without process events fpmd knows only
+    /// that the parent kept `pm.max_children` of them).
+    fn count_orphaned(&mut self, parent: i32, gen: GenId, why: StopReason) {
+        if !crate::proc_events::available() {
+            let n = self
+                .gens
+                .get(&gen)
+                .map_or(self.config().pm.max_children, |g| g.config.pm.max_children);
+            for _ in 0..n {
+                self.pool.stats.stopped(why);
+            }
+            return;
+        }
+        let mine: Vec<i32> = self
+            .forked
+            .iter()
+            .filter(|(_, f)| f.parent == parent)
+            .map(|(pid, _)| *pid)
+            .collect();
+        for pid in mine {
+            if let Some(f) = self.forked.remove(&pid) {
+                self.pool.stats.stopped(f.stop.unwrap_or(why));
+            }
+        }
+    }
+
     async fn on_exit(&mut self, exit: Exit) {
         let Some(child) = self.children.remove(&exit.pid) else {
             return;
@@ -911,15 +980,19 @@ impl Supervisor {
         child.alive.store(false, Ordering::Release);
         self.pool.table.lock().unwrap().forget_leader(exit.pid);
         self.pending.retain(|p| p.leader != exit.pid);
+        let why = child.stop.unwrap_or(StopReason::Died);
         if child.prefork {
             crate::proc_events::unwatch(exit.pid);
             // Children the parent left behind (it only signals them on
             // SIGTERM) must not serve anything any more.
             let _ = kill(Pid::from_raw(-exit.pid), Signal::SIGKILL);
+            self.count_orphaned(exit.pid, child.gen, why);
+        } else {
+            self.pool.stats.stopped(why);
         }
         let _ = std::fs::remove_file(child.endpoint.as_path());
         let lived = child.started.elapsed();
-        if child.expected_exit {
+        if child.stop.is_some() {
             debug!(pool = %self.name(), pid = exit.pid, "{}", exit.describe(lived));
         } else {
             match exit.kind {
@@ -935,7 +1008,7 @@ impl Supervisor {
         }
         // A new generation's php-cgi that dies before it served: the reload
         // fails, the current generation serves on.
-        if child.gen == self.target && self.target != self.current() && !child.expected_exit {
+        if child.gen == self.target && self.target != self.current() && child.stop.is_none() {
             let why = format!(
                 "its php-cgi {} after {:.3} s",
                 exit.kind,
@@ -959,7 +1032,7 @@ impl Supervisor {
         ) {
             self.note_crash().await;
         }
-        if !child.expected_exit && lived < QUICK_DEATH {
+        if child.stop.is_none() && lived < QUICK_DEATH {
             if self.respawn_at.is_some() {
                 // Another child of the same round of spawns: the back-off
                 // step is already counted and announced.
@@ -996,7 +1069,7 @@ impl Supervisor {
         let active = self
             .children
             .values()
-            .filter(|c| c.gen == gen && !c.expected_exit)
+            .filter(|c| c.gen == gen && c.stop.is_none())
             .count();
         let first_round = self.gens.get(&gen).is_none_or(|g| g.spawned == 0);
         let (idle, waiting) = if gen == self.current() {
@@ -1078,6 +1151,13 @@ impl Supervisor {
             g.spawned += 1;
         }
         let prefork = config.pm.spawn == Spawn::Prefork;
+        if !prefork {
+            self.pool.stats.count_spawned(1);
+        } else if !crate::proc_events::available() {
+            // The parent forks pm.max_children at once; with process
+            // events each fork is counted as it is reported.
+            self.pool.stats.count_spawned(config.pm.max_children.into());
+        }
         if prefork {
             debug!(pool = %self.name(), pid, "php-cgi parent started (generation {gen}), pre-forking {} children", config.pm.max_children);
         } else {
@@ -1093,7 +1173,7 @@ impl Supervisor {
                 started: Instant::now(),
                 alive: alive.clone(),
                 endpoint: endpoint.clone(),
-                expected_exit: false,
+                stop: None,
                 prefork,
             },
         );

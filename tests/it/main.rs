@@ -1,7 +1,7 @@
 //! Integration tests: real nginx → fpmd → real php-cgi, each test in its own
 //! temporary directory with its own ports (see `harness`). Run with
-//! `cargo test --test it`; `make test` installs php-cgi, php-fpm, nginx and
-//! dokuwiki first.
+//! `cargo test --test it`; `make test` installs php-cgi, php-fpm, nginx,
+//! dokuwiki and prometheus first.
 
 mod harness;
 
@@ -16,6 +16,7 @@ mod fuzz_live;
 mod http;
 mod limits;
 mod listen;
+mod metrics;
 mod output;
 mod pm_modes;
 mod pool_settings;

@@ -18,6 +18,7 @@ pub mod http;
 pub mod nginx;
 pub mod phpfpm;
 pub mod procs;
+pub mod prometheus;
 pub mod systemd;
 
 use std::net::{SocketAddr, TcpListener};
@@ -44,7 +45,7 @@ pub const NGINX_BIN: &str = "/usr/sbin/nginx";
 pub const DOKUWIKI_ROOT: &str = "/usr/share/dokuwiki";
 
 const INSTALL_HINT: &str =
-    "install them with `apt-get install php-cgi php-fpm nginx apache2 dokuwiki` (or run `make test`, which does it)";
+    "install them with `apt-get install php-cgi php-fpm nginx apache2 dokuwiki prometheus` (or run `make test`, which does it)";
 
 fn find_in_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());

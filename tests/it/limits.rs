@@ -595,13 +595,17 @@ fn max_memory_retires_leaking_children_in_time() {
         mib(max_exiting),
         exiting.len()
     );
-    let over: Vec<_> = serving.iter().filter(|(_, r, _)| *r > 69 * MIB).collect();
+    // The cap plus one request's growth: the 5 MiB leak, and the few pages
+    // malloc and PHP take beside it (a child just under 64 MiB is not
+    // retired, and ends its next request one page over 69 MiB).
+    let bound = 69 * MIB + 256 * 1024;
+    let over: Vec<_> = serving.iter().filter(|(_, r, _)| *r > bound).collect();
     assert!(
         over.is_empty(),
-        "children above 69 MiB (pid, bytes, when): {over:?}"
+        "children above 69.25 MiB (pid, bytes, when): {over:?}"
     );
     assert!(
-        max_end <= 69 * MIB,
+        max_end <= bound,
         "a request ended with its child at {max_end} bytes"
     );
     // 400 × 5 MiB over 4 children: dozens of retirements, and the log says so.

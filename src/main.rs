@@ -56,7 +56,7 @@ fn control_running(path: &std::path::Path, command: &str) -> ExitCode {
         return ExitCode::from(64);
     };
     let socket = control_socket_of(path);
-    match fpmd::ctl::call(&socket, request) {
+    match fpmd::ctl::call(&socket, &request) {
         Ok(fpmd::ctl::Answer::Ok(text)) => {
             if !text.is_empty() {
                 println!("{text}");

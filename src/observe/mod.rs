@@ -1,7 +1,9 @@
 //! What fpmd tells about its pools: the status page (and, next to it, the
-//! access log and the metrics endpoint).
+//! access log and the metrics endpoint) and the control socket's status
+//! document ([`board`]).
 //!
 //! Must not touch: dispatch or children (it formats samples the pools
 //! give).
 
+pub mod board;
 pub mod status;

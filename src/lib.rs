@@ -9,7 +9,8 @@
 //! path, and php-fpm's handling of the CGI variables in
 //! [`proxy::request_info`]), [`control`] and [`daemon`] (signals, start and
 //! stop), [`systemd`] (readiness and status for systemd), [`log`] (fpmd's
-//! own log).
+//! own log), [`ctl`] (the control socket) and [`observe`] (the status page,
+//! the control socket's status document and the `fpmd status` view).
 
 pub mod config;
 pub mod control;

@@ -105,7 +105,7 @@ fn status(path: &std::path::Path, args: &StatusArgs) -> ExitCode {
         pool: args.pool.clone(),
     };
     let outcome = if args.json {
-        top::fetch_raw(&socket, &request).map(|json| println!("{json}"))
+        top::fetch_raw(&socket, &request).and_then(|json| top::print(&format!("{json}\n")))
     } else {
         top::run(&socket, &request, args.interval, args.once)
     };

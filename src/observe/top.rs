@@ -34,6 +34,19 @@ pub enum StatusError {
     /// The answer is no status document (an fpmd older than this client).
     #[error("fpmd answered something that is no status document ({reason}): {text}")]
     Garbled { reason: String, text: String },
+    /// Stdout or the terminal failed.
+    #[error("cannot write the status: {0}")]
+    Output(io::Error),
+}
+
+/// Writes `text` to stdout. A reader that went away (`fpmd status | head`)
+/// is no error.
+pub fn print(text: &str) -> Result<(), StatusError> {
+    let mut out = io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != io::ErrorKind::BrokenPipe => Err(StatusError::Output(e)),
+        _ => Ok(()),
+    }
 }
 
 /// The daemon's own facts (the document's `fpmd` object).
@@ -277,31 +290,36 @@ pub fn frame(
     };
     for p in &doc.pools {
         out.push(line(Kind::Blank, ""));
+        // Three short lines rather than one long: an 80-column terminal
+        // shows them whole.
         out.push(line(
             Kind::Pool,
             format!(
-                "pool {}  {}  generation {}  up {}  accepted conn {}  listen queue {}/{} (max {})",
+                "pool {}  {}  generation {}  up {}  accepted conn {}  slow requests {}",
                 p.pool,
                 p.process_manager,
                 p.generation,
                 uptime(p.start_since),
                 p.accepted_conn,
-                p.listen_queue,
-                p.listen_queue_len,
-                p.max_listen_queue
+                p.slow_requests
             ),
         ));
         out.push(line(
             Kind::Summary,
             format!(
-                "  processes {} idle, {} active, {} total (max active {}, max children {})  max children reached {}  slow requests {}",
+                "  listen queue {}/{} (max {})  max children reached {}",
+                p.listen_queue, p.listen_queue_len, p.max_listen_queue, p.max_children_reached
+            ),
+        ));
+        out.push(line(
+            Kind::Summary,
+            format!(
+                "  processes {} idle, {} active, {} total (max active {}, max children {})",
                 p.idle_processes,
                 p.active_processes,
                 p.total_processes,
                 p.max_active_processes,
-                p.max_children,
-                p.max_children_reached,
-                p.slow_requests
+                p.max_children
             ),
         ));
         let longest = |f: fn(&ProcessView) -> &str| {
@@ -394,21 +412,22 @@ pub fn run(
     once: bool,
 ) -> Result<(), StatusError> {
     let first = fetch(socket, request)?;
-    let mut stdout = io::stdout();
-    if once || !stdout.is_terminal() {
+    let terminal = io::stdout().is_terminal();
+    if once || !terminal {
+        // On a terminal, as wide as it is; else whole lines.
+        let width = match crossterm::terminal::size() {
+            Ok((cols, _)) if terminal => cols.max(1) as usize,
+            _ => usize::MAX,
+        };
         let mut text = String::new();
-        for l in frame(Some(&first), usize::MAX, &clock(), "", None) {
+        for l in frame(Some(&first), width, &clock(), "", None) {
             text.push_str(&l.text);
             text.push('\n');
         }
-        return stdout
-            .write_all(text.as_bytes())
-            .map_err(StatusError::Unreachable);
+        return print(&text);
     }
     let fetch_again = || fetch(socket, request);
-    view(first, fetch_again, interval).map_err(|e| {
-        StatusError::Unreachable(io::Error::new(e.kind(), format!("the terminal: {e}")))
-    })
+    view(first, fetch_again, interval).map_err(StatusError::Output)
 }
 
 /// Raw mode and the alternate screen while it lives; the terminal as it
@@ -604,11 +623,14 @@ mod tests {
             t[0],
             "fpmd 0.1.0 - pid 4242 - ready - up 1h02m - 2 pools - 12:00:00"
         );
-        assert!(t.iter().any(|l| l.starts_with("pool www  static  generation 2  up 1m05s  accepted conn 12  listen queue 1/511 (max 3)")), "{t:#?}");
-        assert!(
-            t.iter()
-                .any(|l| l.contains("1 idle, 1 active, 2 total") && l.contains("slow requests 5")),
-            "{t:#?}"
+        let www = t.iter().position(|l| l.starts_with("pool www")).unwrap();
+        assert_eq!(
+            t[www..www + 3],
+            [
+                "pool www  static  generation 2  up 1m05s  accepted conn 12  slow requests 5",
+                "  listen queue 1/511 (max 3)  max children reached 0",
+                "  processes 1 idle, 1 active, 2 total (max active 2, max children 2)",
+            ]
         );
         let running = f.iter().find(|l| l.kind == Kind::Running).unwrap();
         assert_eq!(

@@ -1,7 +1,7 @@
 # fpmd: the two commands of the README, and the rest.
 #   make demo   install what is missing, build, run fpmd + nginx, print the URL
 #   make test   install what is missing, run every test
-.PHONY: all deps build demo test bench clean
+.PHONY: all deps test-deps build demo test bench clean
 
 all: build
 
@@ -14,11 +14,15 @@ build:
 demo: deps build
 	scripts/demo.sh
 
+# deps, and tmux: the terminal the tests run `fpmd status` in.
+test-deps:
+	scripts/deps.sh tmux
+
 # The integration tests run once per spawn strategy (pm.spawn); then the
 # packaging files are verified (packaging/check.sh, on the binary cargo test
 # built); then a one-round smoke run of the benchmark, so that it cannot
 # rot; then each cargo fuzz target for FUZZ_SECS.
-test: deps
+test: test-deps
 	cargo test
 	FPMD_TEST_SPAWN=exec cargo test --test it
 	packaging/check.sh

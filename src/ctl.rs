@@ -6,13 +6,18 @@
 //! a command does (the daemon does it and writes the answer).
 //!
 //! Protocol (text, one request per connection): the client sends one line,
-//! `reload`, `stop`, `status` or `upgrade`; the daemon answers with a
-//! first line `ok`, `error` or `error config`, then the lines of the
-//! message, then closes. Only root (or fpmd's own user) may connect: the
-//! socket is mode 0600 and every peer's credentials are checked.
+//! `reload`, `stop`, `status [POOL]` or `upgrade`; the daemon answers with
+//! a first line `ok`, `error` or `error config`, then the lines of the
+//! message, then closes. `status` answers JSON (see
+//! [`crate::observe::board`]) and is answered on the socket's own task, so
+//! that it is answered while a reload runs too. Only root (or fpmd's own
+//! user) may connect: the socket is mode 0600 and every peer's credentials
+//! are checked.
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
@@ -20,31 +25,53 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
 /// A request from `fpmd CMD`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
     Reload,
     Stop,
-    Status,
+    /// Every pool, or only `pool`.
+    Status {
+        pool: Option<String>,
+    },
     Upgrade,
 }
 
 impl Request {
     /// The request word on the wire and on the command line.
-    pub fn word(self) -> &'static str {
+    pub fn word(&self) -> &'static str {
         match self {
             Request::Reload => "reload",
             Request::Stop => "stop",
-            Request::Status => "status",
+            Request::Status { .. } => "status",
             Request::Upgrade => "upgrade",
         }
     }
 
-    pub fn parse(word: &str) -> Option<Request> {
-        Some(match word.trim() {
-            "reload" => Request::Reload,
-            "stop" => Request::Stop,
-            "status" => Request::Status,
-            "upgrade" => Request::Upgrade,
+    /// The request line, without its newline: the word, then the pool of
+    /// a `status POOL`.
+    pub fn line(&self) -> String {
+        match self {
+            Request::Status { pool: Some(p) } => format!("status {p}"),
+            r => r.word().to_string(),
+        }
+    }
+
+    /// Reads a request line (see [`Request::line`]); None when it is no
+    /// request, or has arguments its word does not take.
+    pub fn parse(line: &str) -> Option<Request> {
+        let mut words = line.split_whitespace();
+        let word = words.next()?;
+        let arg = words.next();
+        if words.next().is_some() {
+            return None;
+        }
+        Some(match (word, arg) {
+            ("reload", None) => Request::Reload,
+            ("stop", None) => Request::Stop,
+            ("status", pool) => Request::Status {
+                pool: pool.map(String::from),
+            },
+            ("upgrade", None) => Request::Upgrade,
             _ => return None,
         })
     }
@@ -90,10 +117,15 @@ pub struct Call {
     pub reply: oneshot::Sender<Answer>,
 }
 
+/// Answers `status [POOL]` (the pool, or None for all) without waiting for
+/// the daemon's loop.
+pub type StatusFn = Arc<dyn Fn(Option<&str>) -> Answer + Send + Sync>;
+
 /// Binds the control socket at `path` (its directory is created 0755 if
 /// missing; a stale socket is replaced, a live one refused) and serves it:
-/// each request reaches `calls`. Errors: the path cannot be bound.
-pub fn serve(path: &Path, calls: mpsc::UnboundedSender<Call>) -> io::Result<()> {
+/// `status` requests are answered by `status`, every other request reaches
+/// `calls`. Errors: the path cannot be bound.
+pub fn serve(path: &Path, calls: mpsc::UnboundedSender<Call>, status: StatusFn) -> io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     if let Some(dir) = path.parent() {
         if !dir.as_os_str().is_empty() && !dir.exists() {
@@ -127,8 +159,9 @@ pub fn serve(path: &Path, calls: mpsc::UnboundedSender<Call>) -> io::Result<()> 
                 continue;
             }
             let calls = calls.clone();
+            let status = status.clone();
             tokio::spawn(async move {
-                if let Err(e) = answer_one(stream, calls).await {
+                if let Err(e) = answer_one(stream, calls, status).await {
                     debug!("control socket: {e}");
                 }
             });
@@ -137,7 +170,11 @@ pub fn serve(path: &Path, calls: mpsc::UnboundedSender<Call>) -> io::Result<()> 
     Ok(())
 }
 
-async fn answer_one(stream: UnixStream, calls: mpsc::UnboundedSender<Call>) -> io::Result<()> {
+async fn answer_one(
+    stream: UnixStream,
+    calls: mpsc::UnboundedSender<Call>,
+    status: StatusFn,
+) -> io::Result<()> {
     let (r, mut w) = stream.into_split();
     let mut line = String::new();
     let read = tokio::time::timeout(
@@ -146,6 +183,7 @@ async fn answer_one(stream: UnixStream, calls: mpsc::UnboundedSender<Call>) -> i
     )
     .await;
     let answer = match (read, Request::parse(&line)) {
+        (Ok(Ok(_)), Some(Request::Status { pool })) => status(pool.as_deref()),
         (Ok(Ok(_)), Some(request)) => {
             let (reply, rx) = oneshot::channel();
             if calls.send(Call { request, reply }).is_err() {
@@ -156,7 +194,7 @@ async fn answer_one(stream: UnixStream, calls: mpsc::UnboundedSender<Call>) -> i
             }
         }
         _ => Answer::Error(format!(
-            "unknown request {:?}: reload, stop, status or upgrade",
+            "unknown request {:?}: reload, stop, status [POOL] or upgrade",
             line.trim()
         )),
     };
@@ -168,7 +206,17 @@ async fn answer_one(stream: UnixStream, calls: mpsc::UnboundedSender<Call>) -> i
 /// answer (a reload answers once the new configuration is in force).
 /// Errors: nobody listens there (fpmd is not running, or runs with another
 /// `control_socket`).
-pub fn call(path: &Path, request: Request) -> io::Result<Answer> {
+pub fn call(path: &Path, request: &Request) -> io::Result<Answer> {
+    call_within(path, request, None)
+}
+
+/// [`call`], giving up (`TimedOut`) when the daemon has not answered
+/// within `timeout` (None: wait as long as it takes).
+pub fn call_within(
+    path: &Path,
+    request: &Request,
+    timeout: Option<Duration>,
+) -> io::Result<Answer> {
     use std::io::{Read, Write};
     let mut s = std::os::unix::net::UnixStream::connect(path).map_err(|e| {
         io::Error::new(
@@ -176,9 +224,24 @@ pub fn call(path: &Path, request: Request) -> io::Result<Answer> {
             format!("cannot reach fpmd at {}: {e}", path.display()),
         )
     })?;
-    s.write_all(format!("{}\n", request.word()).as_bytes())?;
+    s.set_read_timeout(timeout)?;
+    s.set_write_timeout(timeout)?;
+    s.write_all(format!("{}\n", request.line()).as_bytes())?;
     let mut text = String::new();
-    s.read_to_string(&mut text)?;
+    s.read_to_string(&mut text).map_err(|e| {
+        let timed_out = matches!(
+            e.kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+        );
+        if timed_out {
+            io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("fpmd at {} did not answer in time", path.display()),
+            )
+        } else {
+            e
+        }
+    })?;
     Ok(Answer::decode(&text))
 }
 
@@ -210,6 +273,17 @@ mod tests {
         }
         assert_eq!(Request::parse("reload\n"), Some(Request::Reload));
         assert_eq!(Request::parse("nope"), None);
+        assert_eq!(Request::parse("reload www"), None);
+        assert_eq!(Request::parse("status a b"), None);
+        for r in [
+            Request::Status { pool: None },
+            Request::Status {
+                pool: Some("www".into()),
+            },
+            Request::Upgrade,
+        ] {
+            assert_eq!(Request::parse(&format!("{}\n", r.line())), Some(r));
+        }
     }
 
     #[tokio::test]
@@ -217,8 +291,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("run/ctl.sock");
         let (tx, mut rx) = mpsc::unbounded_channel();
-        serve(&path, tx.clone()).unwrap();
-        assert!(serve(&path, tx).is_err(), "a live socket is not stolen");
+        let status: StatusFn = Arc::new(|pool| Answer::Ok(format!("status of {pool:?}")));
+        serve(&path, tx.clone(), status.clone()).unwrap();
+        assert!(
+            serve(&path, tx, status).is_err(),
+            "a live socket is not stolen"
+        );
         tokio::spawn(async move {
             while let Some(c) = rx.recv().await {
                 let _ = c
@@ -227,11 +305,20 @@ mod tests {
             }
         });
         let p = path.clone();
-        let got = tokio::task::spawn_blocking(move || call(&p, Request::Status))
+        let got = tokio::task::spawn_blocking(move || call(&p, &Request::Stop))
             .await
             .unwrap()
             .unwrap();
-        assert_eq!(got, Answer::Ok("did status".into()));
+        assert_eq!(got, Answer::Ok("did stop".into()));
+        let p = path.clone();
+        let got = tokio::task::spawn_blocking(move || {
+            let pool = Some("www".to_string());
+            call_within(&p, &Request::Status { pool }, Some(Duration::from_secs(30)))
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        assert_eq!(got, Answer::Ok("status of Some(\"www\")".into()));
         let p = path.clone();
         let bad = tokio::task::spawn_blocking(move || {
             use std::io::{Read, Write};

@@ -28,6 +28,7 @@ use crate::control::Intent;
 use crate::ctl::{self, Answer, Call, Request};
 use crate::listen::{self, BindError, ListenKey, Listener, ListenerTable, Obtained, Route};
 use crate::log::LogWriter;
+use crate::observe::board::{Board, Phase};
 use crate::observe::metrics::MetricsServer;
 use crate::pool::{self, PoolHandle, Reconfigured, StopMode};
 use crate::reap::Reaper;
@@ -138,6 +139,8 @@ struct Daemon {
     pools_view: watch::Sender<Vec<Arc<pool::Pool>>>,
     /// The metrics endpoint (`metrics.listen`), when configured.
     metrics: Option<MetricsServer>,
+    /// What `fpmd status` reads (the control socket answers from it).
+    board: Arc<Board>,
 }
 
 /// Runs until a stop intent; returns once every child is reaped. Must run
@@ -151,6 +154,7 @@ pub async fn run(
     handover: Option<crate::upgrade::Handover>,
 ) -> anyhow::Result<()> {
     let Prepared { config, listeners } = prepared;
+    let config_file = std::path::absolute(&config.file).unwrap_or_else(|_| config.file.clone());
     // Orphans of our children (a pre-fork parent's children, processes a
     // script started) are reparented to fpmd and reaped here, not left as
     // zombies elsewhere.
@@ -193,6 +197,7 @@ pub async fn run(
         exe: std::env::current_exe().ok(),
         pools_view: watch::channel(Vec::new()).0,
         metrics: None,
+        board: Board::new(config_file),
     };
     let pools: Vec<PoolConfig> = d.config.pools.clone();
     for p in &pools {
@@ -206,6 +211,7 @@ pub async fn run(
     for h in d.pools.values_mut() {
         h.started().await;
     }
+    d.post_pools();
     if let Some(h) = handover {
         // The old fpmd stops accepting now; from here this one serves.
         if let Err(e) = h.ready() {
@@ -220,7 +226,7 @@ pub async fn run(
     if upgraded_from_old(&ctl_path) {
         let _ = std::fs::remove_file(&ctl_path);
     }
-    if let Err(e) = ctl::serve(&ctl_path, d.calls_tx.clone()) {
+    if let Err(e) = ctl::serve(&ctl_path, d.calls_tx.clone(), d.status_fn()) {
         warn!("no control socket ({e}): `fpmd reload` and `fpmd stop` will not reach this daemon; signals still do");
     }
     d.rewatch();
@@ -261,8 +267,10 @@ pub async fn run(
                         let _ = call.reply.send(Answer::Ok("stopping: no new connections, in-flight requests finish".into()));
                         Intent::GracefulStop
                     }
-                    Request::Status => {
-                        let _ = call.reply.send(Answer::Ok(d.status()));
+                    Request::Status { pool } => {
+                        // The socket's task answers these itself; kept for
+                        // completeness.
+                        let _ = call.reply.send(d.board.answer(pool.as_deref()));
                         continue;
                     }
                     Request::Upgrade => {
@@ -293,7 +301,11 @@ pub async fn run(
             }
         }
         if d.config.global.control_socket != ctl_path {
-            match ctl::serve(&d.config.global.control_socket, d.calls_tx.clone()) {
+            match ctl::serve(
+                &d.config.global.control_socket,
+                d.calls_tx.clone(),
+                d.status_fn(),
+            ) {
                 Ok(()) => {
                     let _ = std::fs::remove_file(&ctl_path);
                     ctl_path = d.config.global.control_socket.clone();
@@ -307,6 +319,7 @@ pub async fn run(
             }
         }
     };
+    d.board.set_phase(Phase::Stopping);
     if !upgraded {
         d.sd.send(&[Notify::Stopping, Notify::Status(stopping(mode).into())]);
     }
@@ -540,10 +553,14 @@ impl Daemon {
             self.config.file.display()
         );
         let config = self.config.file.clone();
+        self.board.set_phase(Phase::Upgrading);
         let outcome = tokio::task::spawn_blocking(move || {
             crate::upgrade::start_new(&exe, &config, listeners)
         })
         .await;
+        if !matches!(outcome, Ok(crate::upgrade::Outcome::Ready(_))) {
+            self.board.set_phase(Phase::Ready);
+        }
         match outcome {
             Ok(crate::upgrade::Outcome::Ready(pid)) => {
                 info!("upgrade: the new fpmd (pid {pid}) serves; this one stops accepting, drains and exits");
@@ -583,30 +600,16 @@ impl Daemon {
         serving(self.pools.len(), children_of(&self.config))
     }
 
-    /// A few lines for `fpmd status`: per pool, its generation and its
-    /// slots.
-    fn status(&self) -> String {
-        let mut out = String::new();
-        for (name, h) in &self.pools {
-            let line = h.pool.with_table(|t| {
-                let (mut idle, mut busy) = (0, 0);
-                for (_, s) in t.slots() {
-                    match s.state {
-                        pool::SlotState::Busy { .. } => busy += 1,
-                        pool::SlotState::Idle { .. } | pool::SlotState::Cold => idle += 1,
-                        pool::SlotState::Retiring => {}
-                    }
-                }
-                format!(
-                    "pool {name}: generation {}, {busy} busy, {idle} idle, {} waiting",
-                    t.current,
-                    t.waiters.len()
-                )
-            });
-            out.push_str(&line);
-            out.push('\n');
-        }
-        out
+    /// Tells the board which pools serve now.
+    fn post_pools(&self) {
+        self.board
+            .set_pools(self.pools.values().map(|h| h.pool.clone()));
+    }
+
+    /// How the control socket answers `status [POOL]`: from the board.
+    fn status_fn(&self) -> ctl::StatusFn {
+        let board = self.board.clone();
+        Arc::new(move |pool| board.answer(pool))
     }
 
     /// Reloads, then once more if more reload requests arrived meanwhile
@@ -641,8 +644,11 @@ impl Daemon {
     /// One reload (see the module docs).
     async fn reload(&mut self) -> Answer {
         self.sd.send(&[Notify::Reloading]);
+        self.board.set_phase(Phase::Reloading);
         info!("reloading {}", self.config.file.display());
         let answer = self.apply(crate::config::load(&self.config.file)).await;
+        self.post_pools();
+        self.board.set_phase(Phase::Ready);
         // The set of files may have changed (a pool file added or removed).
         self.rewatch();
         self.publish_pools();

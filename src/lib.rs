@@ -9,8 +9,10 @@
 //! path, and php-fpm's handling of the CGI variables in
 //! [`proxy::request_info`]), [`control`] and [`daemon`] (signals, start and
 //! stop), [`systemd`] (readiness and status for systemd), [`log`] (fpmd's
-//! own log), [`observe`] (the status page, php-fpm's access log and the
-//! thread that writes and reopens log files).
+//! own log), [`ctl`] (the control socket) and [`observe`] (the status page,
+//! php-fpm's access log and the thread that writes and reopens log files,
+//! the metrics endpoint, the control socket's status document and the
+//! `fpmd status` view).
 
 pub mod config;
 pub mod control;

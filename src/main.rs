@@ -3,8 +3,10 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
-use clap::Parser;
+use clap::{Args, Parser, Subcommand};
+use fpmd::ctl::Request;
 use fpmd::{config, control, daemon, log, EXIT_CONFIG};
 
 /// FastCGI process manager for PHP: runs stock php-cgi children behind
@@ -19,7 +21,8 @@ struct Cli {
         long = "config",
         value_name = "FILE",
         visible_short_alias = 'y',
-        visible_alias = "fpm-config"
+        visible_alias = "fpm-config",
+        global = true
     )]
     config: Option<PathBuf>,
     /// Test the configuration, print the effective configuration, and exit
@@ -34,29 +37,95 @@ struct Cli {
     #[arg(short = 'v', short_alias = 'V', long = "version", action = clap::ArgAction::Version)]
     version: (),
     /// Control the fpmd running with this configuration, over its control
-    /// socket: `reload` (waits until the new configuration is in force;
-    /// exits 78 printing why when it does not validate), `stop` (graceful),
-    /// `status`, `upgrade` (starts the fpmd binary now on disk, hands it
-    /// the sockets; the old process drains and exits).
-    #[arg(value_name = "COMMAND", value_parser = ["reload", "stop", "status", "upgrade"])]
-    command: Option<String>,
+    /// socket (none: run fpmd).
+    #[command(subcommand)]
+    command: Option<Command>,
     /// Internal: this process replaces the fpmd that started it (binary
     /// upgrade); the fd is its end of the hand-over socket.
     #[arg(long = "upgrade-fd", hide = true)]
     upgrade_fd: Option<i32>,
 }
 
-/// `fpmd -c FILE reload|stop|status`: asks the running daemon. The control
+/// What to ask the running fpmd.
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Reload the configuration: waits until the new one is in force;
+    /// exits 78 printing why when it does not validate.
+    Reload,
+    /// Graceful stop (as SIGQUIT): no new connections, in-flight requests
+    /// finish.
+    Stop,
+    /// Show the pools and their children: a view that refreshes itself on
+    /// a terminal (q or Ctrl-C quits), one frame when stdout is not a
+    /// terminal or with --once, the daemon's JSON with --json.
+    Status(StatusArgs),
+    /// Start the fpmd binary now on disk and hand it the sockets; the old
+    /// process drains and exits.
+    Upgrade,
+}
+
+/// `fpmd status [POOL] [--json] [--once] [--interval D]`.
+#[derive(Args, Debug)]
+struct StatusArgs {
+    /// Only this pool.
+    #[arg(value_name = "POOL")]
+    pool: Option<String>,
+    /// Print the daemon's status document (JSON: `fpmd` and `pools`, each
+    /// pool as php-fpm's `?json&full` page) once and exit.
+    #[arg(long)]
+    json: bool,
+    /// Print one frame of the view and exit (also when stdout is not a
+    /// terminal).
+    #[arg(long)]
+    once: bool,
+    /// How often the view refreshes: "1s", "500ms", or seconds (at least
+    /// 100 ms).
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_interval)]
+    interval: Duration,
+}
+
+/// `--interval`: a number of seconds or a duration such as "500ms".
+fn parse_interval(text: &str) -> Result<Duration, String> {
+    let d = match text.trim().parse::<f64>() {
+        Ok(secs) if secs.is_finite() && secs >= 0.0 => Duration::from_secs_f64(secs),
+        Ok(_) => return Err("not a duration".into()),
+        Err(_) => humantime::parse_duration(text.trim()).map_err(|e| e.to_string())?,
+    };
+    if d < Duration::from_millis(100) {
+        return Err("at least 100ms".into());
+    }
+    Ok(d)
+}
+
+/// `fpmd status`: the view, one frame, or the JSON.
+fn status(path: &std::path::Path, args: &StatusArgs) -> ExitCode {
+    use fpmd::observe::top;
+    let socket = control_socket_of(path);
+    let request = Request::Status {
+        pool: args.pool.clone(),
+    };
+    let outcome = if args.json {
+        top::fetch_raw(&socket, &request).and_then(|json| top::print(&format!("{json}\n")))
+    } else {
+        top::run(&socket, &request, args.interval, args.once)
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("fpmd: status: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `fpmd -c FILE reload|stop|upgrade`: asks the running daemon. The control
 /// socket is found from the configuration's `[global]` (or its default),
 /// even when the rest of the file does not validate (the daemon then says
 /// why the reload is refused).
-fn control_running(path: &std::path::Path, command: &str) -> ExitCode {
-    let Some(request) = fpmd::ctl::Request::parse(command) else {
-        eprintln!("fpmd: unknown command {command:?}");
-        return ExitCode::from(64);
-    };
+fn control_running(path: &std::path::Path, request: Request) -> ExitCode {
+    let command = request.word();
     let socket = control_socket_of(path);
-    match fpmd::ctl::call(&socket, request) {
+    match fpmd::ctl::call(&socket, &request) {
         Ok(fpmd::ctl::Answer::Ok(text)) => {
             if !text.is_empty() {
                 println!("{text}");
@@ -108,8 +177,12 @@ fn main() -> ExitCode {
         eprintln!("fpmd: no configuration file: give one with -c, or create ./fpmd.toml or /etc/fpmd/fpmd.toml");
         return ExitCode::from(EXIT_CONFIG);
     };
-    if let Some(command) = &cli.command {
-        return control_running(&path, command);
+    match &cli.command {
+        None => {}
+        Some(Command::Reload) => return control_running(&path, Request::Reload),
+        Some(Command::Stop) => return control_running(&path, Request::Stop),
+        Some(Command::Upgrade) => return control_running(&path, Request::Upgrade),
+        Some(Command::Status(args)) => return status(&path, args),
     }
     let mut handover = match cli.upgrade_fd.map(fpmd::upgrade::Handover::from_fd) {
         None => None,

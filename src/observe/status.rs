@@ -190,6 +190,32 @@ fn json(v: &Value) -> serde_json::Value {
     }
 }
 
+fn object(fields: &[(&str, Value)]) -> serde_json::Map<String, serde_json::Value> {
+    fields
+        .iter()
+        .map(|(k, v)| (k.to_string(), json(v)))
+        .collect()
+}
+
+/// The `?json` page as a JSON object (`full`: with `processes`, each with
+/// fpmd's own `generation` beyond php-fpm's fields).
+pub fn json_object(
+    s: &PoolStatus,
+    full: bool,
+    now: SystemTime,
+) -> serde_json::Map<String, serde_json::Value> {
+    let mut v = object(&pool_fields(s, now));
+    if full {
+        let procs = s.processes.iter().map(|p| {
+            let mut m = object(&process_fields(p, now));
+            m.insert("generation".into(), p.generation.into());
+            serde_json::Value::Object(m)
+        });
+        v.insert("processes".into(), procs.collect());
+    }
+    v
+}
+
 /// The page for `s` in `format`; `now` is the time of the sample.
 pub fn render(s: &PoolStatus, format: Format, full: bool, now: SystemTime) -> String {
     let fields = pool_fields(s, now);
@@ -214,25 +240,7 @@ pub fn render(s: &PoolStatus, format: Format, full: bool, now: SystemTime) -> St
                 }
             }
         }
-        Format::Json => {
-            let object = |fields: &[(&str, Value)]| {
-                fields
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), json(v)))
-                    .collect::<serde_json::Map<_, _>>()
-            };
-            let mut v = object(&fields);
-            if full {
-                let procs = s.processes.iter().zip(rows()).map(|(p, row)| {
-                    let mut m = object(&row);
-                    // fpmd's own, beyond php-fpm's fields.
-                    m.insert("generation".into(), p.generation.into());
-                    serde_json::Value::Object(m)
-                });
-                v.insert("processes".into(), procs.collect());
-            }
-            o = serde_json::Value::Object(v).to_string();
-        }
+        Format::Json => o = serde_json::Value::Object(json_object(s, full, now)).to_string(),
         Format::Xml => {
             o.push_str("<?xml version=\"1.0\" ?>\n<status>\n");
             for (k, v) in &fields {
@@ -391,12 +399,13 @@ tick(); setInterval(tick, 1000);
 "##;
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::pool::RequestInfo;
     use std::time::Duration;
 
-    fn sample() -> PoolStatus {
+    /// A pool of 4 static children, one running `sleep.php`.
+    pub(crate) fn sample() -> PoolStatus {
         let start = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
         PoolStatus {
             pool: "www".into(),

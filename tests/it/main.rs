@@ -1,7 +1,7 @@
 //! Integration tests: real nginx → fpmd → real php-cgi, each test in its own
 //! temporary directory with its own ports (see `harness`). Run with
 //! `cargo test --test it`; `make test` installs php-cgi, php-fpm, nginx,
-//! dokuwiki and prometheus first.
+//! dokuwiki, prometheus and tmux first.
 
 mod harness;
 
@@ -23,5 +23,6 @@ mod pool_settings;
 mod reload;
 mod signals;
 mod status;
+mod status_cli;
 mod strict;
 mod systemd;

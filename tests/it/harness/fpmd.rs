@@ -664,6 +664,31 @@ impl Fpmd {
         cli(&self.dir, &self.conf, &self.tag, args)
     }
 
+    /// Waits until the control socket the harness gives fpmd
+    /// (`<test dir>/ctl.sock`, unless the test set its own) is there: fpmd
+    /// binds it once its pools have started, after their sockets accept.
+    pub fn wait_control_socket(&mut self, timeout: Duration) {
+        let path = self.dir.join("ctl.sock");
+        let t0 = Instant::now();
+        while !path.exists() {
+            if let Some(st) = self.try_wait() {
+                panic!(
+                    "fpmd exited ({st}) before binding {}; its log:\n{}",
+                    path.display(),
+                    self.log()
+                );
+            }
+            if t0.elapsed() > timeout {
+                panic!(
+                    "no control socket {} after {timeout:?}; fpmd's log:\n{}",
+                    path.display(),
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// The pid in the pid file (`<test dir>/fpmd.pid`), if it holds one.
     pub fn pid_file(&self) -> Option<i32> {
         std::fs::read_to_string(self.dir.join("fpmd.pid"))

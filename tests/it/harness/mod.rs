@@ -1,7 +1,7 @@
 //! Shared fixtures of the integration tests: temporary directories, free ports,
 //! real nginx and Apache, real php-cgi behind the real fpmd binary, php-fpm for
-//! comparisons, HTTP and raw FastCGI clients, /proc helpers, and a stand-in for
-//! systemd's notification socket.
+//! comparisons, HTTP and raw FastCGI clients, /proc helpers, a stand-in for
+//! systemd's notification socket, and tmux as a terminal.
 //!
 //! Rules: every test owns one `TestDir` and its own ports, so tests run in
 //! parallel; nothing here sleeps to "let things settle": waits are
@@ -20,6 +20,7 @@ pub mod phpfpm;
 pub mod procs;
 pub mod prometheus;
 pub mod systemd;
+pub mod tmux;
 
 use std::net::{SocketAddr, TcpListener};
 use std::os::unix::fs::PermissionsExt;

@@ -100,7 +100,13 @@ fn parse_interval(text: &str) -> Result<Duration, String> {
 /// `fpmd status`: the view, one frame, or the JSON.
 fn status(path: &std::path::Path, args: &StatusArgs) -> ExitCode {
     use fpmd::observe::top;
-    let socket = control_socket_of(path);
+    let socket = match control_socket_of(path) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("fpmd: status: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
     let request = Request::Status {
         pool: args.pool.clone(),
     };
@@ -124,7 +130,13 @@ fn status(path: &std::path::Path, args: &StatusArgs) -> ExitCode {
 /// why the reload is refused).
 fn control_running(path: &std::path::Path, request: Request) -> ExitCode {
     let command = request.word();
-    let socket = control_socket_of(path);
+    let socket = match control_socket_of(path) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("fpmd: {command}: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
     match fpmd::ctl::call(&socket, &request) {
         Ok(fpmd::ctl::Answer::Ok(text)) => {
             if !text.is_empty() {
@@ -149,26 +161,30 @@ fn control_running(path: &std::path::Path, request: Request) -> ExitCode {
 
 /// The control socket of the configuration at `path`: its
 /// `global.control_socket` when the file loads, else read leniently from
-/// its `[global]` table (the file may be the broken one a reload is about
-/// to refuse), else the default.
-fn control_socket_of(path: &std::path::Path) -> PathBuf {
-    if let Ok(c) = config::load(path) {
-        return c.global.control_socket;
-    }
-    let set = std::fs::read_to_string(path)
+/// its `[global]` table (a pool file may be the broken one a reload is
+/// about to refuse: the daemon says why), else the default when the main
+/// file sets none. Errors: the main file cannot be read or is not TOML, so
+/// which daemon is meant cannot be told (guessing the default could reach
+/// another fpmd): the load error, with file and line.
+fn control_socket_of(path: &std::path::Path) -> Result<PathBuf, String> {
+    let err = match config::load(path) {
+        Ok(c) => return Ok(c.global.control_socket),
+        Err(e) => e,
+    };
+    let table = std::fs::read_to_string(path)
         .ok()
         .and_then(|t| t.parse::<toml::Table>().ok())
-        .and_then(|t| {
-            t.get("global")?
-                .get("control_socket")?
-                .as_str()
-                .map(PathBuf::from)
-        });
-    match set {
+        .ok_or_else(|| err.to_string())?;
+    let set = table
+        .get("global")
+        .and_then(|g| g.get("control_socket"))
+        .and_then(|s| s.as_str())
+        .map(PathBuf::from);
+    Ok(match set {
         Some(p) if p.is_relative() => path.parent().unwrap_or(std::path::Path::new(".")).join(p),
         Some(p) => p,
         None => fpmd::ctl::default_path(path),
-    }
+    })
 }
 
 fn main() -> ExitCode {

@@ -109,7 +109,14 @@ impl Board {
                 found
             }
         };
-        let samples: Vec<PoolStatus> = chosen.iter().map(|p| p.status(true)).collect();
+        let samples: Vec<PoolStatus> = chosen
+            .iter()
+            .map(|p| {
+                let mut s = p.status(true);
+                s.name_unknown_children();
+                s
+            })
+            .collect();
         Answer::Ok(document(&info, &samples, SystemTime::now()).to_string())
     }
 }

@@ -545,6 +545,7 @@ mod tests {
                     request: RequestInfo::default(),
                     generation: 2,
                     slot: 0,
+                    leader: *pid,
                 })
                 .collect(),
         }

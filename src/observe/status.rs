@@ -437,6 +437,7 @@ pub(crate) mod tests {
                 },
                 generation: 1,
                 slot: 0,
+                leader: 42,
             }],
         }
     }

@@ -108,12 +108,21 @@ pub struct ProcessView {
     /// The running request's time so far, or the last one's (µs).
     #[serde(rename = "request duration")]
     pub request_duration: u64,
-    #[serde(rename = "request method")]
+    #[serde(rename = "request method", deserialize_with = "shown")]
     pub request_method: String,
-    #[serde(rename = "request uri")]
+    #[serde(rename = "request uri", deserialize_with = "shown")]
     pub request_uri: String,
+    #[serde(deserialize_with = "shown")]
     pub script: String,
     pub generation: u32,
+}
+
+/// Client-supplied text as the terminal may show it: control characters
+/// (and invalid UTF-8) escaped as in fpmd's log, so that a URI cannot move
+/// the cursor, colour the view or split a row.
+fn shown<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let s = <String as serde::Deserialize>::deserialize(d)?;
+    Ok(crate::log::escape_controls(s.as_bytes()).to_string())
 }
 
 /// The whole status document.
@@ -655,6 +664,21 @@ mod tests {
                 .starts_with("    PID GEN STATE     REQS DURATION METHOD  URI"),
             "{header:?}"
         );
+    }
+
+    #[test]
+    fn client_text_is_shown_escaped() {
+        let text = r#"{"fpmd":{},"pools":[{"pool":"www","processes":[
+            {"pid":1,"state":"Running","request method":"GET","request uri":"/x\u001b[31mred\n\"y","script":"/s\r.php"}]}]}"#;
+        let d: Document = serde_json::from_str(text).unwrap();
+        let p = &d.pools[0].processes[0];
+        assert!(
+            !p.request_uri.chars().any(|c| c.is_control()),
+            "{:?}",
+            p.request_uri
+        );
+        assert!(!p.script.chars().any(|c| c.is_control()), "{:?}", p.script);
+        assert!(p.request_uri.starts_with("/x"), "{:?}", p.request_uri);
     }
 
     #[test]

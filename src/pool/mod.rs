@@ -762,6 +762,9 @@ pub struct ProcessStatus {
     pub generation: u32,
     /// Its slot id (stable while it lives).
     pub slot: u32,
+    /// The php-cgi fpmd spawned for it (the child itself under exec, the
+    /// pre-fork parent under prefork).
+    pub leader: i32,
 }
 
 /// A consistent sample of a pool, taken under the slot table's lock: idle
@@ -790,6 +793,43 @@ pub struct PoolStatus {
     pub processes: Vec<ProcessStatus>,
 }
 
+impl PoolStatus {
+    /// Names the children of rows whose pid fpmd has not learned yet (a
+    /// pre-forked child learns it from its first request): each pre-fork
+    /// parent's children (from `/proc`) that no row names are given to its
+    /// unnamed rows, in order. Reads `/proc`: call it outside the table's
+    /// lock, for a `full` sample.
+    pub fn name_unknown_children(&mut self) {
+        let known: std::collections::BTreeSet<i32> = self
+            .processes
+            .iter()
+            .map(|p| p.pid)
+            .filter(|p| *p > 0)
+            .collect();
+        let leaders: std::collections::BTreeSet<i32> = self
+            .processes
+            .iter()
+            .filter(|p| p.pid == 0)
+            .map(|p| p.leader)
+            .collect();
+        for leader in leaders {
+            let mut free = crate::peer::children_of(leader)
+                .into_iter()
+                .filter(|pid| !known.contains(pid));
+            for p in self
+                .processes
+                .iter_mut()
+                .filter(|p| p.pid == 0 && p.leader == leader)
+            {
+                match free.next() {
+                    Some(pid) => p.pid = pid,
+                    None => break,
+                }
+            }
+        }
+    }
+}
+
 impl Pool {
     /// A sample of the pool for the status page (`full`: with one row per
     /// child). Cheap: one pass over the slot table under its lock.
@@ -816,6 +856,7 @@ impl Pool {
                     request: s.request.clone(),
                     generation: s.gen.0,
                     slot: id.0,
+                    leader: s.leader,
                 });
             }
         }

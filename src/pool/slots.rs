@@ -221,9 +221,13 @@ impl Table {
         let Some(s) = self.slots.get_mut(&id) else {
             return;
         };
-        if s.pid != w.pid {
-            // Another child behind the slot (prefork: a fresh connection).
+        if s.pid.is_some() && s.pid != w.pid {
+            // Another child behind the slot (prefork: a fresh connection,
+            // its child not known yet): nothing of the last one's is shown
+            // as its.
             s.created = std::time::SystemTime::now();
+            s.request.clear();
+            s.last_duration = std::time::Duration::ZERO;
         }
         s.pid = w.pid;
         if let SlotState::Busy { since } = s.state {

@@ -453,7 +453,10 @@ where
             let (format, full) =
                 status::parse_query(req.param(b"QUERY_STRING").unwrap_or_default());
             let full = full || format == status::Format::Live;
-            let sample = pool.status(full);
+            let mut sample = pool.status(full);
+            if full {
+                sample.name_unknown_children();
+            }
             (
                 status::content_type(format).to_string(),
                 status::render(&sample, format, full, std::time::SystemTime::now()).into_bytes(),

@@ -344,3 +344,25 @@ fn reload_keys_are_checked_and_printed() {
     };
     expect_invalid(&t, cfg, e, true);
 }
+
+/// `fpmd reload|stop|status` with a main file that is not TOML: the
+/// command cannot tell which daemon is meant, so it says why (file and
+/// line) and exits 78, instead of guessing the default control socket
+/// (which another fpmd may own).
+#[test]
+fn control_commands_with_a_broken_main_file_say_why() {
+    let t = TestDir::new();
+    let cfg = FpmdConfig::new().pool(Pool::www()).global("watch = ");
+    for cmd in ["reload", "stop", "status"] {
+        let (code, log) = run(&t, &cfg, &[cmd]);
+        assert_eq!(code, EX_CONFIG, "fpmd {cmd}: {log}");
+        assert!(
+            log.contains("fpmd.toml:"),
+            "fpmd {cmd} names the file: {log}"
+        );
+        assert!(
+            !log.contains("fpmd.sock"),
+            "fpmd {cmd} guessed a control socket: {log}"
+        );
+    }
+}

@@ -237,6 +237,17 @@ fn status_page_has_php_fpms_fields_in_every_format() {
         same_fields(&format!("/status{query}"), &r, &o);
         if query.contains("full") {
             assert_eq!(o.procs.len(), 4, "one row per child:\n{}", ours.text());
+            // Every row names a real child, pre-forked ones too.
+            let pids: std::collections::BTreeSet<i64> = o
+                .procs
+                .iter()
+                .map(|p| p["pid"].1.trim_matches('"').parse().unwrap())
+                .collect();
+            assert!(
+                pids.len() == 4 && pids.iter().all(|p| *p > 0),
+                "four distinct pids: {pids:?}\n{}",
+                ours.text()
+            );
         }
         let pm = |p: &Parsed| p.pool.get("pool").or(p.pool.get("\"pool\"")).cloned();
         assert!(pm(&o).is_some(), "{}", ours.text());

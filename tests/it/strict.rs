@@ -177,26 +177,41 @@ fn chunked_upload_runs_once(keepalive: bool) {
     let body = noise(5, 1 << 20);
     let a = agent_with_timeout(LONG);
 
-    let theirs = try_post_chunked_with(&a, &fpm_nginx.url("/post_once.php?id=fpm"), &body)
+    // php-fpm's answer, the reference. Under keepalive php-fpm closes its
+    // connection after this request while nginx may still be sending the
+    // body (fcgi_close races nginx's write): now and then nginx answers 502
+    // for php-fpm. The reference is then asked again, under a new id.
+    let mut theirs = None;
+    for attempt in 0..3 {
+        let id = format!("fpm{attempt}");
+        let r = try_post_chunked_with(
+            &a,
+            &fpm_nginx.url(&format!("/post_once.php?id={id}")),
+            &body,
+        )
         .unwrap_or_else(|e| panic!("php-fpm: {e}"));
-    eprintln!(
-        "php-fpm: {} {:?}, ran {} times",
-        theirs.status,
-        theirs.text(),
-        runs_of(&s.dir, "fpm")
-    );
-    assert_eq!(
-        theirs.status,
-        200,
-        "php-fpm itself: {}\n{}",
-        theirs.text(),
-        fpm.log()
-    );
-    assert_eq!(
-        runs_of(&s.dir, "fpm"),
-        1,
-        "php-fpm ran the POST more than once"
-    );
+        eprintln!(
+            "php-fpm: {} {:?}, ran {} times",
+            r.status,
+            r.text(),
+            runs_of(&s.dir, &id)
+        );
+        assert!(
+            runs_of(&s.dir, &id) <= 1,
+            "php-fpm ran the POST more than once"
+        );
+        if r.status == 200 {
+            assert_eq!(
+                runs_of(&s.dir, &id),
+                1,
+                "php-fpm answered without running it"
+            );
+            theirs = Some(r);
+            break;
+        }
+    }
+    let theirs =
+        theirs.unwrap_or_else(|| panic!("php-fpm itself never answered 200:\n{}", fpm.log()));
 
     let log_mark = s.fpmd.log_len();
     let ours = try_post_chunked_with(&a, &s.url("/post_once.php?id=ours"), &body);

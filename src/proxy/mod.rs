@@ -333,7 +333,7 @@ async fn serve<R, W>(
         let result = match local_page(&ctx.script.local, &req) {
             Some(page) => {
                 answered = Answered::Fpmd(200);
-                answer_local_page(pool, &mut client, &req, page)
+                answer_local_page(pool, &ctx.script.local, &mut client, &req, page)
                     .await
                     .map(|()| after_answer(&mut client, &req))
             }
@@ -434,6 +434,7 @@ const NO_CACHE: [&str; 2] = [
 /// answer while every child is busy. A HEAD request gets the headers only.
 async fn answer_local_page<R, W>(
     pool: &Pool,
+    local: &crate::config::LocalEndpoints,
     client: &mut ClientConn<R, W>,
     req: &Request,
     page: LocalPage,
@@ -442,14 +443,12 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
+    use crate::observe::status;
     let head_only = req.param(b"REQUEST_METHOD") == Some(b"HEAD");
+    let rendered;
     let (content_type, body) = match page {
-        LocalPage::Ping => (
-            "text/plain;charset=UTF-8".to_string(),
-            pool.config().local.ping_response.clone().into_bytes(),
-        ),
+        LocalPage::Ping => ("text/plain;charset=UTF-8", local.ping_response.as_bytes()),
         LocalPage::Status => {
-            use crate::observe::status;
             let (format, full) =
                 status::parse_query(req.param(b"QUERY_STRING").unwrap_or_default());
             let full = full || format == status::Format::Live;
@@ -457,15 +456,13 @@ where
             if full {
                 sample.name_unknown_children();
             }
-            (
-                status::content_type(format).to_string(),
-                status::render(&sample, format, full, std::time::SystemTime::now()).into_bytes(),
-            )
+            rendered = status::render(&sample, format, full, std::time::SystemTime::now());
+            (status::content_type(format), rendered.as_bytes())
         }
     };
     let ct = format!("Content-Type: {content_type}");
     client
-        .answer_page(req.id, &[&ct, NO_CACHE[0], NO_CACHE[1]], &body, head_only)
+        .answer_page(req.id, &[&ct, NO_CACHE[0], NO_CACHE[1]], body, head_only)
         .await
 }
 

@@ -14,6 +14,7 @@
 //! the metrics endpoint, the control socket's status document and the
 //! `fpmd status` view).
 
+pub mod cgroup;
 pub mod config;
 pub mod control;
 pub mod ctl;

@@ -212,6 +212,8 @@ pub fn changed_fields(old: &PoolConfig, new: &PoolConfig) -> Vec<&'static str> {
         catch_workers_output,
         decorate_workers_output,
         graceful_timeout,
+        cgroup,
+        pcntl,
         local,
     } = old;
     let mut out = Vec::new();
@@ -273,6 +275,15 @@ pub fn changed_fields(old: &PoolConfig, new: &PoolConfig) -> Vec<&'static str> {
         "graceful_timeout",
         *graceful_timeout != new.graceful_timeout,
     );
+    let crate::cgroup::Limits {
+        memory_max,
+        pids_max,
+        cpu_weight,
+    } = cgroup;
+    field("cgroup.memory_max", *memory_max != new.cgroup.memory_max);
+    field("cgroup.pids_max", *pids_max != new.cgroup.pids_max);
+    field("cgroup.cpu_weight", *cpu_weight != new.cgroup.cpu_weight);
+    field("security.pcntl", *pcntl != new.pcntl);
     let LocalEndpoints {
         status_path,
         ping_path,
@@ -422,6 +433,8 @@ mod tests {
             catch_workers_output: false,
             decorate_workers_output: true,
             graceful_timeout: None,
+            cgroup: Default::default(),
+            pcntl: false,
             local: Default::default(),
         }
     }
@@ -528,6 +541,10 @@ mod tests {
             ("graceful_timeout", |p| {
                 p.graceful_timeout = Some(Duration::from_secs(10))
             }),
+            ("cgroup.memory_max", |p| p.cgroup.memory_max = Some(256 << 20)),
+            ("cgroup.pids_max", |p| p.cgroup.pids_max = Some(64)),
+            ("cgroup.cpu_weight", |p| p.cgroup.cpu_weight = Some(200)),
+            ("security.pcntl", |p| p.pcntl = true),
         ]
     }
 
@@ -562,6 +579,10 @@ mod tests {
             "catch_workers_output",
             "decorate_workers_output",
             "graceful_timeout",
+            "cgroup.memory_max",
+            "cgroup.pids_max",
+            "cgroup.cpu_weight",
+            "security.pcntl",
         ];
         let covered: BTreeSet<_> = one_field_changes().iter().map(|(f, _)| *f).collect();
         assert_eq!(covered, all.into_iter().collect(), "one change per field");

@@ -385,6 +385,8 @@ php_admin_flag.log_errors = true
             catch_workers_output: false,
             decorate_workers_output: true,
             graceful_timeout: Some(std::time::Duration::from_secs(10)),
+            cgroup: Default::default(),
+            pcntl: false,
             local: LocalEndpoints {
                 ping_response: "pong".into(),
                 ..Default::default()
@@ -446,7 +448,18 @@ php_admin_flag.log_errors = true
             }
         );
         assert_eq!(p.graceful_timeout, None);
-        assert!(p.ini_args().is_empty());
+        assert!(!p.pcntl);
+        assert_eq!(
+            p.ini_args(),
+            [
+                "-d".to_string(),
+                format!(
+                    "disable_functions={}",
+                    crate::config::model::PCNTL_FUNCTIONS.join(",")
+                )
+            ]
+        );
+        assert_eq!(p.cgroup, crate::cgroup::Limits::default());
     }
 
     #[test]

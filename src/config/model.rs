@@ -192,6 +192,16 @@ pub struct PoolConfig {
     /// [`Global::process_control_timeout`]; `None` (unset everywhere, or
     /// 0 here): they finish their requests however long they take.
     pub graceful_timeout: Option<std::time::Duration>,
+    /// `cgroup.memory_max`, `cgroup.pids_max`, `cgroup.cpu_weight` (fpmd
+    /// only): limits of the pool's cgroup (see [`crate::cgroup`]), applied
+    /// live on reload. Default: none (the pool still gets a cgroup when
+    /// fpmd runs as root and cgroups are mounted).
+    pub cgroup: crate::cgroup::Limits,
+    /// `security.pcntl` (fpmd only): leave PHP's `pcntl_*` functions
+    /// enabled for web requests. Default `false`: they are appended to
+    /// `disable_functions`, since php-fpm (as Debian builds it) has no
+    /// pcntl while php-cgi has (see [`PoolConfig::ini_args`]).
+    pub pcntl: bool,
     /// What fpmd answers itself, without a child: the status page and
     /// ping.
     pub local: LocalEndpoints,
@@ -238,20 +248,78 @@ impl PoolConfig {
     /// The php-cgi arguments carrying the pool's ini values:
     /// `["-d", "name=value", …]`, plain values first, then admin values
     /// (admin values win on the same name; see [`PoolConfig::php_values`]).
+    /// Without `security.pcntl`, [`PCNTL_FUNCTIONS`] are appended to the
+    /// pool's own `disable_functions` (kept, not replaced), or make it up
+    /// when the pool sets none.
     pub fn ini_args(&self) -> Vec<String> {
         let mut args =
-            Vec::with_capacity(2 * (self.php_values.len() + self.php_admin_values.len()));
+            Vec::with_capacity(2 * (self.php_values.len() + self.php_admin_values.len() + 1));
         let plain = self
             .php_values
             .iter()
             .filter(|(name, _)| !self.php_admin_values.contains_key(*name));
+        let mut disabled = None;
         for (name, value) in plain.chain(self.php_admin_values.iter()) {
+            if name == "disable_functions" && !self.pcntl {
+                disabled = Some(value.as_str());
+                continue;
+            }
             args.push("-d".to_string());
             args.push(format!("{name}={value}"));
+        }
+        if !self.pcntl {
+            let mut list: Vec<&str> = disabled
+                .unwrap_or("")
+                .split(',')
+                .map(str::trim)
+                .filter(|f| !f.is_empty())
+                .collect();
+            for f in PCNTL_FUNCTIONS {
+                if !list.contains(f) {
+                    list.push(f);
+                }
+            }
+            args.push("-d".to_string());
+            args.push(format!("disable_functions={}", list.join(",")));
         }
         args
     }
 }
+
+/// PHP's `pcntl` functions (php-src 8.2 `ext/pcntl/pcntl.stub.php`),
+/// disabled for web requests unless `security.pcntl = true`: Debian's
+/// php-fpm is built without pcntl, its php-cgi with it, so a script moved
+/// from php-fpm to fpmd would otherwise gain `pcntl_fork`, `pcntl_exec`
+/// and the signal functions.
+pub const PCNTL_FUNCTIONS: &[&str] = &[
+    "pcntl_alarm",
+    "pcntl_async_signals",
+    "pcntl_errno",
+    "pcntl_exec",
+    "pcntl_fork",
+    "pcntl_forkx",
+    "pcntl_get_last_error",
+    "pcntl_getpriority",
+    "pcntl_rfork",
+    "pcntl_setpriority",
+    "pcntl_signal",
+    "pcntl_signal_dispatch",
+    "pcntl_signal_get_handler",
+    "pcntl_sigprocmask",
+    "pcntl_sigtimedwait",
+    "pcntl_sigwaitinfo",
+    "pcntl_strerror",
+    "pcntl_unshare",
+    "pcntl_wait",
+    "pcntl_waitpid",
+    "pcntl_wexitstatus",
+    "pcntl_wifcontinued",
+    "pcntl_wifexited",
+    "pcntl_wifsignaled",
+    "pcntl_wifstopped",
+    "pcntl_wstopsig",
+    "pcntl_wtermsig",
+];
 
 /// The identity pool children run as.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

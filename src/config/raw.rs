@@ -199,9 +199,18 @@ pub(super) struct RawPool {
     pub(super) ping: RawPing,
     #[serde(default)]
     pub(super) access: RawAccess,
-    #[allow(dead_code)]
     #[serde(default)]
     pub(super) security: RawSecurity,
+    #[serde(default)]
+    pub(super) cgroup: RawCgroup,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCgroup {
+    pub(super) memory_max: Option<ByteSize>,
+    pub(super) pids_max: Option<u32>,
+    pub(super) cpu_weight: Option<u32>,
 }
 
 #[derive(Deserialize, Default)]
@@ -248,9 +257,10 @@ pub(super) struct RawAccess {
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
-#[allow(dead_code)] // not supported yet
 pub(super) struct RawSecurity {
+    #[allow(dead_code)] // not supported yet
     pub(super) limit_extensions: Option<StrList>,
+    pub(super) pcntl: Option<bool>,
 }
 
 #[derive(Deserialize, Clone, Copy)]

@@ -188,6 +188,19 @@ impl PoolConfig {
             }
             (None, None) => out.push_str("# graceful_timeout: none\n"),
         }
+        match self.cgroup.memory_max {
+            Some(n) => out.push_str(&format!("cgroup.memory_max = {n} # bytes\n")),
+            None => out.push_str("# cgroup.memory_max: no limit\n"),
+        }
+        match self.cgroup.pids_max {
+            Some(n) => out.push_str(&format!("cgroup.pids_max = {n}\n")),
+            None => out.push_str("# cgroup.pids_max: no limit\n"),
+        }
+        match self.cgroup.cpu_weight {
+            Some(n) => out.push_str(&format!("cgroup.cpu_weight = {n}\n")),
+            None => out.push_str("# cgroup.cpu_weight: 100 (the kernel's default)\n"),
+        }
+        out.push_str(&format!("security.pcntl = {}\n", self.pcntl));
         out.push_str(&format!(
             "catch_workers_output = {}\n",
             self.catch_workers_output

@@ -281,6 +281,7 @@ pub(super) fn validate_pool(
             Some(ByteSize(n)) => Some(n),
         },
     };
+    let cgroup = cgroup_limits(&raw.cgroup).map_err(|(key, m)| ctx.err(&["cgroup", key], m))?;
     let request_terminate_timeout = nonzero(raw.request_terminate_timeout);
     let request_slowlog_timeout = nonzero(raw.request_slowlog_timeout);
     let request_queue_timeout = nonzero(raw.request_queue_timeout);
@@ -445,7 +446,44 @@ pub(super) fn validate_pool(
             Some(d) => nonzero(Some(d)),
             None => global.process_control_timeout,
         },
+        cgroup,
+        pcntl: raw.security.pcntl.unwrap_or(false),
         local,
+    })
+}
+
+/// `cgroup.*`: `memory_max` in bytes (PHP's shorthand; 0: no limit; at
+/// least 1M, below which php-cgi cannot even start), `pids_max` ≥ 1 (0: no
+/// limit), `cpu_weight` 1..=10000 as cgroup v2's `cpu.weight`. Errors: the
+/// key (after `cgroup.`) and the message.
+fn cgroup_limits(
+    raw: &super::raw::RawCgroup,
+) -> Result<crate::cgroup::Limits, (&'static str, String)> {
+    let memory_max = match raw.memory_max {
+        None | Some(ByteSize(0)) => None,
+        Some(ByteSize(n)) if n < 1 << 20 => {
+            return Err((
+                "memory_max",
+                format!("{n} bytes is too small for php-cgi: at least 1M (0 for no limit)"),
+            ))
+        }
+        Some(ByteSize(n)) => Some(n),
+    };
+    let pids_max = raw.pids_max.filter(|n| *n != 0);
+    let cpu_weight = match raw.cpu_weight {
+        None => None,
+        Some(w @ 1..=10000) => Some(w),
+        Some(w) => {
+            return Err((
+                "cpu_weight",
+                format!("{w} is out of range: 1 to 10000 (as cgroup v2's cpu.weight; default 100)"),
+            ))
+        }
+    };
+    Ok(crate::cgroup::Limits {
+        memory_max,
+        pids_max,
+        cpu_weight,
     })
 }
 
@@ -981,6 +1019,8 @@ php_admin_flag.display_errors = "off"
         assert_eq!(p.php_admin_values["memory_limit"], "128M");
         assert_eq!(p.php_admin_values["display_errors"], "0");
 
+        let mut p = p.clone();
+        p.pcntl = true;
         let args = p.ini_args();
         assert_eq!(
             args.len(),
@@ -1006,7 +1046,109 @@ php_admin_flag.display_errors = "off"
         p.php_values.insert("a".into(), "b".into());
         p.php_admin_values
             .insert("memory_limit".into(), "128M".into());
+        p.pcntl = true;
         assert_eq!(p.ini_args(), ["-d", "a=b", "-d", "memory_limit=128M"]);
+    }
+
+    #[test]
+    fn pcntl_is_disabled_unless_allowed_and_the_pools_list_is_kept() {
+        let (_d, c) = load_ok(
+            &pool(
+                "www",
+                "php_admin_value.disable_functions = \"exec, system,pcntl_fork\"\n",
+            ),
+            &[],
+        );
+        let p = &c.pools[0];
+        assert!(!p.pcntl);
+        let args = p.ini_args();
+        assert_eq!(args.len(), 2);
+        let list = args[1].strip_prefix("disable_functions=").unwrap();
+        let names: Vec<&str> = list.split(',').collect();
+        assert_eq!(&names[..3], ["exec", "system", "pcntl_fork"]);
+        assert_eq!(names.iter().filter(|n| **n == "pcntl_fork").count(), 1);
+        assert!(names.contains(&"pcntl_exec") && names.contains(&"pcntl_signal"));
+        assert!(c.to_toml().contains("security.pcntl = false\n"));
+
+        // A plain php_value is merged the same way.
+        let (_d, c) = load_ok(
+            &pool("www", "php_value.disable_functions = \"exec\"\n"),
+            &[],
+        );
+        assert!(c.pools[0].ini_args()[1].starts_with("disable_functions=exec,pcntl_alarm,"));
+
+        let (_d, c) = load_ok(
+            &pool(
+                "www",
+                "security.pcntl = true\nphp_admin_value.disable_functions = \"exec\"\n",
+            ),
+            &[],
+        );
+        assert!(c.pools[0].pcntl);
+        assert_eq!(c.pools[0].ini_args(), ["-d", "disable_functions=exec"]);
+        assert!(c.to_toml().contains("security.pcntl = true\n"));
+    }
+
+    #[test]
+    fn cgroup_limits() {
+        let (_d, c) = load_ok(
+            &pool(
+                "www",
+                "cgroup.memory_max = \"256M\"\ncgroup.pids_max = 50\ncgroup.cpu_weight = 200\n",
+            ),
+            &[],
+        );
+        let p = &c.pools[0];
+        assert_eq!(
+            p.cgroup,
+            crate::cgroup::Limits {
+                memory_max: Some(256 << 20),
+                pids_max: Some(50),
+                cpu_weight: Some(200),
+            }
+        );
+        let text = c.to_toml();
+        assert!(text.contains("cgroup.memory_max = 268435456 # bytes\n"), "{text}");
+        assert!(text.contains("cgroup.pids_max = 50\n"), "{text}");
+        assert!(text.contains("cgroup.cpu_weight = 200\n"), "{text}");
+        // The rendering loads again to the same limits.
+        let (_d, again) = load_ok(&text, &[]);
+        assert_eq!(again.pools[0].cgroup, p.cgroup);
+
+        let (_d, c) = load_ok(
+            &pool("www", "cgroup.memory_max = 0\ncgroup.pids_max = 0\n"),
+            &[],
+        );
+        assert_eq!(c.pools[0].cgroup, crate::cgroup::Limits::default());
+        let text = c.to_toml();
+        assert!(text.contains("# cgroup.memory_max: no limit\n"), "{text}");
+
+        for (line, key, message) in [
+            (
+                "cgroup.cpu_weight = 0\n",
+                "cgroup.cpu_weight",
+                "0 is out of range: 1 to 10000 (as cgroup v2's cpu.weight; default 100)",
+            ),
+            (
+                "cgroup.cpu_weight = 10001\n",
+                "cgroup.cpu_weight",
+                "10001 is out of range: 1 to 10000 (as cgroup v2's cpu.weight; default 100)",
+            ),
+            (
+                "cgroup.memory_max = \"512K\"\n",
+                "cgroup.memory_max",
+                "524288 bytes is too small for php-cgi: at least 1M (0 for no limit)",
+            ),
+        ] {
+            let (dir, e) = load_err(&pool("www", line), &[]);
+            assert_err(&dir, &e, "fpmd.toml", Some(7), Some("www"), Some(key), message);
+        }
+        let (_dir, e) = load_err(&pool("www", "cgroup.pids_max = -1\n"), &[]);
+        assert_eq!(e.key.as_deref(), Some("cgroup.pids_max"), "{e}");
+        assert_eq!(e.line, Some(7), "{e}");
+        let (_dir, e) = load_err(&pool("www", "cgroup.memory = 1\n"), &[]);
+        assert_eq!(e.line, Some(7), "{e}");
+        assert!(e.to_string().contains("cgroup.memory"), "{e}");
     }
 
     #[test]

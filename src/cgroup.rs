@@ -167,9 +167,7 @@ impl Layout {
                 else {
                     continue;
                 };
-                if pid == std::process::id() as i32
-                    || Path::new(&format!("/proc/{pid}")).exists()
-                {
+                if pid == std::process::id() as i32 || Path::new(&format!("/proc/{pid}")).exists() {
                     continue;
                 }
                 let stale = PoolCgroup {
@@ -177,7 +175,9 @@ impl Layout {
                     pool: name.clone(),
                     dirs: self.same_in_every_hierarchy(&name),
                 };
-                tracing::info!("removing the cgroup {name} left by an fpmd (pid {pid}) that is gone");
+                tracing::info!(
+                    "removing the cgroup {name} left by an fpmd (pid {pid}) that is gone"
+                );
                 if let Err(e) = stale.kill_all_and_remove() {
                     tracing::warn!("cannot remove the stale cgroup {name}: {e}");
                 }
@@ -357,7 +357,9 @@ impl PoolCgroup {
         if let Some(d) = &self.dirs.memory {
             write(
                 &d.join("memory.limit_in_bytes"),
-                &limits.memory_max.map_or("-1".to_string(), |n| n.to_string()),
+                &limits
+                    .memory_max
+                    .map_or("-1".to_string(), |n| n.to_string()),
             )?;
         }
         if let Some(d) = &self.dirs.pids {
@@ -576,7 +578,13 @@ mod tests {
 
     fn fake_v1() -> tempfile::TempDir {
         let t = tempfile::tempdir().unwrap();
-        for d in ["cpu", "memory/process_api/abc", "freezer", "pids", "unified"] {
+        for d in [
+            "cpu",
+            "memory/process_api/abc",
+            "freezer",
+            "pids",
+            "unified",
+        ] {
             fs::create_dir_all(t.path().join(d)).unwrap();
         }
         t
@@ -620,7 +628,10 @@ mod tests {
     #[test]
     fn nothing_mounted_is_no_layout() {
         let t = tempfile::tempdir().unwrap();
-        assert_eq!(Layout::detect(t.path(), V1_CGROUP, "proc /proc proc rw 0 0\n"), None);
+        assert_eq!(
+            Layout::detect(t.path(), V1_CGROUP, "proc /proc proc rw 0 0\n"),
+            None
+        );
     }
 
     #[test]
@@ -649,12 +660,24 @@ mod tests {
         .unwrap();
         let read = |p: PathBuf| fs::read_to_string(p).unwrap();
         assert_eq!(read(mem.join("memory.limit_in_bytes")), "268435456");
-        assert_eq!(read(t.path().join("pids").join(&name).join("pids.max")), "20");
-        assert_eq!(read(t.path().join("cpu").join(&name).join("cpu.shares")), "512");
+        assert_eq!(
+            read(t.path().join("pids").join(&name).join("pids.max")),
+            "20"
+        );
+        assert_eq!(
+            read(t.path().join("cpu").join(&name).join("cpu.shares")),
+            "512"
+        );
         cg.apply(&Limits::default()).unwrap();
         assert_eq!(read(mem.join("memory.limit_in_bytes")), "-1");
-        assert_eq!(read(t.path().join("pids").join(&name).join("pids.max")), "max");
-        assert_eq!(read(t.path().join("cpu").join(&name).join("cpu.shares")), "1024");
+        assert_eq!(
+            read(t.path().join("pids").join(&name).join("pids.max")),
+            "max"
+        );
+        assert_eq!(
+            read(t.path().join("cpu").join(&name).join("cpu.shares")),
+            "1024"
+        );
 
         fs::write(
             mem.join("memory.oom_control"),
@@ -680,7 +703,11 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let own = t.path().join("system.slice/fpmd.service");
         fs::create_dir_all(&own).unwrap();
-        fs::write(t.path().join("cgroup.controllers"), "cpuset cpu io memory pids\n").unwrap();
+        fs::write(
+            t.path().join("cgroup.controllers"),
+            "cpuset cpu io memory pids\n",
+        )
+        .unwrap();
         fs::write(own.join("cgroup.controllers"), "cpu io memory pids\n").unwrap();
         let l = Layout::detect(t.path(), "0::/system.slice/fpmd.service\n", "").unwrap();
         assert_eq!(l, Layout::V2 { own: own.clone() });
@@ -697,7 +724,10 @@ mod tests {
             cpu_weight: Some(10000),
         })
         .unwrap();
-        assert_eq!(fs::read_to_string(dir.join("memory.max")).unwrap(), "1073741824");
+        assert_eq!(
+            fs::read_to_string(dir.join("memory.max")).unwrap(),
+            "1073741824"
+        );
         assert_eq!(fs::read_to_string(dir.join("pids.max")).unwrap(), "max");
         assert_eq!(fs::read_to_string(dir.join("cpu.weight")).unwrap(), "10000");
         fs::write(

@@ -200,6 +200,10 @@ pub async fn run(
         board: Board::new(config_file),
     };
     let pools: Vec<PoolConfig> = d.config.pools.clone();
+    // What a SIGKILLed fpmd's scripts left in their cgroups goes now.
+    if let Some(layout) = crate::cgroup::Layout::system() {
+        layout.sweep_stale();
+    }
     for p in &pools {
         d.start_pool(p);
     }

@@ -13,7 +13,7 @@
 
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -53,6 +53,11 @@ pub struct ChildSpec {
     /// `catch_workers_output`: the child's stdout is caught too (else it is
     /// `/dev/null`); see [`crate::output::open`].
     pub catch_workers_output: bool,
+    /// The `cgroup.procs` files of the pool's cgroup, one per hierarchy
+    /// ([`crate::cgroup::PoolCgroup::procs_files`]); empty without one.
+    /// They are opened before the fork and the child writes `0` (itself)
+    /// to each in `pre_exec`, so nothing it starts escapes the cgroup.
+    pub cgroup_procs: Vec<PathBuf>,
 }
 
 /// A started child.
@@ -152,11 +157,29 @@ fn spawn_child(spec: &ChildSpec) -> io::Result<Spawned> {
         Uid::effective().is_root() || Uid::effective() != uid || Gid::effective() != gid;
     let parent = nix::unistd::getpid();
     let death_signal = spec.death_signal as libc::c_ulong;
+    let cgroup_procs: Vec<OwnedFd> = spec
+        .cgroup_procs
+        .iter()
+        .map(|p| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(p)
+                .map(OwnedFd::from)
+                .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display())))
+        })
+        .collect::<io::Result<_>>()?;
     // SAFETY: the closure runs in the forked child before exec; it only makes
-    // async-signal-safe system calls (setgroups, setgid, setuid, prctl,
-    // getppid) on data prepared before the fork, and allocates nothing.
+    // async-signal-safe system calls (write, setgroups, setgid, setuid,
+    // prctl, getppid) on data prepared before the fork, and allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
+            // Join the pool's cgroup (pid 0: the writer, in v1 and v2)
+            // while still root, before the credentials change.
+            for fd in &cgroup_procs {
+                if libc::write(fd.as_raw_fd(), b"0".as_ptr().cast(), 1) != 1 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
             if switch_user {
                 if Uid::effective().is_root() {
                     nix::unistd::setgroups(&groups)?;

@@ -541,7 +541,9 @@ mod tests {
             ("graceful_timeout", |p| {
                 p.graceful_timeout = Some(Duration::from_secs(10))
             }),
-            ("cgroup.memory_max", |p| p.cgroup.memory_max = Some(256 << 20)),
+            ("cgroup.memory_max", |p| {
+                p.cgroup.memory_max = Some(256 << 20)
+            }),
             ("cgroup.pids_max", |p| p.cgroup.pids_max = Some(64)),
             ("cgroup.cpu_weight", |p| p.cgroup.cpu_weight = Some(200)),
             ("security.pcntl", |p| p.pcntl = true),

@@ -1108,7 +1108,10 @@ php_admin_flag.display_errors = "off"
             }
         );
         let text = c.to_toml();
-        assert!(text.contains("cgroup.memory_max = 268435456 # bytes\n"), "{text}");
+        assert!(
+            text.contains("cgroup.memory_max = 268435456 # bytes\n"),
+            "{text}"
+        );
         assert!(text.contains("cgroup.pids_max = 50\n"), "{text}");
         assert!(text.contains("cgroup.cpu_weight = 200\n"), "{text}");
         // The rendering loads again to the same limits.
@@ -1141,7 +1144,15 @@ php_admin_flag.display_errors = "off"
             ),
         ] {
             let (dir, e) = load_err(&pool("www", line), &[]);
-            assert_err(&dir, &e, "fpmd.toml", Some(7), Some("www"), Some(key), message);
+            assert_err(
+                &dir,
+                &e,
+                "fpmd.toml",
+                Some(7),
+                Some("www"),
+                Some(key),
+                message,
+            );
         }
         let (_dir, e) = load_err(&pool("www", "cgroup.pids_max = -1\n"), &[]);
         assert_eq!(e.key.as_deref(), Some("cgroup.pids_max"), "{e}");

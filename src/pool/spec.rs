@@ -47,6 +47,8 @@ pub fn child_spec(config: &PoolConfig, endpoint: PathBuf) -> ChildSpec {
         backlog: children as i32 + 8,
         death_signal,
         catch_workers_output: config.catch_workers_output,
+        // Set by the supervisor, which owns the pool's cgroup.
+        cgroup_procs: Vec::new(),
     }
 }
 

@@ -115,6 +115,12 @@ struct Supervisor {
     /// The newest generation: the one children are spawned for.
     target: GenId,
     pending: Vec<Pending>,
+    /// The pool's cgroup (`None`: fpmd is not root, or no cgroup
+    /// hierarchy is mounted); every child joins it before exec.
+    cgroup: Option<Arc<crate::cgroup::PoolCgroup>>,
+    /// The cgroup's OOM kill count last seen (to tell an OOM kill from
+    /// another SIGKILL).
+    oom_kills: u64,
 }
 
 /// Starts a pool's supervisor, which spawns the pool's first generation.
@@ -146,7 +152,11 @@ pub fn start_pool(
             drain_deadline: None,
         },
     );
+    let cgroup = pool_cgroup(&gens[&GenId(1)].config);
+    let oom_kills = cgroup.as_ref().and_then(|c| c.oom_kills()).unwrap_or(0);
     let sup = Supervisor {
+        cgroup,
+        oom_kills,
         pool: pool.clone(),
         spawner,
         runtime_dir: runtime_dir.to_path_buf(),
@@ -172,6 +182,44 @@ pub fn start_pool(
         done: Some(done),
         started: Some(started_rx),
     }
+}
+
+/// Creates the pool's cgroup and applies its limits (see
+/// [`crate::cgroup`]); `None`, with a warning when limits were asked
+/// for, where there is none.
+fn pool_cgroup(config: &PoolConfig) -> Option<Arc<crate::cgroup::PoolCgroup>> {
+    let limited = config.cgroup != crate::cgroup::Limits::default();
+    let Some(layout) = crate::cgroup::Layout::system() else {
+        if limited {
+            warn!(pool = %config.name, "cgroup.* limits are set but fpmd cannot use cgroups (it is not root, or none is mounted): they do not apply");
+        }
+        return None;
+    };
+    let name = crate::cgroup::cgroup_name(std::process::id(), &config.name);
+    match crate::cgroup::PoolCgroup::create(layout, &name) {
+        Ok(cg) => {
+            if let Err(e) = cg.apply(&config.cgroup) {
+                warn!(pool = %config.name, "cannot apply the pool's cgroup limits: {e}");
+            }
+            debug!(pool = %config.name, "children run in the cgroup {name}");
+            Some(Arc::new(cg))
+        }
+        Err(e) => {
+            warn!(pool = %config.name, "cannot create the pool's cgroup: {e}; its children run without one");
+            None
+        }
+    }
+}
+
+/// `cgroup.memory_max` as written in the configuration's shorthand
+/// (`256M`), for log lines.
+fn shorthand(bytes: u64) -> String {
+    for (shift, suffix) in [(30, "G"), (20, "M"), (10, "K")] {
+        if bytes % (1 << shift) == 0 {
+            return format!("{}{suffix}", bytes >> shift);
+        }
+    }
+    bytes.to_string()
 }
 
 /// A sender of `T` whose messages reach the supervisor as events.
@@ -255,6 +303,7 @@ impl Supervisor {
             if let Some(s) = &self.stopping {
                 if self.children.is_empty() {
                     info!(pool = %self.name(), "all children are gone");
+                    self.remove_cgroup().await;
                     return;
                 }
                 let deadline = s.deadline;
@@ -289,6 +338,72 @@ impl Supervisor {
         }
     }
 
+    /// Writes `config`'s cgroup limits into the pool's cgroup (a reload
+    /// changes them live: the kernel applies a new limit to the processes
+    /// already in the cgroup).
+    fn apply_limits(&self, config: &PoolConfig) {
+        match &self.cgroup {
+            Some(cg) => match cg.apply(&config.cgroup) {
+                Ok(()) => {
+                    info!(pool = %self.name(), "cgroup limits applied live to the cgroup {}", cg.name())
+                }
+                Err(e) => warn!(pool = %self.name(), "cannot apply the new cgroup limits: {e}"),
+            },
+            None => {
+                warn!(pool = %self.name(), "cgroup.* limits changed but the pool has no cgroup: they do not apply")
+            }
+        }
+    }
+
+    /// The pool has stopped: whatever its scripts left running (a
+    /// grandchild that called `setsid()`, a fork that escaped its parent)
+    /// is killed, and the cgroup removed.
+    async fn remove_cgroup(&mut self) {
+        let Some(cg) = self.cgroup.take() else {
+            return;
+        };
+        let left = cg.pids();
+        if !left.is_empty() {
+            warn!(pool = %self.name(), "killing {} process(es) still in the pool's cgroup after its children: {left:?}", left.len());
+        }
+        let name = self.pool.name.clone();
+        let done = tokio::task::spawn_blocking(move || cg.kill_all_and_remove()).await;
+        match done {
+            Ok(Ok(())) => debug!(pool = %name, "the pool's cgroup is removed"),
+            Ok(Err(e)) => warn!(pool = %name, "cannot remove the pool's cgroup: {e}"),
+            Err(e) => warn!(pool = %name, "removing the pool's cgroup failed: {e}"),
+        }
+    }
+
+    /// After a child ended on SIGKILL: whether the pool's memory cgroup
+    /// OOM-killed a process since the last look; if so it is logged with
+    /// the limit.
+    fn note_oom(&mut self, pid: i32, kind: ExitKind) -> bool {
+        if !matches!(
+            kind,
+            ExitKind::Signal {
+                signal: libc::SIGKILL,
+                ..
+            }
+        ) {
+            return false;
+        }
+        let Some(now) = self.cgroup.as_ref().and_then(|c| c.oom_kills()) else {
+            return false;
+        };
+        if now <= self.oom_kills {
+            return false;
+        }
+        self.oom_kills = now;
+        let limit = self
+            .config()
+            .cgroup
+            .memory_max
+            .map_or("none".to_string(), shorthand);
+        error!(pool = %self.name(), pid, "child {pid} killed by the pool's cgroup memory limit (cgroup.memory_max = {limit})");
+        true
+    }
+
     async fn command(&mut self, c: Command) {
         match c {
             Command::Reconfigure { config, done } => self.reconfigure(config, done).await,
@@ -309,6 +424,9 @@ impl Supervisor {
             return;
         }
         let old = self.config();
+        if old.cgroup != config.cgroup {
+            self.apply_limits(&config);
+        }
         if template(&old) == template(&config) {
             self.gens
                 .get_mut(&self.target)
@@ -841,6 +959,7 @@ impl Supervisor {
                 }
                 let exit = Exit { pid, kind };
                 let lived = started.elapsed();
+                self.note_oom(pid, kind);
                 match (expected, kind) {
                     (true, _) => debug!(pool = %self.name(), pid, "{}", exit.describe(lived)),
                     (false, ExitKind::Code(0)) => {
@@ -992,6 +1111,7 @@ impl Supervisor {
         }
         let _ = std::fs::remove_file(child.endpoint.as_path());
         let lived = child.started.elapsed();
+        self.note_oom(exit.pid, exit.kind);
         if child.stop.is_some() {
             debug!(pool = %self.name(), pid = exit.pid, "{}", exit.describe(lived));
         } else {
@@ -1145,7 +1265,10 @@ impl Supervisor {
             self.runtime_dir
                 .join(format!("{}.{}.sock", config.name, self.serial)),
         );
-        let spec = child_spec(&config, endpoint.to_path_buf());
+        let mut spec = child_spec(&config, endpoint.to_path_buf());
+        if let Some(cg) = &self.cgroup {
+            spec.cgroup_procs = cg.procs_files();
+        }
         let Spawned { pid, output } = self.spawner.spawn(spec, self.exits_tx.clone()).await?;
         if let Some(g) = self.gens.get_mut(&gen) {
             g.spawned += 1;

@@ -7,6 +7,7 @@ mod harness;
 
 mod access_log;
 mod apache;
+mod attacks;
 mod bad_fastcgi;
 mod children;
 mod config_errors;

@@ -45,6 +45,43 @@ pub fn alive(pid: i32) -> bool {
     !matches!(state, None | Some("Z") | Some("X"))
 }
 
+/// The state letter of `pid` (`/proc/PID/stat`: `R`, `S`, `D`, `T`
+/// stopped by a signal, `t` stopped by a tracer, `Z`, …).
+pub fn state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..].trim_start().chars().next()
+}
+
+/// The system call `pid` is blocked in and its first argument
+/// (`/proc/PID/syscall`); `None`: running, or cannot tell.
+pub fn syscall(pid: i32) -> Option<(libc::c_long, u64)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/syscall")).ok()?;
+    let mut it = text.split_whitespace();
+    let nr = it.next()?.parse().ok()?;
+    let arg0 = u64::from_str_radix(it.next()?.trim_start_matches("0x"), 16).ok()?;
+    Some((nr, arg0))
+}
+
+/// What fd `fd` of `pid` refers to (`/proc/PID/fd/FD`, e.g.
+/// `socket:[1234]`).
+pub fn fd_target(pid: i32, fd: u64) -> Option<std::path::PathBuf> {
+    std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).ok()
+}
+
+/// Whether `pid` holds an fd on `target` (as [`fd_target`] names it).
+pub fn holds(pid: i32, target: &std::path::Path) -> bool {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten()
+        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l == target))
+}
+
+/// The executable of `pid` (`/proc/PID/exe`).
+pub fn exe(pid: i32) -> Option<std::path::PathBuf> {
+    std::fs::read_link(format!("/proc/{pid}/exe")).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -58,6 +95,9 @@ mod tests {
         // This test is running, not in accept().
         assert_ne!(in_accept(me), Some(true));
         assert!(alive(me));
+        assert_eq!(state(me), Some('R'));
+        assert_eq!(exe(me), std::env::current_exe().ok());
+        assert!(fd_target(me, 99999).is_none());
         assert!(!alive(i32::MAX));
     }
 }

@@ -34,6 +34,9 @@ const BACKOFF_MAX: Duration = Duration::from_secs(30);
 const QUICK_DEATH: Duration = Duration::from_secs(1);
 /// How often a new pre-fork parent is checked for its first child.
 const FORK_POLL: Duration = Duration::from_millis(5);
+/// How often the pool's processes are checked for what a script did to
+/// them ([`Supervisor::health_check`]).
+const HEALTH_CHECK: Duration = Duration::from_secs(1);
 
 /// A php-cgi fpmd spawned: a child (exec) or a pre-fork parent.
 struct ChildState {
@@ -121,6 +124,9 @@ struct Supervisor {
     /// The cgroup's OOM kill count last seen (to tell an OOM kill from
     /// another SIGKILL).
     oom_kills: u64,
+    /// php-cgi processes seen stopped (`T`) at the last health check,
+    /// with how many checks in a row.
+    stopped: HashMap<i32, u32>,
 }
 
 /// Starts a pool's supervisor, which spawns the pool's first generation.
@@ -157,6 +163,7 @@ pub fn start_pool(
     let sup = Supervisor {
         cgroup,
         oom_kills,
+        stopped: HashMap::new(),
         pool: pool.clone(),
         spawner,
         runtime_dir: runtime_dir.to_path_buf(),
@@ -209,6 +216,35 @@ fn pool_cgroup(config: &PoolConfig) -> Option<Arc<crate::cgroup::PoolCgroup>> {
             None
         }
     }
+}
+
+/// SIGKILL to `pid`; an error other than "no such process" is logged.
+fn kill_logged(pool: &str, pid: i32) {
+    if let Err(e) = kill(Pid::from_raw(pid), Signal::SIGKILL) {
+        if e != nix::errno::Errno::ESRCH {
+            warn!(pool = %pool, pid, "cannot send SIGKILL: {e}");
+        }
+    }
+}
+
+/// Whether `pid`, a copy of php-cgi that fpmd did not start, is serving
+/// FastCGI: blocked in `accept()` on fd 0 (the pool's socket), or reading
+/// a socket its parent (one of `tracked`) holds too (their shared
+/// connection). Returns the parent.
+fn stray_copy(pid: i32, tracked: &std::collections::HashSet<i32>) -> Option<i32> {
+    let parent = parent_of(pid).filter(|p| tracked.contains(p))?;
+    let (nr, fd) = crate::procfs::syscall(pid)?;
+    if (nr == libc::SYS_accept || nr == libc::SYS_accept4) && fd == 0 {
+        return Some(parent);
+    }
+    if nr == libc::SYS_read || nr == libc::SYS_recvfrom {
+        let target = crate::procfs::fd_target(pid, fd)?;
+        if target.to_string_lossy().starts_with("socket:") && crate::procfs::holds(parent, &target)
+        {
+            return Some(parent);
+        }
+    }
+    None
 }
 
 /// `cgroup.memory_max` as written in the configuration's shorthand
@@ -298,6 +334,8 @@ impl Supervisor {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut fork_poll = tokio::time::interval(FORK_POLL);
+        let mut health = tokio::time::interval(HEALTH_CHECK);
+        health.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut commands_open = true;
         loop {
             if let Some(s) = &self.stopping {
@@ -334,6 +372,7 @@ impl Supervisor {
                 _ = sleep_until_opt(drain_at), if drain_at.is_some() => self.drain_deadline_passed(),
                 _ = fork_poll.tick(), if polling => self.check_pending(),
                 _ = tick.tick(), if ticking => self.scale_down().await,
+                _ = health.tick() => self.health_check(),
             }
         }
     }
@@ -402,6 +441,90 @@ impl Supervisor {
             .map_or("none".to_string(), shorthand);
         error!(pool = %self.name(), pid, "child {pid} killed by the pool's cgroup memory limit (cgroup.memory_max = {limit})");
         true
+    }
+
+    /// What a script can do to its own pool, undone once a second:
+    ///
+    /// - a php-cgi of the pool stopped by a signal (`SIGSTOP`: state `T`;
+    ///   a tracer's stop, `t`, is left alone) on two checks in a row is
+    ///   killed: a stopped pre-fork parent replaces no child and accepts
+    ///   nothing, a stopped child holds its request for ever (php-fpm
+    ///   leaves both to `request_terminate_timeout`, or for ever);
+    /// - a php-cgi forked by a script (`pcntl_fork`) whose copy of the
+    ///   script ended goes back to serving FastCGI: blocked in `accept()`
+    ///   on the pool's socket (fd 0) or reading the connection it shares
+    ///   with the child that forked it. It is killed before it takes a
+    ///   request meant for a child fpmd knows.
+    ///
+    /// The processes looked at: the pool's cgroup, or without one the
+    /// php-cgi fpmd started, their children and grandchildren.
+    fn health_check(&mut self) {
+        use crate::peer::children_of;
+        use crate::procfs;
+        let leaders: Vec<(i32, bool)> =
+            self.children.iter().map(|(p, c)| (*p, c.prefork)).collect();
+        if leaders.is_empty() {
+            self.stopped.clear();
+            return;
+        }
+        let mut tracked: std::collections::HashSet<i32> = leaders.iter().map(|l| l.0).collect();
+        let exes: std::collections::HashSet<PathBuf> =
+            leaders.iter().filter_map(|l| procfs::exe(l.0)).collect();
+        for (leader, prefork) in &leaders {
+            if *prefork {
+                tracked.extend(children_of(*leader));
+            }
+        }
+        let candidates: Vec<i32> = match &self.cgroup {
+            Some(cg) => cg.pids(),
+            None => {
+                let mut v: Vec<i32> = tracked.iter().copied().collect();
+                let kids: Vec<i32> = v.iter().flat_map(|p| children_of(*p)).collect();
+                v.extend(kids);
+                v
+            }
+        };
+        let mut stopped = HashMap::new();
+        for pid in candidates {
+            let is_tracked = tracked.contains(&pid);
+            if !is_tracked && !procfs::exe(pid).is_some_and(|e| exes.contains(&e)) {
+                // Not a php-cgi (a program a script runs): its own business.
+                continue;
+            }
+            if procfs::state(pid) == Some('T') {
+                let n = self.stopped.get(&pid).copied().unwrap_or(0) + 1;
+                if n < 2 {
+                    stopped.insert(pid, n);
+                    continue;
+                }
+                if let Some(c) = self.children.get(&pid) {
+                    if c.prefork {
+                        warn!(pool = %self.name(), pid, "php-cgi parent {pid} is stopped (SIGSTOP), so it replaces no child: SIGKILL, a new one is started");
+                    } else {
+                        warn!(pool = %self.name(), pid, "child {pid} is stopped (SIGSTOP): SIGKILL");
+                    }
+                    self.stop_child(pid, pid, Signal::SIGKILL, StopReason::Killed);
+                } else if let Some(leader) = leaders
+                    .iter()
+                    .find(|l| l.1 && parent_of(pid) == Some(l.0))
+                    .map(|l| l.0)
+                {
+                    warn!(pool = %self.name(), pid, "child {pid} is stopped (SIGSTOP): SIGKILL");
+                    self.stop_child(leader, pid, Signal::SIGKILL, StopReason::Killed);
+                } else {
+                    warn!(pool = %self.name(), pid, "php-cgi {pid} forked by a script is stopped (SIGSTOP): SIGKILL");
+                    kill_logged(&self.pool.name, pid);
+                }
+                continue;
+            }
+            if !is_tracked {
+                if let Some(parent) = stray_copy(pid, &tracked) {
+                    warn!(pool = %self.name(), pid, "php-cgi {pid} forked by a script in child {parent} (pcntl_fork) went back to serving FastCGI on its parent's sockets: SIGKILL");
+                    kill_logged(&self.pool.name, pid);
+                }
+            }
+        }
+        self.stopped = stopped;
     }
 
     async fn command(&mut self, c: Command) {

@@ -157,7 +157,8 @@ const SCRIPTS: &[(&str, &str)] = &[
 $pid = pcntl_fork();
 if ($pid === 0) {
     posix_setsid();
-    file_put_contents(__DIR__ . '/run/grandchild', (string)getmypid());
+    file_put_contents(__DIR__ . '/run/grandchild.tmp', (string)getmypid());
+    rename(__DIR__ . '/run/grandchild.tmp', __DIR__ . '/run/grandchild');
     sleep(600);
     posix_kill(getmypid(), SIGKILL);
 }
@@ -191,6 +192,70 @@ for ($i = 0; $i < 200; $i++) {
     }
 }
 echo "forked $ok failed $failed";
+"#,
+    ),
+    (
+        "kill_parent.php",
+        r#"<?php
+$sig = $_GET['sig'] === 'TERM' ? SIGTERM : SIGKILL;
+$ok = posix_kill(posix_getppid(), $sig);
+echo $ok ? 'sent' : 'refused: ' . posix_strerror(posix_get_last_error());
+"#,
+    ),
+    (
+        "kill_siblings.php",
+        r#"<?php
+// Every other process of this pool (same cgroup) but the parent.
+$mine = file_get_contents('/proc/self/cgroup');
+$me = getmypid(); $parent = posix_getppid(); $n = 0;
+foreach (glob('/proc/[0-9]*') as $d) {
+    $pid = (int)basename($d);
+    if ($pid === $me || $pid === $parent) continue;
+    if (@file_get_contents("$d/cgroup") !== $mine) continue;
+    if (posix_kill($pid, SIGKILL)) $n++;
+}
+echo "killed $n";
+"#,
+    ),
+    (
+        "stop_parent.php",
+        r#"<?php
+echo posix_kill(posix_getppid(), SIGSTOP) ? 'stopped' : 'refused';
+"#,
+    ),
+    (
+        "stop_self.php",
+        r#"<?php
+posix_kill(getmypid(), SIGSTOP);
+echo 'continued';
+"#,
+    ),
+    (
+        "close_fds.php",
+        r#"<?php
+// Outside the CLI, php://fd/N is refused and php://stdout, php://stdin
+// are dup()s of fd 1 and fd 0 (php-src ext/standard/php_fopen_wrapper.c):
+// closing them closes the copy only.
+$fd = @fopen('php://fd/1', 'w');
+fclose(fopen('php://stdout', 'w'));
+fclose(fopen('php://stdin', 'r'));
+file_put_contents('php://stdout', "garbage on fd 1\n");
+$out = fopen('php://stdout', 'w');
+echo ($fd === false ? 'fd refused, ' : 'fd opened, ') . (is_resource($out) ? 'still open' : 'closed');
+"#,
+    ),
+    (
+        "fork_exit.php",
+        r#"<?php
+// The forked copy ends its request as php-cgi does (exit ends the
+// request, not the process) on the connection it shares.
+$pid = pcntl_fork();
+if ($pid === 0) {
+    echo "from the copy ";
+    exit(0);
+}
+pcntl_waitpid($pid, $status);
+echo "from the worker ";
 "#,
     ),
     (
@@ -326,4 +391,164 @@ fn pids_max_contains_a_fork_bomb() {
         // a: 3 children (+ the pre-fork parent), b: 2 (+ parent).
         php <= if prefork() { 7 } else { 5 }
     });
+}
+
+/// Under prefork the parent is the pool's php-cgi parent; under exec it
+/// is fpmd (root), which a www-data script cannot signal.
+fn kill_parent(sig: &str) {
+    let mut s = Arena::start(&[]);
+    let offset = s.fpmd.log_len();
+    let (_status, body) = s.get_a(&format!("/kill_parent.php?sig={sig}"));
+    if prefork() {
+        wait_for(LONG, "the parent's death to be logged", || {
+            s.fpmd
+                .log_lines_since(offset)
+                .iter()
+                .any(|l| l.contains("pool=a") && l.contains("exited"))
+        });
+    } else {
+        assert_eq!(body, "refused: Operation not permitted");
+    }
+    s.fpmd.assert_running();
+    s.wait_a_recovers();
+    s.assert_bystander_unharmed();
+}
+
+#[test]
+fn script_sigkills_its_parent() {
+    kill_parent("KILL");
+}
+
+#[test]
+fn script_sigterms_its_parent() {
+    kill_parent("TERM");
+}
+
+#[test]
+fn script_kills_its_siblings() {
+    let mut s = Arena::start(&[]);
+    let offset = s.fpmd.log_len();
+    let (status, body) = s.get_a("/kill_siblings.php");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body, "killed 2", "the two other children of pool a");
+    wait_for(LONG, "the siblings' deaths to be logged", || {
+        s.fpmd
+            .log_lines_since(offset)
+            .iter()
+            .filter(|l| l.contains("pool=a") && l.contains("signal 9"))
+            .count()
+            >= 2
+    });
+    s.wait_a_recovers();
+    s.assert_bystander_unharmed();
+}
+
+#[test]
+fn script_stops_its_parent() {
+    if !prefork() {
+        // Its parent is fpmd, which it cannot signal (see kill_parent).
+        let mut s = Arena::start(&[]);
+        assert_eq!(s.get_a("/stop_parent.php"), (200, "refused".into()));
+        s.assert_bystander_unharmed();
+        return;
+    }
+    let mut s = Arena::start(&[]);
+    let offset = s.fpmd.log_len();
+    assert_eq!(s.get_a("/stop_parent.php"), (200, "stopped".into()));
+    // A stopped parent replaces no child: the siblings die too.
+    let (status, body) = s.get_a("/kill_siblings.php");
+    assert_eq!(status, 200, "{body}");
+    wait_for(LONG, "the stopped parent to be found and killed", || {
+        s.fpmd
+            .log_lines_since(offset)
+            .iter()
+            .any(|l| l.contains("pool=a") && l.contains("is stopped (SIGSTOP)"))
+    });
+    // A new parent forks all three children again: three requests held
+    // at once are served by three pids.
+    wait_for(LONG, "pool a to have three children again", || {
+        let url = s.a.url("/sleep.php?ms=500");
+        let out = crate::harness::http::concurrent(3, 1, move |a, _, _| try_get_with(a, &url));
+        let pids: std::collections::BTreeSet<String> = out
+            .iter()
+            .filter(|o| o.status() == 200)
+            .map(|o| o.text().split_whitespace().next().unwrap_or("").to_string())
+            .collect();
+        pids.len() == 3
+    });
+    s.wait_a_recovers();
+    s.assert_bystander_unharmed();
+}
+
+fn stop_self(lines: &[&str]) {
+    let mut s = Arena::start(lines);
+    let offset = s.fpmd.log_len();
+    let (status, body) = s.get_a("/stop_self.php");
+    assert!(
+        status == 502 || status == 504,
+        "a stopped script got {status} {body}"
+    );
+    // Killed by whichever comes first: the stopped-process check or
+    // request_terminate_timeout; logged with pool and pid either way.
+    wait_for(LONG, "the stopped child's end to be logged", || {
+        s.fpmd.log_lines_since(offset).iter().any(|l| {
+            l.contains("pool=a")
+                && l.contains("pid=")
+                && (l.contains("is stopped (SIGSTOP)") || l.contains("request_terminate_timeout"))
+        })
+    });
+    s.wait_a_recovers();
+    s.assert_bystander_unharmed();
+}
+
+#[test]
+fn script_stops_itself_with_request_terminate_timeout() {
+    stop_self(&["request_terminate_timeout = \"3s\""]);
+}
+
+#[test]
+fn script_stops_itself_without_timeouts() {
+    stop_self(&[]);
+}
+
+#[test]
+fn closing_stdout_and_stdin_closes_copies_only() {
+    let mut s = Arena::start(&["catch_workers_output = true"]);
+    let (status, body) = s.get_a("/close_fds.php");
+    assert_eq!((status, body.as_str()), (200, "fd refused, still open"));
+    wait_for(LONG, "fd 1's text in fpmd's log", || {
+        s.fpmd.log().contains("garbage on fd 1")
+    });
+    s.wait_a_recovers();
+    s.assert_bystander_unharmed();
+}
+
+#[test]
+fn forked_copy_that_ends_its_request_does_not_confuse_the_pool() {
+    let mut s = Arena::start(&["security.pcntl = true"]);
+    let offset = s.fpmd.log_len();
+    let (status, body) = s.get_a("/fork_exit.php");
+    assert_eq!(status, 200, "{body}");
+    // Whichever copy's response came first, it is one response, not a mix.
+    assert!(
+        body == "from the copy " || body == "from the worker ",
+        "{body:?}"
+    );
+    // Every later request gets its own answer, from a tracked child.
+    for _ in 0..30 {
+        let (status, body) = s.get_a("/pid.php");
+        assert_eq!(status, 200, "{body}");
+        assert!(body.parse::<i32>().is_ok(), "{body:?}");
+    }
+    s.wait_a_recovers();
+    s.assert_bystander_unharmed();
+    wait_for(LONG, "no php-cgi but the pools' own", || {
+        procs::tagged_php(&s.dir.tag()).len() <= if prefork() { 7 } else { 5 }
+    });
+    let log = s.fpmd.log_since(offset);
+    assert!(
+        log.lines()
+            .any(|l| l.contains("pool=a") && l.contains("went back to serving FastCGI")),
+        "{log}"
+    );
 }

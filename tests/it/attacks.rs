@@ -319,6 +319,12 @@ fn setsid_grandchild_does_not_outlive_fpmd_stop() {
         "{log}"
     );
     let left = s.tagged_alive();
+    let own = cgroup_dir(std::process::id() as i32, "pids");
+    assert!(
+        !own.join(format!("fpmd-{}.a", s.fpmd.pid())).exists()
+            || std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").is_file(),
+        "pool a's cgroup is left"
+    );
     assert!(
         left.is_empty(),
         "processes of the pools outlived fpmd: {}",
@@ -551,4 +557,91 @@ fn forked_copy_that_ends_its_request_does_not_confuse_the_pool() {
             .any(|l| l.contains("pool=a") && l.contains("went back to serving FastCGI")),
         "{log}"
     );
+}
+
+/// The directory of `pid`'s cgroup for `controller` (cgroup v1), or its
+/// unified cgroup (v2; `controller` ignored).
+fn cgroup_dir(pid: i32, controller: &str) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let root = std::path::Path::new("/sys/fs/cgroup");
+    if root.join("cgroup.controllers").is_file() {
+        let path = text.lines().find_map(|l| l.strip_prefix("0::")).unwrap();
+        return root.join(path.trim_start_matches('/'));
+    }
+    let path = text
+        .lines()
+        .find_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let _ = f.next();
+            let c = f.next()?;
+            let p = f.next()?;
+            c.split(',').any(|c| c == controller).then_some(p)
+        })
+        .unwrap_or_else(|| panic!("no {controller} line in {text}"));
+    root.join(controller).join(path.trim_start_matches('/'))
+}
+
+#[test]
+fn cgroup_limits_change_live_on_reload_and_the_cgroup_goes_with_its_pool() {
+    let mut s = Arena::start(&["cgroup.pids_max = 30", "cgroup.cpu_weight = 50"]);
+    let (_, body) = s.get_a("/pid.php");
+    let child: i32 = body.parse().unwrap();
+    let v2 = std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").is_file();
+    let read = |controller: &str, file: &str| {
+        std::fs::read_to_string(cgroup_dir(child, controller).join(file))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    let pids = cgroup_dir(child, "pids");
+    assert!(
+        pids.ends_with(format!("fpmd-{}.a", s.fpmd.pid())),
+        "{}",
+        pids.display()
+    );
+    assert_eq!(read("pids", "pids.max"), "30");
+    if v2 {
+        assert_eq!(read("cpu", "cpu.weight"), "50");
+    } else {
+        assert_eq!(read("cpu", "cpu.shares"), "512");
+        assert_eq!(
+            read("memory", "memory.limit_in_bytes"),
+            "9223372036854771712"
+        );
+    }
+    // New limits, same children.
+    let cfg = |lines: &[&str]| {
+        FpmdConfig::new()
+            .pool(Pool::new("a").max_children(3).lines(lines))
+            .pool(Pool::new("b").max_children(2))
+    };
+    s.fpmd.rewrite(&cfg(&[
+        "cgroup.pids_max = 40",
+        "cgroup.memory_max = \"300M\"",
+    ]));
+    s.fpmd.reload_ok();
+    assert!(procs::alive(child), "the reload kept the children");
+    assert_eq!(read("pids", "pids.max"), "40");
+    if v2 {
+        assert_eq!(read("memory", "memory.max"), (300u64 << 20).to_string());
+        assert_eq!(read("cpu", "cpu.weight"), "100");
+    } else {
+        assert_eq!(
+            read("memory", "memory.limit_in_bytes"),
+            (300u64 << 20).to_string()
+        );
+        assert_eq!(read("cpu", "cpu.shares"), "1024");
+    }
+    // Pool a removed: its cgroup goes, in every hierarchy.
+    let dirs: Vec<_> = ["memory", "pids", "cpu", "freezer"]
+        .iter()
+        .map(|c| cgroup_dir(child, c))
+        .collect();
+    s.fpmd
+        .rewrite(&FpmdConfig::new().pool(Pool::new("b").max_children(2)));
+    s.fpmd.reload_ok();
+    wait_for(LONG, "pool a's cgroup to be removed", || {
+        dirs.iter().all(|d| !d.exists())
+    });
+    s.assert_bystander_unharmed();
 }

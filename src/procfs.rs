@@ -95,7 +95,24 @@ mod tests {
         // This test is running, not in accept().
         assert_ne!(in_accept(me), Some(true));
         assert!(alive(me));
-        assert_eq!(state(me), Some('R'));
+        assert!(matches!(state(me), Some('R' | 'S')), "{:?}", state(me));
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGSTOP,
+        )
+        .unwrap();
+        let t0 = std::time::Instant::now();
+        while state(pid) != Some('T') && t0.elapsed() < std::time::Duration::from_secs(30) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(state(pid), Some('T'));
+        child.kill().unwrap();
+        child.wait().unwrap();
         assert_eq!(exe(me), std::env::current_exe().ok());
         assert!(fd_target(me, 99999).is_none());
         assert!(!alive(i32::MAX));

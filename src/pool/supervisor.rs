@@ -517,7 +517,11 @@ impl Supervisor {
                 }
                 continue;
             }
-            if !is_tracked {
+            // A child the pre-fork parent forked since `tracked` was read
+            // is the pool's, not a script's copy.
+            let parent_is_prefork_leader =
+                parent_of(pid).is_some_and(|p| leaders.iter().any(|l| l.1 && l.0 == p));
+            if !is_tracked && !parent_is_prefork_leader {
                 if let Some(parent) = stray_copy(pid, &tracked) {
                     warn!(pool = %self.name(), pid, "php-cgi {pid} forked by a script in child {parent} (pcntl_fork) went back to serving FastCGI on its parent's sockets: SIGKILL");
                     kill_logged(&self.pool.name, pid);

@@ -105,9 +105,16 @@ impl Exit {
 struct Owners {
     by_pid: HashMap<i32, UnboundedSender<Exit>>,
     /// Exits reaped before their pid was registered (the child died between
-    /// fork and registration).
-    early: HashMap<i32, Exit>,
+    /// fork and registration), with when. Most are orphaned grandchildren
+    /// (a script's forks) that nobody registers; with `pid_max` at 32768
+    /// their pids come back soon, so one older than [`EARLY_MAX_AGE`] is
+    /// never taken for a new child's exit.
+    early: HashMap<i32, (Exit, std::time::Instant)>,
 }
+
+/// How long an exit reaped before its pid was registered can still be
+/// its child's: the spawner registers a pid right after `fork` returns.
+const EARLY_MAX_AGE: Duration = Duration::from_secs(5);
 
 /// The daemon's single reaper.
 #[derive(Default)]
@@ -124,7 +131,11 @@ impl Reaper {
     /// was reaped before this call.
     pub fn register(&self, pid: i32, owner: UnboundedSender<Exit>) {
         let mut o = self.owners.lock().unwrap();
-        if let Some(exit) = o.early.remove(&pid) {
+        if let Some((exit, _)) = o
+            .early
+            .remove(&pid)
+            .filter(|(_, at)| at.elapsed() < EARLY_MAX_AGE)
+        {
             let _ = owner.send(exit);
         } else {
             o.by_pid.insert(pid, owner);
@@ -158,9 +169,12 @@ impl Reaper {
                     // orphaned grandchild nobody registers: keep a bounded
                     // number of these.
                     if o.early.len() >= 4096 {
+                        o.early.retain(|_, (_, at)| at.elapsed() < EARLY_MAX_AGE);
+                    }
+                    if o.early.len() >= 4096 {
                         o.early.clear();
                     }
-                    o.early.insert(exit.pid, exit);
+                    o.early.insert(exit.pid, (exit, std::time::Instant::now()));
                 }
             }
         }
@@ -181,6 +195,31 @@ impl Reaper {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_old_unclaimed_exit_is_not_a_new_childs() {
+        let r = Reaper::new();
+        let exit = |pid| Exit {
+            pid,
+            kind: ExitKind::Code(0),
+        };
+        {
+            let mut o = r.owners.lock().unwrap();
+            let old = std::time::Instant::now()
+                .checked_sub(Duration::from_secs(60))
+                .unwrap();
+            // A script's fork reaped a minute ago, whose pid came back.
+            o.early.insert(100, (exit(100), old));
+            // A child that died between fork and registration.
+            o.early.insert(200, (exit(200), std::time::Instant::now()));
+        }
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        r.register(100, tx.clone());
+        assert!(rx.try_recv().is_err(), "the stale exit was delivered");
+        assert!(r.owners.lock().unwrap().by_pid.contains_key(&100));
+        r.register(200, tx);
+        assert_eq!(rx.try_recv().unwrap().pid, 200);
+    }
 
     #[test]
     fn php_fpm_wording() {

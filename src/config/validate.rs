@@ -282,6 +282,21 @@ pub(super) fn validate_pool(
         },
     };
     let cgroup = cgroup_limits(&raw.cgroup).map_err(|(key, m)| ctx.err(&["cgroup", key], m))?;
+    if let Some(n) = cgroup.pids_max {
+        // The pool's own php-cgi count against the limit too.
+        let prefork = pm.spawn == Spawn::Prefork;
+        let own = pm.max_children.saturating_add(u32::from(prefork));
+        if n < own {
+            return Err(ctx.err(
+                &["cgroup", "pids_max"],
+                format!(
+                    "{n} is fewer than the pool's own php-cgi processes (pm.max_children = {}{}): at least {own}",
+                    pm.max_children,
+                    if prefork { ", plus the pre-fork parent" } else { "" }
+                ),
+            ));
+        }
+    }
     let request_terminate_timeout = nonzero(raw.request_terminate_timeout);
     let request_slowlog_timeout = nonzero(raw.request_slowlog_timeout);
     let request_queue_timeout = nonzero(raw.request_queue_timeout);
@@ -1154,6 +1169,16 @@ php_admin_flag.display_errors = "off"
                 message,
             );
         }
+        let (dir, e) = load_err(&pool("www", "cgroup.pids_max = 4\n"), &[]);
+        assert_err(
+            &dir,
+            &e,
+            "fpmd.toml",
+            Some(7),
+            Some("www"),
+            Some("cgroup.pids_max"),
+            "4 is fewer than the pool's own php-cgi processes (pm.max_children = 5, plus the pre-fork parent): at least 6",
+        );
         let (_dir, e) = load_err(&pool("www", "cgroup.pids_max = -1\n"), &[]);
         assert_eq!(e.key.as_deref(), Some("cgroup.pids_max"), "{e}");
         assert_eq!(e.line, Some(7), "{e}");

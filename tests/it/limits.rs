@@ -193,7 +193,7 @@ fn terminate_timeout_answers_504_at_2s_and_replaces_the_child() {
 
 #[test]
 fn terminate_timeout_sigkills_a_child_that_traps_sigterm() {
-    let s = Stack::start(terminate_pool().line(r#"php_admin_value.disable_functions = """#));
+    let s = Stack::start(terminate_pool().line("security.pcntl = true"));
     s.fpmd.wait_workers(4, LONG);
     let log_mark = s.fpmd.log_len();
     let t0 = Instant::now();

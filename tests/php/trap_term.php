@@ -3,7 +3,7 @@
 // pcntl SIGTERM handler (which appends "SIGTERM" to run/NAME.term), writes
 // its pid to run/NAME, then keeps running for N ms (in 10 ms sleeps, which a
 // signal interrupts) and prints "<pid> survived".
-// Needs pcntl_* allowed (php_admin_value.disable_functions = "").
+// Needs pcntl_* allowed (security.pcntl = true: fpmd disables them by default).
 header('Content-Type: text/plain');
 $mark = __DIR__ . '/run/' . basename($_GET['mark'] ?? 'trap');
 pcntl_async_signals(true);

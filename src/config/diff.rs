@@ -212,6 +212,7 @@ pub fn changed_fields(old: &PoolConfig, new: &PoolConfig) -> Vec<&'static str> {
         catch_workers_output,
         decorate_workers_output,
         graceful_timeout,
+        limit_extensions,
         local,
     } = old;
     let mut out = Vec::new();
@@ -272,6 +273,10 @@ pub fn changed_fields(old: &PoolConfig, new: &PoolConfig) -> Vec<&'static str> {
     field(
         "graceful_timeout",
         *graceful_timeout != new.graceful_timeout,
+    );
+    field(
+        "security.limit_extensions",
+        *limit_extensions != new.limit_extensions,
     );
     let LocalEndpoints {
         status_path,
@@ -422,6 +427,7 @@ mod tests {
             catch_workers_output: false,
             decorate_workers_output: true,
             graceful_timeout: None,
+            limit_extensions: vec![".php".into(), ".phar".into()],
             local: Default::default(),
         }
     }
@@ -528,6 +534,9 @@ mod tests {
             ("graceful_timeout", |p| {
                 p.graceful_timeout = Some(Duration::from_secs(10))
             }),
+            ("security.limit_extensions", |p| {
+                p.limit_extensions = vec![".php".into()]
+            }),
         ]
     }
 
@@ -562,6 +571,7 @@ mod tests {
             "catch_workers_output",
             "decorate_workers_output",
             "graceful_timeout",
+            "security.limit_extensions",
         ];
         let covered: BTreeSet<_> = one_field_changes().iter().map(|(f, _)| *f).collect();
         assert_eq!(covered, all.into_iter().collect(), "one change per field");

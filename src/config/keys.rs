@@ -115,7 +115,7 @@ pub(super) const KEYS: &[Key] = &[
     supported("ping.response"),
     supported("access.log"),
     supported("access.format"),
-    not_yet("security.limit_extensions"),
+    supported("security.limit_extensions"),
     map("env"),
     map("php_value"),
     map("php_flag"),
@@ -600,10 +600,7 @@ mod tests {
 
     #[test]
     fn unsupported_yet_keys() {
-        let cases = [
-            ("chroot", "\"/srv/www\""),
-            ("security.limit_extensions", "[\".php\"]"),
-        ];
+        let cases = [("chroot", "\"/srv/www\"")];
         assert_eq!(
             cases.iter().map(|(k, _)| *k).collect::<Vec<_>>(),
             not_yet_pool_keys().collect::<Vec<_>>(),

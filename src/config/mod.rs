@@ -64,7 +64,7 @@ pub use diff::{
 };
 pub use model::{
     Config, Credentials, Global, Listen, ListenAddress, LocalEndpoints, LogLevel, LogTarget,
-    PmMode, PoolConfig, ProcessManager, Sources, Spawn,
+    PmMode, PoolConfig, ProcessManager, Sources, Spawn, DEFAULT_LIMIT_EXTENSIONS,
 };
 pub use raw::{ByteSize, Duration};
 
@@ -385,6 +385,7 @@ php_admin_flag.log_errors = true
             catch_workers_output: false,
             decorate_workers_output: true,
             graceful_timeout: Some(std::time::Duration::from_secs(10)),
+            limit_extensions: vec![".php".into(), ".phar".into()],
             local: LocalEndpoints {
                 ping_response: "pong".into(),
                 ..Default::default()

@@ -199,7 +199,6 @@ pub(super) struct RawPool {
     pub(super) ping: RawPing,
     #[serde(default)]
     pub(super) access: RawAccess,
-    #[allow(dead_code)]
     #[serde(default)]
     pub(super) security: RawSecurity,
 }
@@ -248,7 +247,6 @@ pub(super) struct RawAccess {
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
-#[allow(dead_code)] // not supported yet
 pub(super) struct RawSecurity {
     pub(super) limit_extensions: Option<StrList>,
 }

@@ -500,6 +500,8 @@ impl Session {
                         (_, Some((why, path))) => {
                             let uri = r.param(b"REQUEST_URI").unwrap_or_default();
                             script::log_denied(ctx.pool, ctx.peer, uri, why, path);
+                            script::encode_denied(&mut self.replies, id, why, path);
+                            return Ok(Step::Answered(Some(answer)));
                         }
                         _ => {
                             warn!(pool = %ctx.pool, peer = %ctx.peer, script = %script, uri = %uri, "refusing the request: {}", answer.status())

@@ -402,21 +402,34 @@ pub fn log_denied(pool: &str, peer: &str, uri: &[u8], why: Denied, script: &[u8]
     } else {
         String::new()
     };
-    let (script, uri) = (field(script), field(uri));
-    match why {
-        Denied::Extension => {
-            info!(pool = %pool, peer = %peer, uri = %uri, "Access to the script '{script}' has been denied (see security.limit_extensions){more}")
-        }
-        Denied::Directory => {
-            info!(pool = %pool, peer = %peer, uri = %uri, "Access to the script '{script}' has been denied (it is a directory){more}")
-        }
-        Denied::NotRegular => {
-            info!(pool = %pool, peer = %peer, uri = %uri, "Access to the script '{script}' has been denied (not a regular file){more}")
-        }
-        Denied::Nul => {
-            info!(pool = %pool, peer = %peer, uri = %uri, "Access to the script '{script}' has been denied (its path has a NUL byte; php would run '{script}'){more}")
-        }
+    let uri = field(uri);
+    info!(pool = %pool, peer = %peer, uri = %uri, "{}{more}", why.message(field(script)));
+}
+
+impl Denied {
+    /// The refusal as text: php-fpm's own for [`Denied::Extension`]
+    /// (`fpm_php_limit_extensions`), the same form for the others.
+    pub fn message(self, script: impl std::fmt::Display) -> String {
+        let why = match self {
+            Denied::Extension => "see security.limit_extensions",
+            Denied::Directory => "it is a directory",
+            Denied::NotRegular => "not a regular file",
+            Denied::Nul => "its path has a NUL byte where php would end it",
+        };
+        format!("Access to the script '{script}' has been denied ({why})")
     }
+}
+
+/// Appends php-fpm's whole answer to a denied script to `out`: the
+/// message on FastCGI STDERR (php-fpm's child logs it there, so the web
+/// server's error log shows it; control characters escaped), then
+/// [`Local::AccessDenied`].
+pub fn encode_denied(out: &mut Vec<u8>, id: u16, why: Denied, script: &[u8]) {
+    use crate::fastcgi::{encode_empty, encode_stream, RecordType};
+    let text = why.message(crate::log::escape_controls(script));
+    encode_stream(out, RecordType::Stderr, id, text.as_bytes());
+    encode_empty(out, RecordType::Stderr, id);
+    Local::AccessDenied.encode(out, id);
 }
 
 #[cfg(test)]

@@ -352,6 +352,63 @@ fn upload_behind_apache_generic_never_runs() {
 }
 
 // ---------------------------------------------------------------------------
+// C17 behind lighttpd (mod_fastcgi, check-local disabled and enabled)
+// ---------------------------------------------------------------------------
+
+fn upload_behind_lighttpd(check_local: bool) {
+    let dir = TestDir::new();
+    let docroot = dir.docroot();
+    plant(&docroot);
+    let fpmd = Fpmd::start(&dir, FpmdConfig::new().pool(Pool::www().max_children(2)));
+    let ours = Lighttpd::start(
+        &dir,
+        LighttpdOpts::new(fpmd.addr(0)).check_local(check_local),
+    );
+    let fpm = PhpFpm::start(&dir);
+    let theirs = Lighttpd::start(
+        &dir,
+        LighttpdOpts::new(fpm.addr())
+            .check_local(check_local)
+            .name("lighttpd-php-fpm"),
+    );
+    for path in ["/uploads/a.jpg/x.php", "/evil.jpg/x.php"] {
+        let t = get(&theirs.url(path));
+        let o = get(&ours.url(path));
+        eprintln!(
+            "{path}: php-fpm {} {:?}; fpmd {} {:?}",
+            t.status,
+            t.text(),
+            o.status,
+            o.text()
+        );
+        // With check-local, lighttpd itself serves a.jpg as a file (its
+        // source, not its output), as it does for php-fpm.
+        assert_ne!(o.text().trim(), "PWNED", "{path}: the payload ran");
+        assert_eq!(o.status, t.status, "{path}: status differs from php-fpm's");
+        assert_eq!(o.text(), t.text(), "{path}: body differs from php-fpm's");
+    }
+    assert_nothing_ran(&docroot);
+    // A real script with PATH_INFO is served as php-fpm serves it.
+    let path = "/server_vars.php/foo/bar?x=1";
+    let (t, o) = (get(&theirs.url(path)), get(&ours.url(path)));
+    assert_eq!(t.status, 200, "php-fpm itself: {}", t.text());
+    assert_eq!((o.status, o.text()), (t.status, t.text()), "{path}");
+    if check_local {
+        assert!(o.text().contains("PATH_INFO=/foo/bar\n"), "{}", o.text());
+    }
+}
+
+#[test]
+fn upload_behind_lighttpd_check_local_disabled_never_runs() {
+    upload_behind_lighttpd(false);
+}
+
+#[test]
+fn upload_behind_lighttpd_check_local_enabled_never_runs_and_path_info_works() {
+    upload_behind_lighttpd(true);
+}
+
+// ---------------------------------------------------------------------------
 // PHP_VALUE / PHP_ADMIN_VALUE from the web server
 // ---------------------------------------------------------------------------
 

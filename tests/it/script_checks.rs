@@ -136,7 +136,12 @@ fn regression_list_is_denied_as_php_fpm_denies_it() {
     for (what, sf) in &cases {
         let theirs = raw(theirs_at, &docroot, sf, &[], b"");
         let ours = raw(ours_at, &docroot, sf, &[], b"");
-        eprintln!("{what}: php-fpm {:?}; fpmd {:?}", theirs.3, ours.3);
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        eprintln!(
+            "{what}: php-fpm {:?}; fpmd {:?}",
+            text(&theirs.3),
+            text(&ours.3)
+        );
         assert_eq!(theirs.0, 403, "{what}: php-fpm itself: {}", fpm.log());
         assert_eq!(theirs.2, "Access denied.\n", "{what}: php-fpm itself");
         assert_eq!(ours.0, theirs.0, "{what}: status differs from php-fpm's");
@@ -144,6 +149,11 @@ fn regression_list_is_denied_as_php_fpm_denies_it() {
         assert_eq!(
             ours.1, theirs.1,
             "{what}: Content-type differs from php-fpm's"
+        );
+        assert_eq!(
+            text(&ours.3),
+            text(&theirs.3),
+            "{what}: STDOUT differs from php-fpm's byte for byte"
         );
         if !what.contains('\\') {
             assert_eq!(

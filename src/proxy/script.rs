@@ -140,6 +140,7 @@ impl IniParam {
 /// and PHP_ADMIN_VALUE params.
 #[derive(Debug, Default)]
 pub struct Seen<'a> {
+    /// The CGI variables php's `init_request_info()` reads.
     pub vars: Vars<'a>,
     /// The last SCRIPT_FILENAME had a NUL byte (php reads it up to there).
     nul_script_filename: bool,

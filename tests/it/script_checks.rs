@@ -244,6 +244,32 @@ fn an_empty_limit_list_runs_any_file_but_never_a_non_regular_one() {
     assert_nothing_ran(&docroot);
 }
 
+#[test]
+fn a_new_limit_applies_on_reload_to_the_running_children() {
+    let dir = TestDir::new();
+    let docroot = dir.docroot();
+    plant(&docroot);
+    write(&docroot.join("plain.txt"), "<?php echo \"TXT-RAN\\n\";\n");
+    let pool = tcp_pool(&[]);
+    let mut fpmd = Fpmd::start(&dir, FpmdConfig::new().pool(pool.clone()));
+    let at = fpmd.addr(0).tcp();
+    let sf = format!("{}/plain.txt", docroot.display());
+    assert_eq!(raw(at, &docroot, sf.as_bytes(), &[], b"").0, 403);
+    let before = fpmd.wait_workers(2, LONG);
+    fpmd.rewrite(
+        &FpmdConfig::new().pool(pool.line("security.limit_extensions = [\".php\", \".txt\"]")),
+    );
+    let line = fpmd.reload_ok();
+    assert!(fpmd.log().contains("children kept"), "{line}");
+    let r = raw(at, &docroot, sf.as_bytes(), &[], b"");
+    assert_eq!((r.0, r.2.as_str()), (200, "TXT-RAN\n"));
+    assert_eq!(
+        fpmd.wait_workers(2, LONG),
+        before,
+        "no new children for the key"
+    );
+}
+
 // ---------------------------------------------------------------------------
 // C17 behind nginx: no try_files, fastcgi_split_path_info
 // ---------------------------------------------------------------------------

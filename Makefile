@@ -14,9 +14,10 @@ build:
 demo: deps build
 	scripts/demo.sh
 
-# deps, and tmux: the terminal the tests run `fpmd status` in.
+# deps, tmux (the terminal the tests run `fpmd status` in) and lighttpd
+# (the third web server of tests/it/script_checks.rs).
 test-deps:
-	scripts/deps.sh tmux
+	scripts/deps.sh tmux lighttpd
 
 # The integration tests run once per spawn strategy (pm.spawn); then the
 # packaging files are verified (packaging/check.sh, on the binary cargo test

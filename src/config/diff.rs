@@ -214,6 +214,7 @@ pub fn changed_fields(old: &PoolConfig, new: &PoolConfig) -> Vec<&'static str> {
         graceful_timeout,
         cgroup,
         pcntl,
+        limit_extensions,
         local,
     } = old;
     let mut out = Vec::new();
@@ -284,6 +285,10 @@ pub fn changed_fields(old: &PoolConfig, new: &PoolConfig) -> Vec<&'static str> {
     field("cgroup.pids_max", *pids_max != new.cgroup.pids_max);
     field("cgroup.cpu_weight", *cpu_weight != new.cgroup.cpu_weight);
     field("security.pcntl", *pcntl != new.pcntl);
+    field(
+        "security.limit_extensions",
+        *limit_extensions != new.limit_extensions,
+    );
     let LocalEndpoints {
         status_path,
         ping_path,
@@ -435,6 +440,7 @@ mod tests {
             graceful_timeout: None,
             cgroup: Default::default(),
             pcntl: false,
+            limit_extensions: vec![".php".into(), ".phar".into()],
             local: Default::default(),
         }
     }
@@ -547,6 +553,9 @@ mod tests {
             ("cgroup.pids_max", |p| p.cgroup.pids_max = Some(64)),
             ("cgroup.cpu_weight", |p| p.cgroup.cpu_weight = Some(200)),
             ("security.pcntl", |p| p.pcntl = true),
+            ("security.limit_extensions", |p| {
+                p.limit_extensions = vec![".php".into()]
+            }),
         ]
     }
 
@@ -585,6 +594,7 @@ mod tests {
             "cgroup.pids_max",
             "cgroup.cpu_weight",
             "security.pcntl",
+            "security.limit_extensions",
         ];
         let covered: BTreeSet<_> = one_field_changes().iter().map(|(f, _)| *f).collect();
         assert_eq!(covered, all.into_iter().collect(), "one change per field");

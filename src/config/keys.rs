@@ -115,11 +115,11 @@ pub(super) const KEYS: &[Key] = &[
     supported("ping.response"),
     supported("access.log"),
     supported("access.format"),
-    not_yet("security.limit_extensions"),
     supported("security.pcntl"),
     supported("cgroup.memory_max"),
     supported("cgroup.pids_max"),
     supported("cgroup.cpu_weight"),
+    supported("security.limit_extensions"),
     map("env"),
     map("php_value"),
     map("php_flag"),
@@ -604,10 +604,7 @@ mod tests {
 
     #[test]
     fn unsupported_yet_keys() {
-        let cases = [
-            ("chroot", "\"/srv/www\""),
-            ("security.limit_extensions", "[\".php\"]"),
-        ];
+        let cases = [("chroot", "\"/srv/www\"")];
         assert_eq!(
             cases.iter().map(|(k, _)| *k).collect::<Vec<_>>(),
             not_yet_pool_keys().collect::<Vec<_>>(),

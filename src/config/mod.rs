@@ -64,7 +64,7 @@ pub use diff::{
 };
 pub use model::{
     Config, Credentials, Global, Listen, ListenAddress, LocalEndpoints, LogLevel, LogTarget,
-    PmMode, PoolConfig, ProcessManager, Sources, Spawn,
+    PmMode, PoolConfig, ProcessManager, Sources, Spawn, DEFAULT_LIMIT_EXTENSIONS,
 };
 pub use raw::{ByteSize, Duration};
 
@@ -387,6 +387,7 @@ php_admin_flag.log_errors = true
             graceful_timeout: Some(std::time::Duration::from_secs(10)),
             cgroup: Default::default(),
             pcntl: false,
+            limit_extensions: vec![".php".into(), ".phar".into()],
             local: LocalEndpoints {
                 ping_response: "pong".into(),
                 ..Default::default()

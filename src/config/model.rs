@@ -124,6 +124,10 @@ impl fmt::Display for LogLevel {
     }
 }
 
+/// php-fpm 8.2's default `security.limit_extensions` (php-src
+/// `sapi/fpm/fpm/fpm_conf.c`: `".php .phar"`).
+pub const DEFAULT_LIMIT_EXTENSIONS: [&str; 2] = [".php", ".phar"];
+
 /// One validated pool.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolConfig {
@@ -202,6 +206,17 @@ pub struct PoolConfig {
     /// `disable_functions`, since php-fpm (as Debian builds it) has no
     /// pcntl while php-cgi has (see [`PoolConfig::ini_args`]).
     pub pcntl: bool,
+    /// `security.limit_extensions`: the endings a script's path must have
+    /// to run. php-fpm's rule (`fpm_php_limit_extensions` in php-src
+    /// `sapi/fpm/fpm/fpm_php.c`): the resolved script path (after
+    /// `cgi.fix_pathinfo`'s walk) is longer than one of them and ends with
+    /// it, compared byte for byte (case-sensitive); any other script is
+    /// answered `403 Access denied.` by fpmd before a child sees it.
+    /// Default `[".php", ".phar"]`, php-fpm 8.2's compiled-in default
+    /// (`fpm_conf.c`); empty: any file may run, as php-fpm with an empty
+    /// value. Each string of the list is split at spaces and tabs, as
+    /// php-fpm splits its value.
+    pub limit_extensions: Vec<String>,
     /// What fpmd answers itself, without a child: the status page and
     /// ping.
     pub local: LocalEndpoints,

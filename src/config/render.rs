@@ -209,6 +209,16 @@ impl PoolConfig {
             "decorate_workers_output = {}\n",
             self.decorate_workers_output
         ));
+        let exts: Vec<String> = self.limit_extensions.iter().map(|e| toml_str(e)).collect();
+        out.push_str(&format!(
+            "security.limit_extensions = [{}]{}\n",
+            exts.join(", "),
+            if exts.is_empty() {
+                " # any file may run as a script"
+            } else {
+                ""
+            }
+        ));
         match &self.slowlog {
             Some(p) => out.push_str(&format!(
                 "slowlog = {}\n",

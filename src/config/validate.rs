@@ -436,6 +436,8 @@ pub(super) fn validate_pool(
     };
     let local = local_endpoints(raw.pm.status_path, raw.ping, status_listen)
         .map_err(|(key, msg)| ctx.err(&key, msg))?;
+    let limit_extensions = limit_extensions(raw.security.limit_extensions)
+        .map_err(|m| ctx.err(&["security", "limit_extensions"], m))?;
 
     Ok(PoolConfig {
         name: name.to_string(),
@@ -463,6 +465,7 @@ pub(super) fn validate_pool(
         },
         cgroup,
         pcntl: raw.security.pcntl.unwrap_or(false),
+        limit_extensions,
         local,
     })
 }
@@ -500,6 +503,33 @@ fn cgroup_limits(
         pids_max,
         cpu_weight,
     })
+}
+
+/// `security.limit_extensions`: unset is php-fpm's default; each string
+/// is split at spaces and tabs (php-fpm's `strtok(…, " \t")`), so
+/// `".php .phar"` is two endings. Errors: an ending holding a NUL byte
+/// (no path can contain one).
+fn limit_extensions(raw: Option<super::raw::StrList>) -> Result<Vec<String>, String> {
+    let Some(super::raw::StrList(list)) = raw else {
+        return Ok(super::model::DEFAULT_LIMIT_EXTENSIONS
+            .map(String::from)
+            .to_vec());
+    };
+    let mut out: Vec<String> = Vec::new();
+    for s in &list {
+        for ext in s.split([' ', '\t']).filter(|e| !e.is_empty()) {
+            if ext.contains('\0') {
+                return Err(format!(
+                    "the extension {:?} contains a NUL byte: no script path can end with it",
+                    ext
+                ));
+            }
+            if !out.iter().any(|e| e == ext) {
+                out.push(ext.to_string());
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// `pm.status_path`, `ping.path` and `ping.response`, checked as php-fpm
@@ -1343,6 +1373,59 @@ php_admin_flag.display_errors = "off"
             Some("www"),
             Some("pm.process_idle_timeout"),
             "pm.process_idle_timeout must be more than 0",
+        );
+    }
+
+    #[test]
+    fn security_limit_extensions() {
+        // Unset: php-fpm 8.2's compiled-in default.
+        let (_dir, c) = load_ok(&pool("www", ""), &[]);
+        assert_eq!(c.pools[0].limit_extensions, [".php", ".phar"]);
+        assert!(c
+            .to_toml()
+            .contains("security.limit_extensions = [\".php\", \".phar\"]\n"));
+        // A list; each string split at spaces and tabs as php-fpm does.
+        let (_dir, c) = load_ok(
+            &pool(
+                "www",
+                "security.limit_extensions = [\".php\", \".php7 .phtml\"]\n",
+            ),
+            &[],
+        );
+        assert_eq!(c.pools[0].limit_extensions, [".php", ".php7", ".phtml"]);
+        let (_dir, c) = load_ok(
+            &pool("www", "security.limit_extensions = \".php\\t.inc\"\n"),
+            &[],
+        );
+        assert_eq!(c.pools[0].limit_extensions, [".php", ".inc"]);
+        // Empty: no limit, as php-fpm's empty value; -t says so.
+        let (_dir, c) = load_ok(&pool("www", "security.limit_extensions = []\n"), &[]);
+        assert!(c.pools[0].limit_extensions.is_empty());
+        assert!(c
+            .to_toml()
+            .contains("security.limit_extensions = [] # any file may run as a script\n"));
+        let (dir, e) = load_err(
+            &pool("www", "security.limit_extensions = [\".php\\u0000\"]\n"),
+            &[],
+        );
+        assert_err(
+            &dir,
+            &e,
+            "fpmd.toml",
+            Some(7),
+            Some("www"),
+            Some("security.limit_extensions"),
+            "the extension \".php\\0\" contains a NUL byte: no script path can end with it",
+        );
+        let (dir, e) = load_err(&pool("www", "security.limit_extensions = 1\n"), &[]);
+        assert_err(
+            &dir,
+            &e,
+            "fpmd.toml",
+            Some(7),
+            Some("www"),
+            Some("security.limit_extensions"),
+            "invalid type: integer `1`, expected a string or an array of strings",
         );
     }
 

@@ -20,7 +20,6 @@ use tracing::{debug, info, warn};
 
 use super::local::Local;
 use super::request::Request;
-use super::request_info::Vars;
 use super::{field, script, Charge, Ctx};
 use crate::fastcgi::{
     self, BeginRequest, Deframer, EndRequest, Piece, ProtocolStatus, RecordType, NULL_REQUEST_ID,
@@ -466,8 +465,8 @@ impl Session {
                 // One pass for the common case: the PARAMS are copied while
                 // the variables that find the script are read; the rare
                 // request that php-fpm would rewrite is copied again.
-                let mut vars = Vars::new();
-                let mut lost = r.set_params(raw, &[], |n, v| vars.note(n, v))?;
+                let mut seen = script::Seen::new();
+                let mut lost = r.set_params(raw, &[], |n, v| seen.note(n, v))?;
                 if super::local_page(&ctx.script.local, r).is_some() {
                     // The status page or ping: fpmd answers, no script runs.
                     *state = State::Stdin;
@@ -477,7 +476,8 @@ impl Session {
                         Step::Continue
                     });
                 }
-                let plan = script::plan(&vars, ctx.script);
+                script::log_ini_params(ctx.pool, &seen);
+                let plan = script::plan(&seen, ctx.script);
                 if !plan.edits.is_empty() {
                     lost = r.set_params(raw, &plan.edits, |_, _| {})?;
                 }
@@ -492,10 +492,16 @@ impl Session {
                         field(r.param(b"SCRIPT_FILENAME").unwrap_or_default()),
                         field(r.param(b"REQUEST_URI").unwrap_or_default()),
                     );
-                    match answer {
+                    match (answer, plan.denied) {
                         // php-fpm logs this at debug level too (fpm_main.c).
-                        Local::ScriptUnknown => {
+                        (Local::ScriptUnknown, _) => {
                             debug!(pool = %ctx.pool, peer = %ctx.peer, script = %script, uri = %uri, "Primary script unknown")
+                        }
+                        (_, Some((why, path))) => {
+                            let uri = r.param(b"REQUEST_URI").unwrap_or_default();
+                            script::log_denied(ctx.pool, ctx.peer, uri, why, path);
+                            script::encode_denied(&mut self.replies, id, why, path);
+                            return Ok(Step::Answered(Some(answer)));
                         }
                         _ => {
                             warn!(pool = %ctx.pool, peer = %ctx.peer, script = %script, uri = %uri, "refusing the request: {}", answer.status())

@@ -291,11 +291,12 @@ impl<'a> Vars<'a> {
     }
 
     /// Takes in one pair of a PARAMS stream, in stream order (the last of
-    /// a name wins); pairs of other names are ignored.
-    pub fn note(&mut self, name: &'a [u8], value: &'a [u8]) {
-        if let Some(var) = Var::from_name(name) {
-            self.vals[var as usize] = Some(Cow::Borrowed(c_str(value)));
-        }
+    /// a name wins); pairs of other names are ignored. Returns the
+    /// variable the name stands for, if any.
+    pub fn note(&mut self, name: &'a [u8], value: &'a [u8]) -> Option<Var> {
+        let var = Var::from_name(name)?;
+        self.vals[var as usize] = Some(Cow::Borrowed(c_str(value)));
+        Some(var)
     }
 
     /// [`Vars::from_pairs`] over the content of a PARAMS stream (FCGI spec
@@ -553,6 +554,12 @@ pub struct Plan<'a> {
     /// variable; empty in the common case. Apply with [`rewrite_params`] or
     /// [`Plan::apply`].
     pub edits: Vec<Edit<'a>>,
+    /// What `stat(2)` said `path_translated` is, when the emulation
+    /// `stat`ed that very path (the one `stat` of the common case, or the
+    /// walk that found a regular file); `None`: not `stat`ed
+    /// (`cgi.fix_pathinfo` off, no script, or a script php-fpm keeps
+    /// below a regular file after REDIRECT_URL swapped PATH_TRANSLATED in).
+    pub script_kind: Option<FileKind>,
     /// REDIRECT_URL is left out of what php-cgi gets (one of the `edits`),
     /// so `$_SERVER['REDIRECT_URL']` is missing in the script; see
     /// [`for_php_cgi`]. The caller logs this at debug level.
@@ -607,6 +614,7 @@ pub fn for_php_cgi<'a, F: FileSystem + ?Sized>(
         apache_was_here: fpm.apache_was_here,
         edits: Vec::new(),
         dropped_redirect_url: false,
+        script_kind: trace.script_kind,
     };
     let Some(p) = fpm.path_translated else {
         plan.action = Action::ScriptUnknown;
@@ -742,6 +750,9 @@ struct Trace<'a> {
     cve_shape: bool,
     /// The path the walk started from, when it found a script.
     walked_from: Option<&'a [u8]>,
+    /// What the `stat` of the final script path said, when one was made
+    /// (see [`Plan::script_kind`]).
+    script_kind: Option<FileKind>,
 }
 
 impl Trace<'_> {
@@ -949,7 +960,14 @@ fn run<'a, F: FileSystem + ?Sized>(
     }
 
     let spt = script_path_translated.unwrap_or_default();
-    let walk = !spt.is_empty() && (spt.ends_with(b"/") || fs.stat(spt).is_none());
+    let kind = if spt.is_empty() || spt.ends_with(b"/") {
+        None
+    } else {
+        fs.stat(spt)
+    };
+    let walk = !spt.is_empty() && kind.is_none();
+    // Without a walk the script stays `spt`: its kind is known.
+    trace.script_kind = kind;
     if walk {
         // "if the file doesn't exist, try to extract PATH_INFO out of it by
         // stat'ing back through the '/'"
@@ -1052,6 +1070,7 @@ fn run<'a, F: FileSystem + ?Sized>(
                 }
                 env.put(Var::ScriptFilename, Some(pt));
                 script_path_translated = Some(pt);
+                trace.script_kind = Some(FileKind::Regular);
             }
 
             // "figure out docroot: SCRIPT_FILENAME minus SCRIPT_NAME"
@@ -1973,6 +1992,8 @@ mod tests {
         let plan = for_php_cgi(&input, &DEF, &counting);
         assert_eq!(counting.1.get(), 1);
         assert_eq!(plan.action, Action::Forward);
+        // That stat also says what the script is (no second stat).
+        assert_eq!(plan.script_kind, Some(FileKind::Regular));
         assert!(plan.edits.is_empty() && plan.edits.capacity() == 0);
         assert_eq!(plan.path_translated, Some(&b"/srv/www/index.php"[..]));
         // Everything in the result borrows from the input.
@@ -2310,6 +2331,10 @@ mod tests {
             let plan = for_php_cgi(&v, &opts, &fs);
             prop_assert_eq!(plan.path_translated, fpm.path_translated);
             prop_assert_eq!(plan.request_uri, fpm.request_uri);
+            // The kind the plan reports is what a stat of the script says.
+            if let (Some(k), Some(p)) = (plan.script_kind, plan.path_translated) {
+                prop_assert_eq!(fs.stat(p), Some(k));
+            }
             match plan.action {
                 Action::ScriptUnknown => prop_assert!(fpm.path_translated.is_none()),
                 Action::EmptyScript => prop_assert_eq!(fpm.path_translated, Some(&b""[..])),

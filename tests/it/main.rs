@@ -22,6 +22,7 @@ mod output;
 mod pm_modes;
 mod pool_settings;
 mod reload;
+mod script_checks;
 mod signals;
 mod status;
 mod status_cli;

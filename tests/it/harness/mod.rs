@@ -15,6 +15,7 @@ pub mod apache;
 pub mod fcgi;
 pub mod fpmd;
 pub mod http;
+pub mod lighttpd;
 pub mod nginx;
 pub mod phpfpm;
 pub mod procs;
@@ -30,6 +31,7 @@ use std::time::{Duration, Instant};
 pub use apache::{Apache, ApacheOpts, FcgiStyle};
 pub use fpmd::{Addr, Fpmd, FpmdConfig, Pool};
 pub use http::{get, post, Resp};
+pub use lighttpd::{Lighttpd, LighttpdOpts};
 pub use nginx::{Nginx, NginxOpts};
 pub use systemd::{start_notified, NotifySocket};
 

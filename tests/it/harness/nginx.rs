@@ -35,6 +35,11 @@ pub struct NginxOpts {
     /// ^/(status|ping)$`, passed to FastCGI without `try_files` (the
     /// paths are no files): `SCRIPT_NAME` is `/status` or `/ping`.
     pub status: bool,
+    /// Within the plain `location ~ \.php$`: `fastcgi_split_path_info
+    /// ^(.+?\.php)(/.*)$;` and `fastcgi_param PATH_INFO
+    /// $fastcgi_path_info;` (case C17's configuration, the classic upload
+    /// hole when combined with `no_try_files`).
+    pub split_path_info: bool,
 }
 
 impl NginxOpts {
@@ -75,6 +80,10 @@ impl NginxOpts {
     }
     pub fn path_info(mut self) -> Self {
         self.path_info = true;
+        self
+    }
+    pub fn split_path_info(mut self) -> Self {
+        self.split_path_info = true;
         self
     }
 }
@@ -232,6 +241,10 @@ fn config(dir: &std::path::Path, port: u16, t: &TestDir, o: &NginxOpts) -> Strin
         writeln!(s, "    location ~ \\.php$ {{").unwrap();
         if !o.no_try_files {
             writeln!(s, "      try_files $uri =404;").unwrap();
+        }
+        if o.split_path_info {
+            writeln!(s, "      fastcgi_split_path_info ^(.+?\\.php)(/.*)$;").unwrap();
+            writeln!(s, "      fastcgi_param PATH_INFO $fastcgi_path_info;").unwrap();
         }
     }
     writeln!(s, "      include /etc/nginx/fastcgi_params;").unwrap();

@@ -19,8 +19,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::model::{
-    Config, Global, Listen, ListenAddress, LocalEndpoints, LogLevel, LogTarget, PoolConfig,
-    ProcessManager,
+    Config, Global, Isolation, Listen, ListenAddress, LocalEndpoints, LogLevel, LogTarget,
+    PoolConfig, ProcessManager,
 };
 
 /// Everything that differs between two configurations.
@@ -213,6 +213,7 @@ pub fn changed_fields(old: &PoolConfig, new: &PoolConfig) -> Vec<&'static str> {
         decorate_workers_output,
         graceful_timeout,
         local,
+        isolation,
     } = old;
     let mut out = Vec::new();
     let mut field = |name: &'static str, changed: bool| {
@@ -286,6 +287,23 @@ pub fn changed_fields(old: &PoolConfig, new: &PoolConfig) -> Vec<&'static str> {
     field("pm.status_path", *status_path != new.local.status_path);
     field("ping.path", *ping_path != new.local.ping_path);
     field("ping.response", *ping_response != new.local.ping_response);
+    let Isolation {
+        chroot,
+        rlimit_files,
+        rlimit_core,
+        process_priority,
+        process_dumpable,
+        no_new_privs,
+        landlock,
+    } = isolation;
+    let n = &new.isolation;
+    field("chroot", *chroot != n.chroot);
+    field("rlimit_files", *rlimit_files != n.rlimit_files);
+    field("rlimit_core", *rlimit_core != n.rlimit_core);
+    field("process.priority", *process_priority != n.process_priority);
+    field("process.dumpable", *process_dumpable != n.process_dumpable);
+    field("no_new_privs", *no_new_privs != n.no_new_privs);
+    field("landlock", *landlock != n.landlock);
     out
 }
 
@@ -423,6 +441,7 @@ mod tests {
             decorate_workers_output: true,
             graceful_timeout: None,
             local: Default::default(),
+            isolation: Default::default(),
         }
     }
 
@@ -528,6 +547,20 @@ mod tests {
             ("graceful_timeout", |p| {
                 p.graceful_timeout = Some(Duration::from_secs(10))
             }),
+            ("chroot", |p| p.isolation.chroot = Some("/srv/a".into())),
+            ("rlimit_files", |p| p.isolation.rlimit_files = Some(4096)),
+            ("rlimit_core", |p| p.isolation.rlimit_core = Some(u64::MAX)),
+            ("process.priority", |p| {
+                p.isolation.process_priority = Some(5)
+            }),
+            ("process.dumpable", |p| p.isolation.process_dumpable = true),
+            ("no_new_privs", |p| p.isolation.no_new_privs = false),
+            ("landlock", |p| {
+                p.isolation.landlock = Some(crate::config::Landlock {
+                    read: vec!["/srv".into()],
+                    write: vec![],
+                })
+            }),
         ]
     }
 
@@ -562,6 +595,13 @@ mod tests {
             "catch_workers_output",
             "decorate_workers_output",
             "graceful_timeout",
+            "chroot",
+            "rlimit_files",
+            "rlimit_core",
+            "process.priority",
+            "process.dumpable",
+            "no_new_privs",
+            "landlock",
         ];
         let covered: BTreeSet<_> = one_field_changes().iter().map(|(f, _)| *f).collect();
         assert_eq!(covered, all.into_iter().collect(), "one change per field");

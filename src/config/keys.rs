@@ -108,7 +108,14 @@ pub(super) const KEYS: &[Key] = &[
     supported("catch_workers_output"),
     supported("decorate_workers_output"),
     supported("graceful_timeout"),
-    not_yet("chroot"),
+    supported("chroot"),
+    supported("rlimit_files"),
+    supported("rlimit_core"),
+    supported("process.priority"),
+    supported("process.dumpable"),
+    supported("no_new_privs"),
+    supported("landlock.read"),
+    supported("landlock.write"),
     supported("pm.status_path"),
     supported("pm.status_listen"),
     supported("ping.path"),
@@ -600,10 +607,7 @@ mod tests {
 
     #[test]
     fn unsupported_yet_keys() {
-        let cases = [
-            ("chroot", "\"/srv/www\""),
-            ("security.limit_extensions", "[\".php\"]"),
-        ];
+        let cases = [("security.limit_extensions", "[\".php\"]")];
         assert_eq!(
             cases.iter().map(|(k, _)| *k).collect::<Vec<_>>(),
             not_yet_pool_keys().collect::<Vec<_>>(),

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use super::keys;
 use super::model::{
-    Global, Listen, ListenAddress, LocalEndpoints, LogLevel, LogTarget, PmMode, PoolConfig,
-    ProcessManager, Spawn,
+    Global, Isolation, Landlock, Listen, ListenAddress, LocalEndpoints, LogLevel, LogTarget,
+    PmMode, PoolConfig, ProcessManager, Spawn,
 };
 use super::raw::{
     AllowedClients, ByteSize, Duration, EnvValue, IniScalar, IniTable, RawAddress, RawGlobal,
@@ -312,6 +312,70 @@ pub(super) fn validate_pool(
     let php_cgi = resolve_php_cgi(raw.php_cgi.as_deref(), &src.dir, path_env)
         .map_err(|m| ctx.err(&["php_cgi"], m))?;
 
+    // chroot, then chdir inside it (php-fpm's fpm_conf.c: both must start
+    // with '/', and chroot + chdir must be a directory).
+    let chroot = match raw.chroot.as_deref() {
+        None | Some("") => None,
+        Some(p) => {
+            let root = PathBuf::from(p);
+            if !root.is_absolute() {
+                return Err(ctx.err(&["chroot"], format!("chroot must be an absolute path: {p}")));
+            }
+            if !root.is_dir() {
+                return Err(ctx.err(
+                    &["chroot"],
+                    format!("chroot directory does not exist or is not a directory: {p}"),
+                ));
+            }
+            let root = normalize(&root);
+            if root == Path::new("/") {
+                return Err(ctx.err(&["chroot"], "chroot = \"/\" is no chroot: remove it"));
+            }
+            if ids.euid != 0 {
+                return Err(ctx.err(
+                    &["chroot"],
+                    "chroot needs fpmd to run as root (mount namespace and chroot(2) need CAP_SYS_ADMIN and CAP_SYS_CHROOT)",
+                ));
+            }
+            Some(root)
+        }
+    };
+    let chdir = PathBuf::from(raw.chdir.as_deref().unwrap_or("/"));
+    if !chdir.is_absolute() {
+        return Err(ctx.err(
+            &["chdir"],
+            format!("chdir must be an absolute path: {}", chdir.display()),
+        ));
+    }
+    let chdir = normalize(&chdir);
+    match &chroot {
+        Some(root) => {
+            let inside = crate::sandbox::host_path(root, &chdir);
+            if !inside.is_dir() {
+                return Err(ctx.err(
+                    &["chdir"],
+                    format!(
+                        "chdir directory {} within the chroot {} ({}) does not exist or is not a directory",
+                        chdir.display(),
+                        root.display(),
+                        inside.display()
+                    ),
+                ));
+            }
+        }
+        None if !chdir.is_dir() => {
+            return Err(ctx.err(
+                &["chdir"],
+                format!(
+                    "chdir directory does not exist or is not a directory: {}",
+                    chdir.display()
+                ),
+            ));
+        }
+        None => {}
+    }
+    let isolation = isolation(&ctx, &raw, chroot, ids)?;
+
     // listen.*
     let l = raw.listen;
     let address = match l.address {
@@ -360,25 +424,6 @@ pub(super) fn validate_pool(
         backlog,
         allowed_clients,
     };
-
-    // chdir
-    let chdir = PathBuf::from(raw.chdir.as_deref().unwrap_or("/"));
-    if !chdir.is_absolute() {
-        return Err(ctx.err(
-            &["chdir"],
-            format!("chdir must be an absolute path: {}", chdir.display()),
-        ));
-    }
-    if !chdir.is_dir() {
-        return Err(ctx.err(
-            &["chdir"],
-            format!(
-                "chdir directory does not exist or is not a directory: {}",
-                chdir.display()
-            ),
-        ));
-    }
-    let chdir = normalize(&chdir);
 
     // env.*
     let mut env = BTreeMap::new();
@@ -446,6 +491,92 @@ pub(super) fn validate_pool(
             None => global.process_control_timeout,
         },
         local,
+        isolation,
+    })
+}
+
+/// `rlimit_*`, `process.*`, `no_new_privs` and `landlock.*`, checked as
+/// php-fpm checks its own (`process.priority` in -19 … 20) plus what the
+/// kernel would refuse at spawn time.
+fn isolation(
+    ctx: &PoolCtx<'_>,
+    raw: &RawPool,
+    chroot: Option<PathBuf>,
+    ids: Ids,
+) -> Result<Isolation, ConfigError> {
+    let rlimit_files = match raw.rlimit_files {
+        None => None,
+        Some(0) => {
+            return Err(ctx.err(
+                &["rlimit_files"],
+                "rlimit_files must be at least 1 (php-cgi could not open its own files)",
+            ))
+        }
+        Some(n) => Some(n),
+    };
+    let rlimit_core = raw.rlimit_core.map(|r| r.0);
+    let process_priority = match raw.process.priority {
+        None => None,
+        Some(n) if !(-19..=20).contains(&n) => {
+            return Err(ctx.err(
+                &["process", "priority"],
+                format!("process.priority must be between -19 and 20, got {n}"),
+            ))
+        }
+        Some(n) if n < 0 && ids.euid != 0 => {
+            return Err(ctx.err(
+                &["process", "priority"],
+                format!("process.priority = {n} (a higher priority) needs fpmd to run as root"),
+            ))
+        }
+        Some(n) => Some(n as i32),
+    };
+    let list =
+        |key: &'static str, l: &Option<super::raw::StrList>| -> Result<Vec<PathBuf>, ConfigError> {
+            let mut out = Vec::new();
+            for p in l.iter().flat_map(|l| l.0.iter()) {
+                let path = PathBuf::from(p);
+                if !path.is_absolute() {
+                    return Err(ctx.err(
+                        &["landlock", key],
+                        format!("landlock.{key} paths must be absolute: {p:?}"),
+                    ));
+                }
+                let path = normalize(&path);
+                let host = match &chroot {
+                    Some(root) => crate::sandbox::host_path(root, &path),
+                    None => path.clone(),
+                };
+                if !host.exists() {
+                    return Err(ctx.err(
+                        &["landlock", key],
+                        format!("landlock.{key} path does not exist: {}", host.display()),
+                    ));
+                }
+                out.push(path);
+            }
+            Ok(out)
+        };
+    let landlock = match (&raw.landlock.read, &raw.landlock.write) {
+        (None, None) => None,
+        (read, write) => {
+            let l = Landlock {
+                read: list("read", read)?,
+                write: list("write", write)?,
+            };
+            let key = if read.is_some() { "read" } else { "write" };
+            crate::sandbox::landlock_supported().map_err(|m| ctx.err(&["landlock", key], m))?;
+            Some(l)
+        }
+    };
+    Ok(Isolation {
+        chroot,
+        rlimit_files,
+        rlimit_core,
+        process_priority,
+        process_dumpable: raw.process.dumpable.unwrap_or(false),
+        no_new_privs: raw.no_new_privs.unwrap_or(true),
+        landlock,
     })
 }
 

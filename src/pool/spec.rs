@@ -39,7 +39,7 @@ pub fn child_spec(config: &PoolConfig, endpoint: PathBuf) -> ChildSpec {
         program: config.php_cgi.clone(),
         args: config.ini_args(),
         env,
-        cwd: config.chdir.clone(),
+        sandbox: crate::sandbox::SandboxPlan::of(&config.name, &config.isolation, &config.chdir),
         uid: config.user.uid,
         gid: config.user.gid,
         groups: config.user.groups.clone(),
@@ -55,7 +55,8 @@ pub fn child_spec(config: &PoolConfig, endpoint: PathBuf) -> ChildSpec {
 /// children and applies the rest live (pm numbers under exec, timeouts,
 /// logs). Anything else (ini values, environment, user, binary, working
 /// directory, `pm.max_children` under prefork, `pm.spawn`,
-/// `catch_workers_output`) needs a new generation.
+/// `catch_workers_output`, `chroot` and every other key of
+/// [`crate::config::Isolation`]) needs a new generation.
 pub fn template(config: &PoolConfig) -> ChildSpec {
     child_spec(config, PathBuf::new())
 }

@@ -7,7 +7,7 @@
 
 use super::local::Local;
 use super::request::Edit;
-use super::request_info::{for_php_cgi, Action, Edit as InfoEdit, RealFs, Vars};
+use super::request_info::{for_php_cgi, Action, ChrootFs, Edit as InfoEdit, RealFs, Vars};
 use crate::config::PoolConfig;
 
 /// The pool's settings that change how the script is found.
@@ -16,6 +16,9 @@ pub struct Options {
     pub info: super::request_info::Options,
     /// The status page and ping: requests for them are no scripts.
     pub local: crate::config::LocalEndpoints,
+    /// `chroot`: SCRIPT_FILENAME is a path inside it (as with php-fpm),
+    /// so fpmd looks for the script under it.
+    pub root: Option<std::path::PathBuf>,
 }
 
 impl Options {
@@ -43,6 +46,7 @@ impl Options {
                 discard_path: flag("cgi.discard_path", false),
             },
             local: config.local.clone(),
+            root: config.isolation.chroot.clone(),
         }
     }
 }
@@ -64,7 +68,10 @@ pub struct Plan {
 /// the script in the common case (nginx, the script exists), like
 /// php-fpm's own `realpath`.
 pub fn plan(vars: &Vars<'_>, opts: &Options) -> Plan {
-    let p = for_php_cgi(vars, &opts.info, &RealFs);
+    let p = match &opts.root {
+        None => for_php_cgi(vars, &opts.info, &RealFs),
+        Some(root) => for_php_cgi(vars, &opts.info, &ChrootFs(root)),
+    };
     let answer = match p.action {
         Action::Forward => None,
         Action::ScriptUnknown => Some(Local::ScriptUnknown),

@@ -14,6 +14,7 @@ mod dokuwiki;
 mod emergency;
 mod fuzz_live;
 mod http;
+mod isolation;
 mod limits;
 mod listen;
 mod metrics;

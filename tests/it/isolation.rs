@@ -1,0 +1,271 @@
+//! Issue 10, the sandbox: `chroot` in a private mount namespace with PHP's
+//! runtime mounted read-only, two pools as two users, `rlimit_files`,
+//! `rlimit_core`, `process.priority`, `no_new_privs`, Landlock — each seen
+//! from inside, by the PHP script itself, through real nginx and php-cgi.
+
+use crate::harness::*;
+use std::collections::BTreeMap;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// The script every chrooted site holds as its `index.php` (and the
+/// default docroot as `isolation_probe.php`): runs the check named by
+/// `?t=` and prints its result as JSON.
+const PROBE: &str = include_str!("../php/isolation_probe.php");
+
+const EPERM: i64 = 1;
+
+/// A site directory (`dir`/`name`) holding only `index.php` and an empty
+/// `tmp/`, owned by `user`, mode `mode`.
+fn make_site(dir: &Path, name: &str, owner: (u32, u32), mode: u32) -> PathBuf {
+    let site = dir.join(name);
+    std::fs::create_dir(&site).unwrap();
+    std::fs::write(site.join("index.php"), PROBE).unwrap();
+    std::fs::create_dir(site.join("tmp")).unwrap();
+    for (p, m) in [
+        (&site, mode),
+        (&site.join("tmp"), 0o770),
+        (&site.join("index.php"), 0o640),
+    ] {
+        std::os::unix::fs::chown(p, Some(owner.0), Some(owner.1)).unwrap();
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+    }
+    site
+}
+
+fn ids(user: &str) -> (u32, u32) {
+    let u = nix::unistd::User::from_name(user).unwrap().unwrap();
+    (u.uid.as_raw(), u.gid.as_raw())
+}
+
+/// Every path under `root` with its owner, group and mode (the listing a
+/// test compares before and after).
+fn listing(root: &Path) -> BTreeMap<PathBuf, (u32, u32, u32)> {
+    let mut out = BTreeMap::new();
+    let mut todo = vec![root.to_path_buf()];
+    while let Some(p) = todo.pop() {
+        let md = std::fs::symlink_metadata(&p).unwrap();
+        out.insert(
+            p.strip_prefix(root).unwrap().to_path_buf(),
+            (md.uid(), md.gid(), md.mode()),
+        );
+        if md.is_dir() {
+            for e in std::fs::read_dir(&p).unwrap() {
+                todo.push(e.unwrap().path());
+            }
+        }
+    }
+    out
+}
+
+struct Site {
+    nginx: Nginx,
+}
+
+impl Site {
+    fn get(&self, query: &str) -> serde_json::Value {
+        let r = get(&self.nginx.url(&format!("/index.php?{query}")));
+        assert_eq!(r.status, 200, "{query}: {}", r.text());
+        serde_json::from_str(&r.text()).unwrap_or_else(|e| panic!("{query}: {e}: {}", r.text()))
+    }
+}
+
+fn chroot_pool(name: &str, user: (&str, &str), site: &Path) -> Pool {
+    Pool::new(name)
+        .user(user.0, user.1)
+        .max_children(2)
+        .lines(&[
+            &format!("chroot = {:?}", site.display().to_string()),
+            r#"php_admin_value."date.timezone" = "Europe/Paris""#,
+        ])
+}
+
+fn start_nginx(dir: &TestDir, fpmd: &Fpmd, i: usize, site: &Path) -> Site {
+    let opts = NginxOpts::default()
+        .chroot(site)
+        .name(&format!("nginx{i}"))
+        .upstream(fpmd.upstream(i));
+    Site {
+        nginx: Nginx::start(dir, opts),
+    }
+}
+
+/// Must show 1: a pool chrooted into a directory holding only `index.php`
+/// and an empty `tmp/`.
+#[test]
+fn chroot_serves_sees_only_the_site_and_a_read_only_runtime() {
+    let dir = TestDir::new();
+    let www = ids("www-data");
+    let site = make_site(dir.path(), "site", www, 0o750);
+    let other = make_site(dir.path(), "other", www, 0o750);
+    std::fs::write(other.join("secret.txt"), "other site's secret").unwrap();
+    let before = listing(&site);
+    let fpmd = Fpmd::start(
+        &dir,
+        FpmdConfig::new().pool(chroot_pool("www", ("www-data", "www-data"), &site)),
+    );
+    let s = start_nginx(&dir, &fpmd, 0, &site);
+
+    // The script is /index.php, its cwd /, and time zones work.
+    let w = s.get("t=where");
+    assert_eq!(w[0], "/index.php", "{w}");
+    assert_eq!(w[1], "/index.php", "{w}");
+    assert_eq!(w[2], "/", "{w}");
+    assert_eq!(w[4], "Europe/Paris", "{w}");
+    let date = w[3].as_str().unwrap();
+    assert!(
+        date.ends_with("+01:00") || date.ends_with("+02:00"),
+        "date('c') in Europe/Paris: {date}"
+    );
+
+    // What / holds: the site's entries and the runtime, nothing else.
+    let root: Vec<String> = serde_json::from_value(s.get("t=ls&path=/")).unwrap();
+    for name in ["index.php", "tmp", "usr", "etc", "dev", "lib64"] {
+        assert!(root.contains(&name.to_string()), "/ lacks {name}: {root:?}");
+    }
+    for name in ["root", "home", "proc", "var", "run", "srv", "other"] {
+        assert!(!root.contains(&name.to_string()), "/ has {name}: {root:?}");
+    }
+    let etc: Vec<String> = serde_json::from_value(s.get("t=ls&path=/etc")).unwrap();
+    assert!(
+        !etc.contains(&"shadow".to_string()) && !etc.contains(&"passwd".to_string()),
+        "{etc:?}"
+    );
+    assert!(etc.contains(&"php".to_string()), "{etc:?}");
+
+    // Nothing outside: /etc/shadow, the other site (by its host path too).
+    assert_eq!(s.get("t=read&path=/etc/shadow"), false);
+    let other_secret = other.join("secret.txt").display().to_string();
+    assert_eq!(s.get(&format!("t=read&path={other_secret}")), false);
+    assert_eq!(s.get("t=read&path=/proc/self/status"), false);
+
+    // The runtime is read-only: the binary's dir, the extension dir, ini.
+    for p in [
+        "/usr/bin/x",
+        "/usr/lib/php/x",
+        "/etc/php/x",
+        "/etc/hosts",
+        "/new-top-level-file",
+    ] {
+        assert_eq!(s.get(&format!("t=write&path={p}")), false, "wrote {p}");
+    }
+    // Devices work.
+    assert_eq!(s.get("t=dev"), serde_json::json!([16, 1, 4]));
+
+    // /tmp is the site's tmp/; the site's files are writable by the site.
+    assert_eq!(s.get("t=write&path=/tmp/from-php&data=hello"), 5);
+    assert_eq!(
+        std::fs::read_to_string(site.join("tmp/from-php")).unwrap(),
+        "hello"
+    );
+    assert_eq!(s.get("t=read&path=/tmp/from-php"), "hello");
+
+    drop(s);
+    drop(fpmd);
+    // The site is unchanged but for what the script wrote.
+    let mut after = listing(&site);
+    let written = after.remove(Path::new("tmp/from-php"));
+    assert!(written.is_some());
+    assert_eq!(after, before, "the site directory changed");
+}
+
+/// Must show 2: two pools as two users, each chrooted into its own 0750
+/// site: neither reads the other's files nor signals the other's children.
+#[test]
+fn two_pools_two_users_cannot_reach_each_other() {
+    let dir = TestDir::new();
+    let a_ids = ids("www-data");
+    let b_ids = ids("nobody");
+    let a = make_site(dir.path(), "a", a_ids, 0o750);
+    let b = make_site(dir.path(), "b", b_ids, 0o750);
+    std::fs::write(b.join("secret.txt"), "b's secret").unwrap();
+    std::fs::write(a.join("secret.txt"), "a's secret").unwrap();
+    let fpmd = Fpmd::start(
+        &dir,
+        FpmdConfig::new()
+            .pool(chroot_pool("a", ("www-data", "www-data"), &a))
+            .pool(chroot_pool("b", ("nobody", "nogroup"), &b)),
+    );
+    let sa = start_nginx(&dir, &fpmd, 0, &a);
+    let sb = start_nginx(&dir, &fpmd, 1, &b);
+    assert_eq!(sa.get("t=read&path=/secret.txt"), "a's secret");
+    assert_eq!(sb.get("t=read&path=/secret.txt"), "b's secret");
+    for (s, other) in [(&sa, &b), (&sb, &a)] {
+        let p = other.join("secret.txt").display().to_string();
+        assert_eq!(s.get(&format!("t=read&path={p}")), false, "read {p}");
+    }
+    let pid_a = sa.get("t=pid").as_i64().unwrap();
+    let pid_b = sb.get("t=pid").as_i64().unwrap();
+    assert_eq!(
+        sa.get(&format!("t=kill&pid={pid_b}")),
+        serde_json::json!([false, EPERM])
+    );
+    assert_eq!(
+        sb.get(&format!("t=kill&pid={pid_a}")),
+        serde_json::json!([false, EPERM])
+    );
+    // Its own pid it may signal (0: a check only; posix_get_last_error()
+    // keeps the last failure, so only the result counts).
+    assert_eq!(sa.get(&format!("t=kill&pid={pid_a}"))[0], true);
+}
+
+/// `rlimit_files`, `rlimit_core`, `process.priority`, `no_new_privs`
+/// (default on), as the child reads them from /proc/self.
+#[test]
+fn rlimits_priority_no_new_privs_seen_from_inside() {
+    let pool = Pool::www().max_children(1).lines(&[
+        "rlimit_files = 777",
+        r#"rlimit_core = "unlimited""#,
+        "process.priority = 7",
+    ]);
+    let s = Stack::start(pool);
+    let read = |f: &str| {
+        let r = get(&s.url(&format!("/isolation_probe.php?t=proc&f={f}")));
+        assert_eq!(r.status, 200, "{}", r.text());
+        serde_json::from_str::<String>(&r.text()).unwrap_or_else(|e| panic!("{e}: {}", r.text()))
+    };
+    let status = read("status");
+    assert!(
+        status
+            .lines()
+            .any(|l| l.split_whitespace().eq(["NoNewPrivs:", "1"])),
+        "{status}"
+    );
+    let limits = read("limits");
+    let row = |name: &str| {
+        limits
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no {name}: {limits}"))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert!(
+        row("Max open files").starts_with("Max open files 777 777 files"),
+        "{limits}"
+    );
+    assert!(
+        row("Max core file size").starts_with("Max core file size unlimited unlimited"),
+        "{limits}"
+    );
+    let stat = read("stat");
+    // Field 19 is the nice value; comm (field 2) is in parentheses.
+    let after_comm = &stat[stat.rfind(')').unwrap() + 2..];
+    let nice = after_comm.split_whitespace().nth(16).unwrap();
+    assert_eq!(nice, "7", "{stat}");
+}
+
+#[test]
+fn no_new_privs_off_when_asked() {
+    let pool = Pool::www().max_children(1).lines(&["no_new_privs = false"]);
+    let s = Stack::start(pool);
+    let r = get(&s.url("/isolation_probe.php?t=proc&f=status"));
+    let status: String = serde_json::from_str(&r.text()).unwrap();
+    assert!(
+        status
+            .lines()
+            .any(|l| l.split_whitespace().eq(["NoNewPrivs:", "0"])),
+        "{status}"
+    );
+}

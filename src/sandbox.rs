@@ -490,10 +490,14 @@ fn host_of(steps: &[Step], inside: &Path) -> Option<PathBuf> {
     steps
         .iter()
         .filter_map(|s| match s {
-            Step::Bind { source, target, .. } => inside
-                .strip_prefix(target)
-                .ok()
-                .map(|rest| (target.components().count(), source.join(rest))),
+            Step::Bind { source, target, .. } => inside.strip_prefix(target).ok().map(|rest| {
+                let host = if rest.as_os_str().is_empty() {
+                    source.clone()
+                } else {
+                    source.join(rest)
+                };
+                (target.components().count(), host)
+            }),
             _ => None,
         })
         .max_by_key(|(depth, _)| *depth)
@@ -634,6 +638,13 @@ fn landlock_ruleset(
         .create()
         .map_err(|e| err("ruleset", &e))?;
     for (path, access) in rules {
+        // Directory rights (READ_DIR, MAKE_*, REMOVE_*) on a file are
+        // refused by the kernel: a file gets the file rights only.
+        let access = if path.is_dir() {
+            access
+        } else {
+            access & AccessFs::from_file(abi)
+        };
         let fd = PathFd::new(path).map_err(|e| err(&path.display().to_string(), &e))?;
         ruleset = ruleset
             .add_rule(PathBeneath::new(fd, access))

@@ -269,3 +269,71 @@ fn no_new_privs_off_when_asked() {
         "{status}"
     );
 }
+
+/// Landlock without chroot: the script reads only `landlock.read` (its
+/// docroot) and the runtime, writes only `landlock.write` (`docroot/run`).
+#[test]
+fn landlock_limits_reads_and_writes() {
+    let dir = TestDir::new();
+    let docroot = dir.docroot();
+    let run = docroot.join("run");
+    std::fs::write(dir.path().join("outside.txt"), "outside").unwrap();
+    chmod(&dir.path().join("outside.txt"), 0o644);
+    let pool = Pool::www().max_children(1).lines(&[
+        &format!("landlock.read = [{:?}]", docroot.display().to_string()),
+        &format!("landlock.write = [{:?}]", run.display().to_string()),
+        // opcache creates its lock file in /tmp by default.
+        &format!(
+            "php_admin_value.\"opcache.lockfile_path\" = {:?}",
+            run.display().to_string()
+        ),
+    ]);
+    let fpmd = Fpmd::start(&dir, FpmdConfig::new().pool(pool));
+    let nginx = Nginx::start(&dir, NginxOpts::default().upstream(fpmd.upstream(0)));
+    let probe = |q: &str| {
+        let r = get(&nginx.url(&format!("/isolation_probe.php?{q}")));
+        assert_eq!(r.status, 200, "{q}: {}", r.text());
+        serde_json::from_str::<serde_json::Value>(&r.text()).unwrap()
+    };
+    // Readable: the docroot, the runtime (date() needs zoneinfo).
+    assert!(probe("t=where")[3].is_string());
+    assert!(probe(&format!("t=read&path={}/hello.php", docroot.display())).is_string());
+    // Not readable though the file mode allows it: outside the lists.
+    let outside = dir.path().join("outside.txt").display().to_string();
+    assert_eq!(probe(&format!("t=read&path={outside}")), false);
+    assert_eq!(probe("t=read&path=/etc/passwd"), false);
+    // Writable only below landlock.write: not /tmp, whose mode allows it.
+    assert_eq!(
+        probe(&format!("t=write&path={}/landlock&data=ok", run.display())),
+        2
+    );
+    assert_eq!(std::fs::read_to_string(run.join("landlock")).unwrap(), "ok");
+    assert_eq!(probe("t=write&path=/tmp/fpmd-landlock-test"), false);
+    assert!(!Path::new("/tmp/fpmd-landlock-test").exists());
+    assert_eq!(probe("t=read&path=/proc/self/status"), false);
+}
+
+/// Landlock inside a chroot: paths are the child's; a site entry that is
+/// mounted is still out of reach when no rule covers it.
+#[test]
+fn landlock_inside_a_chroot() {
+    let dir = TestDir::new();
+    let www = ids("www-data");
+    let site = make_site(dir.path(), "site", www, 0o750);
+    std::fs::create_dir(site.join("data")).unwrap();
+    std::fs::write(site.join("data/secret.txt"), "secret").unwrap();
+    for p in [site.join("data"), site.join("data/secret.txt")] {
+        std::os::unix::fs::chown(&p, Some(www.0), Some(www.1)).unwrap();
+    }
+    let pool = chroot_pool("www", ("www-data", "www-data"), &site).lines(&[
+        r#"landlock.read = ["/index.php"]"#,
+        r#"landlock.write = ["/tmp"]"#,
+    ]);
+    let fpmd = Fpmd::start(&dir, FpmdConfig::new().pool(pool));
+    let s = start_nginx(&dir, &fpmd, 0, &site);
+    assert_eq!(s.get("t=where")[0], "/index.php");
+    assert_eq!(s.get("t=read&path=/data/secret.txt"), false);
+    assert_eq!(s.get("t=write&path=/data/new"), false);
+    assert_eq!(s.get("t=write&path=/tmp/ok&data=yes"), 3);
+    assert_eq!(std::fs::read_to_string(site.join("tmp/ok")).unwrap(), "yes");
+}

@@ -314,8 +314,10 @@ pub const RUNTIME_DEVICES: &[&str] = &[
 ];
 
 /// Top-level directories of the host that merged-`/usr` systems make
-/// symlinks into `/usr` (`/lib64 -> usr/lib64`): recreated as the same
-/// symlinks, or mounted read-only where they are real directories.
+/// symlinks into `/usr` (`/bin -> usr/bin`): recreated as the same
+/// symlinks, or mounted read-only where they are real directories;
+/// `/lib64` is a directory whose files (the ELF interpreter) are mounted
+/// one by one.
 pub const RUNTIME_TOP: &[&str] = &["/bin", "/sbin", "/lib", "/lib32", "/libx32", "/lib64"];
 
 /// The runtime as found on this host, plus the php-cgi binary `program`
@@ -324,6 +326,25 @@ pub fn host_runtime(program: &Path) -> Vec<RuntimePath> {
     let mut out = Vec::new();
     for p in RUNTIME_TOP {
         let path = PathBuf::from(p);
+        if *p == "/lib64" {
+            // The ELF interpreter's directory: its entries mounted one by
+            // one as the files they resolve to, because Debian's
+            // /lib64/ld-linux-x86-64.so.2 is a symlink through /lib, which
+            // a site may have taken (DokuWiki's lib/).
+            for e in std::fs::read_dir(&path).into_iter().flatten().flatten() {
+                if let Ok(source) = std::fs::canonicalize(e.path()) {
+                    if source.is_file() {
+                        out.push(RuntimePath {
+                            path: path.join(e.file_name()),
+                            source,
+                            kind: Kind::File,
+                            device: false,
+                        });
+                    }
+                }
+            }
+            continue;
+        }
         match std::fs::symlink_metadata(&path) {
             Ok(m) if m.file_type().is_symlink() => {
                 if let Ok(t) = std::fs::read_link(&path) {

@@ -7,6 +7,7 @@ use crate::harness::*;
 use std::collections::BTreeMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// The script every chrooted site holds as its `index.php` (and the
 /// default docroot as `isolation_probe.php`): runs the check named by
@@ -336,4 +337,138 @@ fn landlock_inside_a_chroot() {
     assert_eq!(s.get("t=write&path=/data/new"), false);
     assert_eq!(s.get("t=write&path=/tmp/ok&data=yes"), 3);
     assert_eq!(std::fs::read_to_string(site.join("tmp/ok")).unwrap(), "yes");
+}
+
+/// The value of attribute `name` in the tag text `tag`.
+fn attr<'a>(tag: &'a str, name: &str) -> Option<&'a str> {
+    let start = tag.find(&format!(" {name}=\""))? + name.len() + 3;
+    let len = tag[start..].find('"')?;
+    Some(&tag[start..start + len])
+}
+
+/// Debian's DokuWiki, copied into a site directory (symlinks resolved,
+/// its configuration in `conf/`, its data in `data/`), runs chrooted and
+/// saves a page.
+#[test]
+fn dokuwiki_chrooted_saves_a_page() {
+    require_dokuwiki();
+    let dir = TestDir::new();
+    let site = dir.path().join("wiki");
+    let cp = |from: &str, to: &Path| {
+        let st = std::process::Command::new("cp")
+            .arg("-rL")
+            .arg(from)
+            .arg(to)
+            .status()
+            .unwrap();
+        assert!(st.success(), "cp -rL {from} {}", to.display());
+    };
+    cp(DOKUWIKI_ROOT, &site);
+    cp("/etc/dokuwiki", &site.join("conf"));
+    cp("/var/lib/dokuwiki/data", &site.join("data"));
+    // Paths as the chrooted wiki sees them: its configuration in /conf,
+    // its data in /data; anyone may edit.
+    let preload = site.join("inc/preload.php");
+    let text = std::fs::read_to_string(&preload).unwrap();
+    std::fs::write(
+        &preload,
+        text.replace("/etc/dokuwiki/", "/conf/")
+            .replace("/etc/dokuwiki", "/conf"),
+    )
+    .unwrap();
+    let mut local = std::fs::read_to_string(site.join("conf/local.php")).unwrap();
+    local.push_str("\n$conf['savedir'] = '/data';\n$conf['useacl'] = 0;\n");
+    std::fs::write(site.join("conf/local.php"), local).unwrap();
+    let st = std::process::Command::new("chown")
+        .args(["-R", "www-data:www-data"])
+        .arg(site.join("data"))
+        .arg(site.join("conf"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert!(site.join("lib").is_dir(), "DokuWiki has a top-level lib/");
+
+    let pool = Pool::www()
+        .user("www-data", "www-data")
+        .max_children(2)
+        .lines(&[
+            &format!("chroot = {:?}", site.display().to_string()),
+            r#"php_admin_value."session.save_path" = "/tmp""#,
+        ]);
+    let fpmd = Fpmd::start(&dir, FpmdConfig::new().pool(pool));
+    let nginx = Nginx::start(
+        &dir,
+        NginxOpts::default()
+            .chroot(&site)
+            .upstream(fpmd.upstream(0)),
+    );
+
+    let page = "fpmd_chroot_test";
+    let edit = get(&nginx.url(&format!("/doku.php?id={page}&do=edit")));
+    let html = edit.text();
+    assert_eq!(
+        edit.status,
+        200,
+        "{}",
+        html.chars().take(2000).collect::<String>()
+    );
+    let form_at = html.find("id=\"dw__editform\"").unwrap_or_else(|| {
+        panic!(
+            "no edit form: {}",
+            html.chars().take(3000).collect::<String>()
+        )
+    });
+    let form = &html[form_at
+        ..html[form_at..]
+            .find("</form>")
+            .map_or(html.len(), |e| form_at + e)];
+    let mut fields: Vec<(String, String)> = Vec::new();
+    for tag in form.split("<input").skip(1) {
+        let tag = &tag[..tag.find('>').unwrap_or(tag.len())];
+        if attr(tag, "type") == Some("hidden") {
+            if let (Some(n), Some(v)) = (attr(tag, "name"), attr(tag, "value")) {
+                fields.push((n.to_string(), v.replace("&amp;", "&")));
+            }
+        }
+    }
+    // The sectok is sent back as the form has it (empty for an anonymous
+    // editor: DokuWiki checks it only for a logged-in user).
+    assert!(
+        fields.iter().any(|(n, _)| n == "sectok"),
+        "no sectok in {form}"
+    );
+    let body = "Saved by a chrooted DokuWiki under fpmd.";
+    fields.retain(|(n, _)| n != "do");
+    fields.push(("wikitext".into(), body.into()));
+    fields.push(("summary".into(), "fpmd test".into()));
+    fields.push(("do[save]".into(), "1".into()));
+    let cookie = edit
+        .headers_all("set-cookie")
+        .iter()
+        .map(|c| c.split(';').next().unwrap().to_string())
+        .collect::<Vec<_>>()
+        .join("; ");
+    let form_ref: Vec<(&str, &str)> = fields
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_str()))
+        .collect();
+    let status = match crate::harness::http::agent()
+        .post(&nginx.url("/doku.php"))
+        .set("Cookie", &cookie)
+        .send_form(&form_ref)
+    {
+        Ok(r) => r.status(),
+        Err(ureq::Error::Status(code, _)) => code,
+        Err(e) => panic!("POST /doku.php: {e}"),
+    };
+    assert!(status < 400, "save answered {status}");
+    let saved = site.join(format!("data/pages/{page}.txt"));
+    wait_for(Duration::from_secs(30), "the saved page", || {
+        saved.is_file()
+    });
+    assert_eq!(std::fs::read_to_string(&saved).unwrap().trim(), body);
+    // And the wiki shows it.
+    let shown = get(&nginx.url(&format!("/doku.php?id={page}")));
+    assert_eq!(shown.status, 200);
+    assert!(shown.text().contains(body), "{}", shown.text());
 }

@@ -512,7 +512,21 @@ fn isolation(
                 "rlimit_files must be at least 1 (php-cgi could not open its own files)",
             ))
         }
-        Some(n) => Some(n),
+        Some(n) => {
+            // setrlimit(RLIMIT_NOFILE) above fs.nr_open fails even for root.
+            let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
+                .ok()
+                .and_then(|t| t.trim().parse::<u64>().ok());
+            if let Some(max) = nr_open.filter(|max| n > *max) {
+                return Err(ctx.err(
+                    &["rlimit_files"],
+                    format!(
+                        "rlimit_files = {n} is more than the kernel allows (fs.nr_open = {max})"
+                    ),
+                ));
+            }
+            Some(n)
+        }
     };
     let rlimit_core = raw.rlimit_core.map(|r| r.0);
     let process_priority = match raw.process.priority {
@@ -1953,6 +1967,7 @@ php_admin_flag.display_errors = "off"
             ("chroot = \"/\"".into(), "chroot", "chroot = \"/\" is no chroot: remove it".into()),
             (format!("chroot = {site_s:?}\nchdir = \"/nope\""), "chdir", format!("chdir directory /nope within the chroot {site_s} ({site_s}/nope) does not exist or is not a directory")),
             ("rlimit_files = 0".into(), "rlimit_files", "rlimit_files must be at least 1 (php-cgi could not open its own files)".into()),
+            ("rlimit_files = 4000000000".into(), "rlimit_files", format!("rlimit_files = 4000000000 is more than the kernel allows (fs.nr_open = {})", std::fs::read_to_string("/proc/sys/fs/nr_open").unwrap().trim())),
             ("rlimit_core = \"lots\"".into(), "rlimit_core", "invalid value: string \"lots\", expected a number or \"unlimited\"".into()),
             ("process.priority = 21".into(), "process.priority", "process.priority must be between -19 and 20, got 21".into()),
             ("process.priority = -20".into(), "process.priority", "process.priority must be between -19 and 20, got -20".into()),

@@ -472,3 +472,33 @@ fn dokuwiki_chrooted_saves_a_page() {
     assert_eq!(shown.status, 200);
     assert!(shown.text().contains(body), "{}", shown.text());
 }
+
+/// A sandbox step that fails in the child stops that spawn with the step,
+/// the path and errno in fpmd's log; the pool keeps trying.
+#[test]
+fn failing_sandbox_step_is_logged_with_its_name() {
+    let dir = TestDir::new();
+    let site = make_site(dir.path(), "site", ids("www-data"), 0o755);
+    std::fs::create_dir(site.join("pub")).unwrap();
+    let pool = chroot_pool("www", ("www-data", "www-data"), &site).lines(&[r#"chdir = "/pub""#]);
+    let fpmd = Fpmd::start(&dir, FpmdConfig::new().pool(pool));
+    let first = fpmd.wait_workers(2, Duration::from_secs(60));
+    // The working directory disappears after the check of `fpmd -t`; the
+    // next children cannot chdir into it.
+    std::fs::remove_dir(site.join("pub")).unwrap();
+    let mark = fpmd.log_len();
+    for p in fpmd.children().iter().filter(|p| p.ppid == fpmd.pid()) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(p.pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    let want = "sandbox step failed: chdir /pub: errno 2";
+    wait_for(Duration::from_secs(60), want, || {
+        fpmd.log_since(mark).contains(want)
+    });
+    let log = fpmd.log_since(mark);
+    let line = log.lines().find(|l| l.contains(want)).unwrap();
+    assert!(line.contains("pool=www"), "{line}");
+    assert!(fpmd.workers().iter().all(|p| !first.contains(p)));
+}

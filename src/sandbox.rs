@@ -23,9 +23,10 @@
 //! 3. `chdir(chdir)`, inside the new root. (`Command::current_dir` is not
 //!    used: std runs it before `pre_exec`, so it would leave the working
 //!    directory outside the new root.)
-//! 4. (The spawner: joining the pool's cgroup goes here.)
-//! 5. `setpriority(PRIO_PROCESS)` (before the credential change: a negative
-//!    nice value needs root, as in php-fpm).
+//! 4. (The spawner, between `apply()` and `apply_priority()`: joining the
+//!    pool's cgroup goes here.)
+//! 5. [`Prepared::apply_priority`]: `setpriority(PRIO_PROCESS)` (before the
+//!    credential change: a negative nice value needs root, as in php-fpm).
 //! 6. The spawner's `setgroups`/`setgid`/`setuid`, then
 //!    [`Prepared::apply_unprivileged`]:
 //! 7. `PR_SET_DUMPABLE` (after the credential change, which clears it, as
@@ -706,9 +707,9 @@ fn fail(report: RawFd, what: &[u8], path: Option<&CString>) -> io::Error {
 }
 
 impl Prepared {
-    /// Steps 1 to 5 of the order at the top of this file: limits, the
-    /// chroot, `chdir`, priority. Runs in the forked child before the
-    /// credential change.
+    /// Steps 1 to 3 of the order at the top of this file: limits, the
+    /// chroot, `chdir`. Runs in the forked child before the credential
+    /// change.
     ///
     /// # Safety
     /// Only between fork and exec, in the child.
@@ -749,9 +750,22 @@ impl Prepared {
         if libc::chdir(self.cwd.as_ptr()) != 0 {
             return Err(fail(report, b"chdir", Some(&self.cwd)));
         }
+        Ok(())
+    }
+
+    /// Step 5: `process.priority`, before the credential change (a
+    /// negative nice value needs root).
+    ///
+    /// # Safety
+    /// Only between fork and exec, in the child.
+    pub unsafe fn apply_priority(&self) -> io::Result<()> {
         if let Some(n) = self.priority {
             if libc::setpriority(libc::PRIO_PROCESS, 0, n) != 0 {
-                return Err(fail(report, b"setpriority (process.priority)", None));
+                return Err(fail(
+                    self.report.as_raw_fd(),
+                    b"setpriority (process.priority)",
+                    None,
+                ));
             }
         }
         Ok(())

@@ -173,8 +173,10 @@ fn spawn_child(spec: &ChildSpec) -> io::Result<Spawned> {
     // `crate::sandbox`.
     unsafe {
         cmd.pre_exec(move || {
-            // Limits, chroot (mount namespace, pivot_root), chdir, priority.
+            // Limits, chroot (mount namespace, pivot_root), chdir.
             sandbox.apply()?;
+            // (Joining the pool's cgroup goes here.)
+            sandbox.apply_priority()?;
             if switch_user {
                 if Uid::effective().is_root() {
                     nix::unistd::setgroups(&groups)?;

@@ -170,30 +170,58 @@ fn chroot_serves_sees_only_the_site_and_a_read_only_runtime() {
     assert_eq!(after, before, "the site directory changed");
 }
 
-/// Must show 2: two pools as two users, each chrooted into its own 0750
-/// site: neither reads the other's files nor signals the other's children.
-#[test]
-fn two_pools_two_users_cannot_reach_each_other() {
+/// Must show 2: two pools as two users, each with its own 0750 site
+/// owned by its user: neither reads the other's files nor signals the
+/// other's children. With `chroot`, the other site is not even there; without,
+/// the file modes keep it out.
+fn two_users(chroot: bool) {
     let dir = TestDir::new();
-    let a_ids = ids("www-data");
-    let b_ids = ids("nobody");
-    let a = make_site(dir.path(), "a", a_ids, 0o750);
-    let b = make_site(dir.path(), "b", b_ids, 0o750);
+    let a = make_site(dir.path(), "a", ids("www-data"), 0o750);
+    let b = make_site(dir.path(), "b", ids("nobody"), 0o750);
     std::fs::write(b.join("secret.txt"), "b's secret").unwrap();
     std::fs::write(a.join("secret.txt"), "a's secret").unwrap();
+    let pool = |name: &str, user: (&str, &str), site: &Path| {
+        if chroot {
+            chroot_pool(name, user, site)
+        } else {
+            Pool::new(name).user(user.0, user.1).max_children(2)
+        }
+    };
     let fpmd = Fpmd::start(
         &dir,
         FpmdConfig::new()
-            .pool(chroot_pool("a", ("www-data", "www-data"), &a))
-            .pool(chroot_pool("b", ("nobody", "nogroup"), &b)),
+            .pool(pool("a", ("www-data", "www-data"), &a))
+            .pool(pool("b", ("nobody", "nogroup"), &b)),
     );
-    let sa = start_nginx(&dir, &fpmd, 0, &a);
-    let sb = start_nginx(&dir, &fpmd, 1, &b);
-    assert_eq!(sa.get("t=read&path=/secret.txt"), "a's secret");
-    assert_eq!(sb.get("t=read&path=/secret.txt"), "b's secret");
+    let nginx = |i: usize, site: &Path| {
+        if chroot {
+            start_nginx(&dir, &fpmd, i, site)
+        } else {
+            let opts = NginxOpts::default()
+                .root(site)
+                .name(&format!("nginx{i}"))
+                .upstream(fpmd.upstream(i));
+            Site {
+                nginx: Nginx::start(&dir, opts),
+            }
+        }
+    };
+    let sa = nginx(0, &a);
+    let sb = nginx(1, &b);
+    let own = |site: &Path| {
+        if chroot {
+            "/secret.txt".to_string()
+        } else {
+            site.join("secret.txt").display().to_string()
+        }
+    };
+    assert_eq!(sa.get(&format!("t=read&path={}", own(&a))), "a's secret");
+    assert_eq!(sb.get(&format!("t=read&path={}", own(&b))), "b's secret");
     for (s, other) in [(&sa, &b), (&sb, &a)] {
         let p = other.join("secret.txt").display().to_string();
         assert_eq!(s.get(&format!("t=read&path={p}")), false, "read {p}");
+        let p = other.display().to_string();
+        assert_eq!(s.get(&format!("t=ls&path={p}")), false, "listed {p}");
     }
     let pid_a = sa.get("t=pid").as_i64().unwrap();
     let pid_b = sb.get("t=pid").as_i64().unwrap();
@@ -208,6 +236,16 @@ fn two_pools_two_users_cannot_reach_each_other() {
     // Its own pid it may signal (0: a check only; posix_get_last_error()
     // keeps the last failure, so only the result counts).
     assert_eq!(sa.get(&format!("t=kill&pid={pid_a}"))[0], true);
+}
+
+#[test]
+fn two_pools_two_users_cannot_reach_each_other() {
+    two_users(true);
+}
+
+#[test]
+fn two_pools_two_users_cannot_reach_each_other_without_chroot() {
+    two_users(false);
 }
 
 /// `rlimit_files`, `rlimit_core`, `process.priority`, `no_new_privs`

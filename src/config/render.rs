@@ -326,6 +326,14 @@ mod tests {
         let main =
             "[global]\npid = \"fpmd.pid\"\nlog_level = \"warning\"\ninclude = \"pool.d/*.toml\"\n";
         let extra = "listen.allowed_clients = \"127.0.0.1\"\nenv.\"odd name\" = \"quote \\\" and backslash \\\\\"\nphp_value.\"session.save_path\" = \"/tmp\"\nphp_flag.display_errors = \"on\"\nphp_admin_value.memory_limit = \"1G\"\npm.max_requests = 9\naccess.log = \"log/a.access.log\"\naccess.format = \"%{mili}d \\\"%r\\\" %{%H:%M}t\"\n";
+        // The isolation keys too (chroot only where fpmd would be root).
+        let chroot = if nix::unistd::geteuid().is_root() {
+            "chroot = \"/usr\"\n"
+        } else {
+            ""
+        };
+        let extra = format!("{extra}{chroot}rlimit_files = 1024\nrlimit_core = \"unlimited\"\nprocess.priority = 3\nprocess.dumpable = true\nlandlock.read = [\"/bin\"]\nlandlock.write = []\n");
+        let extra = extra.as_str();
         let (dir, c) = load_ok(
             main,
             &[

@@ -540,3 +540,32 @@ fn failing_sandbox_step_is_logged_with_its_name() {
     assert!(line.contains("pool=www"), "{line}");
     assert!(fpmd.workers().iter().all(|p| !first.contains(p)));
 }
+
+/// `fpmd` and `fpmd -t` refuse bad isolation keys with exit 78 and a
+/// message naming the file, the line and the key.
+#[test]
+fn bad_isolation_keys_are_refused_with_file_line_key() {
+    use crate::config_errors::invalid_pool_key;
+    invalid_pool_key(
+        "chroot",
+        "\"srv/site\"",
+        &["chroot must be an absolute path: srv/site"],
+    );
+    invalid_pool_key(
+        "chroot",
+        "\"/nonexistent/site\"",
+        &["chroot directory does not exist or is not a directory: /nonexistent/site"],
+    );
+    invalid_pool_key("process.priority", "-20", &["must be between -19 and 20"]);
+    invalid_pool_key(
+        "rlimit_core",
+        "\"big\"",
+        &["expected a number or \"unlimited\""],
+    );
+    invalid_pool_key("rlimit_files", "0", &["rlimit_files must be at least 1"]);
+    invalid_pool_key(
+        "landlock.write",
+        "[\"tmp\"]",
+        &["landlock.write paths must be absolute"],
+    );
+}

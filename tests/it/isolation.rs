@@ -384,9 +384,92 @@ fn attr<'a>(tag: &'a str, name: &str) -> Option<&'a str> {
     Some(&tag[start..start + len])
 }
 
+/// The hidden fields of the form whose tag has `id="FORM_ID"` in `html`.
+fn hidden_fields(html: &str, form_id: &str) -> Vec<(String, String)> {
+    let at = html.find(&format!("id=\"{form_id}\"")).unwrap_or_else(|| {
+        panic!(
+            "no form {form_id}: {}",
+            html.chars().take(3000).collect::<String>()
+        )
+    });
+    let end = html[at..].find("</form>").map_or(html.len(), |e| at + e);
+    let mut fields = Vec::new();
+    for tag in html[at..end].split("<input").skip(1) {
+        let tag = &tag[..tag.find('>').unwrap_or(tag.len())];
+        if attr(tag, "type") == Some("hidden") {
+            if let (Some(n), Some(v)) = (attr(tag, "name"), attr(tag, "value")) {
+                fields.push((n.to_string(), v.replace("&amp;", "&")));
+            }
+        }
+    }
+    fields
+}
+
+/// A browser's minimum: a cookie jar, no redirect followed (so that every
+/// Set-Cookie is seen).
+struct Browser {
+    agent: ureq::Agent,
+    cookies: BTreeMap<String, String>,
+}
+
+impl Browser {
+    fn new() -> Browser {
+        Browser {
+            agent: ureq::AgentBuilder::new()
+                .redirects(0)
+                .timeout(Duration::from_secs(120))
+                .build(),
+            cookies: BTreeMap::new(),
+        }
+    }
+
+    fn cookie_header(&self) -> String {
+        self.cookies
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    /// (status, body) of GET `url` (`form` empty) or POST `form`.
+    fn send(&mut self, url: &str, form: &[(String, String)]) -> (u16, String) {
+        let req = if form.is_empty() {
+            self.agent.get(url)
+        } else {
+            self.agent.post(url)
+        }
+        .set("Cookie", &self.cookie_header());
+        let r = if form.is_empty() {
+            req.call()
+        } else {
+            let f: Vec<(&str, &str)> = form.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+            req.send_form(&f)
+        };
+        let r = match r {
+            Ok(r) => r,
+            Err(ureq::Error::Status(_, r)) => r,
+            Err(e) => panic!("{url}: {e}"),
+        };
+        for c in r.all("set-cookie") {
+            let pair = c.split(';').next().unwrap();
+            if let Some((k, v)) = pair.split_once('=') {
+                if v == "deleted" || v.is_empty() {
+                    self.cookies.remove(k);
+                } else {
+                    self.cookies.insert(k.to_string(), v.to_string());
+                }
+            }
+        }
+        let status = r.status();
+        (status, r.into_string().unwrap_or_default())
+    }
+}
+
 /// Debian's DokuWiki, copied into a site directory (symlinks resolved,
-/// its configuration in `conf/`, its data in `data/`), runs chrooted and
-/// saves a page.
+/// its configuration in `conf/`, its data in `data/`), runs chrooted: a
+/// user logs in (a PHP session in the chroot's private `/tmp`), opens the
+/// editor and saves a page with the form's sectok; the page's text file
+/// appears in the site's `data/pages`.
 #[test]
 fn dokuwiki_chrooted_saves_a_page() {
     require_dokuwiki();
@@ -404,8 +487,11 @@ fn dokuwiki_chrooted_saves_a_page() {
     cp(DOKUWIKI_ROOT, &site);
     cp("/etc/dokuwiki", &site.join("conf"));
     cp("/var/lib/dokuwiki/data", &site.join("data"));
+    assert!(site.join("lib").is_dir(), "DokuWiki has a top-level lib/");
+    assert!(!site.join("tmp").exists(), "the private /tmp is used");
     // Paths as the chrooted wiki sees them: its configuration in /conf,
-    // its data in /data; anyone may edit.
+    // its data in /data. One user, in group "user" (Debian's ACL lets it
+    // edit); password "s3cret" (bcrypt).
     let preload = site.join("inc/preload.php");
     let text = std::fs::read_to_string(&preload).unwrap();
     std::fs::write(
@@ -415,8 +501,13 @@ fn dokuwiki_chrooted_saves_a_page() {
     )
     .unwrap();
     let mut local = std::fs::read_to_string(site.join("conf/local.php")).unwrap();
-    local.push_str("\n$conf['savedir'] = '/data';\n$conf['useacl'] = 0;\n");
+    local.push_str("\n$conf['savedir'] = '/data';\n");
     std::fs::write(site.join("conf/local.php"), local).unwrap();
+    std::fs::write(
+        site.join("conf/users.auth.php"),
+        "fpmd:$2y$10$3vkjGEFDtAMPoTOBpXtul.FWMfPcbcCTVims7K9qxJMxy/12rfEEa:FPMD Test:fpmd@example.com:user\n",
+    )
+    .unwrap();
     let st = std::process::Command::new("chown")
         .args(["-R", "www-data:www-data"])
         .arg(site.join("data"))
@@ -424,7 +515,6 @@ fn dokuwiki_chrooted_saves_a_page() {
         .status()
         .unwrap();
     assert!(st.success());
-    assert!(site.join("lib").is_dir(), "DokuWiki has a top-level lib/");
 
     let pool = Pool::www()
         .user("www-data", "www-data")
@@ -440,75 +530,62 @@ fn dokuwiki_chrooted_saves_a_page() {
             .chroot(&site)
             .upstream(fpmd.upstream(0)),
     );
+    let mut b = Browser::new();
 
-    let page = "fpmd_chroot_test";
-    let edit = get(&nginx.url(&format!("/doku.php?id={page}&do=edit")));
-    let html = edit.text();
+    // Log in.
+    let (status, html) = b.send(&nginx.url("/doku.php?id=start&do=login"), &[]);
     assert_eq!(
-        edit.status,
+        status,
         200,
         "{}",
         html.chars().take(2000).collect::<String>()
     );
-    let form_at = html.find("id=\"dw__editform\"").unwrap_or_else(|| {
-        panic!(
-            "no edit form: {}",
-            html.chars().take(3000).collect::<String>()
-        )
-    });
-    let form = &html[form_at
-        ..html[form_at..]
-            .find("</form>")
-            .map_or(html.len(), |e| form_at + e)];
-    let mut fields: Vec<(String, String)> = Vec::new();
-    for tag in form.split("<input").skip(1) {
-        let tag = &tag[..tag.find('>').unwrap_or(tag.len())];
-        if attr(tag, "type") == Some("hidden") {
-            if let (Some(n), Some(v)) = (attr(tag, "name"), attr(tag, "value")) {
-                fields.push((n.to_string(), v.replace("&amp;", "&")));
-            }
-        }
+    let mut login = hidden_fields(&html, "dw__login");
+    login.retain(|(n, _)| n != "do");
+    for (n, v) in [("u", "fpmd"), ("p", "s3cret"), ("do", "login")] {
+        login.push((n.into(), v.into()));
     }
-    // The sectok is sent back as the form has it (empty for an anonymous
-    // editor: DokuWiki checks it only for a logged-in user).
+    let (status, html) = b.send(&nginx.url("/doku.php?id=start&do=login"), &login);
+    assert!(status < 400, "login answered {status}: {html}");
+    let (_, html) = b.send(&nginx.url("/doku.php?id=start"), &[]);
     assert!(
-        fields.iter().any(|(n, _)| n == "sectok"),
-        "no sectok in {form}"
+        html.contains("FPMD Test"),
+        "not logged in: {}",
+        html.chars().take(3000).collect::<String>()
+    );
+
+    // Edit and save, with the form's sectok.
+    let page = "fpmd_chroot_test";
+    let (status, html) = b.send(&nginx.url(&format!("/doku.php?id={page}&do=edit")), &[]);
+    assert_eq!(
+        status,
+        200,
+        "{}",
+        html.chars().take(2000).collect::<String>()
+    );
+    let mut fields = hidden_fields(&html, "dw__editform");
+    assert!(
+        fields.iter().any(|(n, v)| n == "sectok" && !v.is_empty()),
+        "no sectok in the edit form: {fields:?}"
     );
     let body = "Saved by a chrooted DokuWiki under fpmd.";
     fields.retain(|(n, _)| n != "do");
     fields.push(("wikitext".into(), body.into()));
     fields.push(("summary".into(), "fpmd test".into()));
     fields.push(("do[save]".into(), "1".into()));
-    let cookie = edit
-        .headers_all("set-cookie")
-        .iter()
-        .map(|c| c.split(';').next().unwrap().to_string())
-        .collect::<Vec<_>>()
-        .join("; ");
-    let form_ref: Vec<(&str, &str)> = fields
-        .iter()
-        .map(|(n, v)| (n.as_str(), v.as_str()))
-        .collect();
-    let status = match crate::harness::http::agent()
-        .post(&nginx.url("/doku.php"))
-        .set("Cookie", &cookie)
-        .send_form(&form_ref)
-    {
-        Ok(r) => r.status(),
-        Err(ureq::Error::Status(code, _)) => code,
-        Err(e) => panic!("POST /doku.php: {e}"),
-    };
-    assert!(status < 400, "save answered {status}");
+    let (status, html) = b.send(&nginx.url("/doku.php"), &fields);
+    assert!(status < 400, "save answered {status}: {html}");
     let saved = site.join(format!("data/pages/{page}.txt"));
     wait_for(Duration::from_secs(30), "the saved page", || {
         saved.is_file()
     });
     assert_eq!(std::fs::read_to_string(&saved).unwrap().trim(), body);
-    // And the wiki shows it.
-    let shown = get(&nginx.url(&format!("/doku.php?id={page}")));
-    assert_eq!(shown.status, 200);
-    assert!(shown.text().contains(body), "{}", shown.text());
+    // The wiki shows it; the session lives in the pool's private /tmp, not
+    // in the site.
+    let (status, html) = b.send(&nginx.url(&format!("/doku.php?id={page}")), &[]);
+    assert_eq!(status, 200);
+    assert!(html.contains(body), "{html}");
+    assert!(!site.join("tmp").exists());
 }
 
 /// A sandbox step that fails in the child stops that spawn with the step,

@@ -552,6 +552,11 @@ pub fn prepare(
                 std::fs::create_dir_all(&private_tmp)?;
                 use std::os::unix::fs::PermissionsExt;
                 std::fs::set_permissions(&private_tmp, std::fs::Permissions::from_mode(0o1770))?;
+            }
+            // Owned by the pool's user, also after a reload changed it.
+            use std::os::unix::fs::MetadataExt;
+            let md = std::fs::metadata(&private_tmp)?;
+            if (md.uid(), md.gid()) != (uid, gid) {
                 std::os::unix::fs::chown(&private_tmp, Some(uid), Some(gid))?;
             }
             let entries = read_site(site)

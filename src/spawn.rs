@@ -1,7 +1,9 @@
 //! Starting php-cgi children: the one seam every spawn strategy goes through.
 //!
 //! Owns: the spawner thread, the fork/exec of php-cgi and the per-child
-//! private listening socket that becomes the child's fd 0. Its fd 1 and
+//! private listening socket that becomes the child's fd 0. What runs
+//! between fork and exec (chroot, limits, credentials, Landlock) follows
+//! the order written at the top of [`crate::sandbox`]. Its fd 1 and
 //! fd 2 come from [`crate::output::open`]. Must not touch: dispatch state,
 //! FastCGI, what becomes of the children's output (`crate::output`), or the
 //! decision of when to spawn (the supervisor decides; this module only

@@ -60,3 +60,37 @@ pub fn child_spec(config: &PoolConfig, endpoint: PathBuf) -> ChildSpec {
 pub fn template(config: &PoolConfig) -> ChildSpec {
     child_spec(config, PathBuf::new())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Landlock;
+
+    #[test]
+    fn every_isolation_key_changes_the_template() {
+        let base = crate::pool::tests::test_config();
+        let changes: [fn(&mut PoolConfig); 7] = [
+            |p| p.isolation.chroot = Some("/srv/site".into()),
+            |p| p.isolation.rlimit_files = Some(4096),
+            |p| p.isolation.rlimit_core = Some(0),
+            |p| p.isolation.process_priority = Some(5),
+            |p| p.isolation.process_dumpable = true,
+            |p| p.isolation.no_new_privs = false,
+            |p| {
+                p.isolation.landlock = Some(Landlock {
+                    read: vec!["/srv".into()],
+                    write: vec![],
+                })
+            },
+        ];
+        for (i, change) in changes.iter().enumerate() {
+            let mut new = base.clone();
+            change(&mut new);
+            assert_ne!(template(&base), template(&new), "change {i}");
+        }
+        assert_eq!(template(&base), template(&base.clone()));
+        let spec = child_spec(&base, "/run/x.sock".into());
+        assert_eq!(spec.sandbox.cwd, base.chdir);
+        assert!(spec.sandbox.no_new_privs, "no_new_privs is on by default");
+    }
+}

@@ -646,3 +646,49 @@ fn bad_isolation_keys_are_refused_with_file_line_key() {
         &["landlock.write paths must be absolute"],
     );
 }
+
+/// The nice value of process `pid` (field 19 of /proc/PID/stat).
+fn nice_of(pid: i32) -> i64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after_comm = &stat[stat.rfind(')').unwrap() + 2..];
+    after_comm
+        .split_whitespace()
+        .nth(16)
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// A reload that changes an isolation key starts a new generation of
+/// chrooted children that has it, and the pool keeps serving from the
+/// chroot.
+#[test]
+fn reload_changing_process_priority_of_a_chrooted_pool() {
+    let dir = TestDir::new();
+    let site = make_site(dir.path(), "site", ids("www-data"), 0o755);
+    let pool = chroot_pool("www", ("www-data", "www-data"), &site);
+    let mut fpmd = Fpmd::start(&dir, FpmdConfig::new().pool(pool.clone()));
+    let s = start_nginx(&dir, &fpmd, 0, &site);
+    assert_eq!(s.get("t=where")[0], "/index.php");
+    let old = fpmd.wait_workers(2, Duration::from_secs(60));
+    // Inherited from fpmd (which may itself run under `nice`).
+    let inherited = nice_of(fpmd.pid());
+    assert!(old.iter().all(|p| nice_of(*p) == inherited));
+    let wanted = if inherited == 15 { 16 } else { 15 };
+
+    fpmd.rewrite(&FpmdConfig::new().pool(pool.line(format!("process.priority = {wanted}"))));
+    fpmd.reload_ok();
+    let mut new = Vec::new();
+    wait_for(
+        Duration::from_secs(60),
+        "children of the new generation",
+        || {
+            new = fpmd.workers();
+            new.len() == 2 && new.iter().all(|p| !old.contains(p))
+        },
+    );
+    assert!(new.iter().all(|p| nice_of(*p) == wanted), "{new:?}");
+    let w = s.get("t=where");
+    assert_eq!(w[0], "/index.php", "{w}");
+    assert!(new.contains(&(s.get("t=pid").as_i64().unwrap() as i32)));
+}

@@ -30,6 +30,7 @@ pub mod proc_events;
 pub mod procfs;
 pub mod proxy;
 pub mod reap;
+pub mod sandbox;
 pub mod spawn;
 pub mod systemd;
 pub mod upgrade;

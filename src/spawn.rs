@@ -1,7 +1,9 @@
 //! Starting php-cgi children: the one seam every spawn strategy goes through.
 //!
 //! Owns: the spawner thread, the fork/exec of php-cgi and the per-child
-//! private listening socket that becomes the child's fd 0. Its fd 1 and
+//! private listening socket that becomes the child's fd 0. What runs
+//! between fork and exec (chroot, limits, credentials, Landlock) follows
+//! the order written at the top of [`crate::sandbox`]. Its fd 1 and
 //! fd 2 come from [`crate::output::open`]. Must not touch: dispatch state,
 //! FastCGI, what becomes of the children's output (`crate::output`), or the
 //! decision of when to spawn (the supervisor decides; this module only
@@ -23,6 +25,7 @@ use nix::unistd::{Gid, Uid};
 use tokio::sync::oneshot;
 
 use crate::reap::{Exit, Reaper};
+use crate::sandbox::SandboxPlan;
 
 /// Everything needed to start one php-cgi child, built before the fork so
 /// that only async-signal-safe calls run between fork and exec.
@@ -34,8 +37,9 @@ pub struct ChildSpec {
     pub args: Vec<String>,
     /// The complete environment of the child (nothing else is inherited).
     pub env: Vec<(OsString, OsString)>,
-    /// Working directory of the child (`chdir`).
-    pub cwd: PathBuf,
+    /// How the child is confined, its working directory included
+    /// (`chroot`, `chdir`, limits; see [`crate::sandbox`]).
+    pub sandbox: SandboxPlan,
     /// Credentials the child drops to before exec.
     pub uid: u32,
     pub gid: u32,
@@ -138,11 +142,23 @@ fn spawn_child(spec: &ChildSpec) -> io::Result<Spawned> {
     let listener = bind_endpoint(spec)?;
     let (stdio, output) = crate::output::open(spec.catch_workers_output)?;
 
-    let mut cmd = Command::new(&spec.program);
-    cmd.args(&spec.args)
+    // In a chroot the binary is exec'd by its canonical path, the one the
+    // new root has (Debian's /usr/bin/php-cgi is a symlink through
+    // /etc/alternatives, which the root has not).
+    let program = match spec.sandbox.root {
+        Some(_) => std::fs::canonicalize(&spec.program)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", spec.program.display())))?,
+        None => spec.program.clone(),
+    };
+    let runtime_dir = spec.endpoint.parent().unwrap_or(std::path::Path::new("/"));
+    let (sandbox, report) =
+        crate::sandbox::prepare(&spec.sandbox, &program, runtime_dir, spec.uid, spec.gid)?;
+
+    let mut cmd = Command::new(&program);
+    cmd.arg0(&spec.program)
+        .args(&spec.args)
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .current_dir(&spec.cwd)
         .stdin(Stdio::from(listener))
         .stdout(Stdio::from(stdio.stdout))
         .stderr(Stdio::from(stdio.stderr))
@@ -169,10 +185,14 @@ fn spawn_child(spec: &ChildSpec) -> io::Result<Spawned> {
         })
         .collect::<io::Result<_>>()?;
     // SAFETY: the closure runs in the forked child before exec; it only makes
-    // async-signal-safe system calls (write, setgroups, setgid, setuid,
-    // prctl, getppid) on data prepared before the fork, and allocates nothing.
+    // async-signal-safe system calls (those of `Prepared::apply`, write,
+    // setgroups, setgid, setuid, prctl, getppid) on data prepared before the
+    // fork, and allocates nothing. The order is the one written at the top
+    // of `crate::sandbox`.
     unsafe {
         cmd.pre_exec(move || {
+            // Limits, chroot (mount namespace, pivot_root), chdir.
+            sandbox.apply()?;
             // Join the pool's cgroup (pid 0: the writer, in v1 and v2)
             // while still root, before the credentials change.
             for fd in &cgroup_procs {
@@ -180,6 +200,7 @@ fn spawn_child(spec: &ChildSpec) -> io::Result<Spawned> {
                     return Err(io::Error::last_os_error());
                 }
             }
+            sandbox.apply_priority()?;
             if switch_user {
                 if Uid::effective().is_root() {
                     nix::unistd::setgroups(&groups)?;
@@ -187,6 +208,8 @@ fn spawn_child(spec: &ChildSpec) -> io::Result<Spawned> {
                 nix::unistd::setgid(gid)?;
                 nix::unistd::setuid(uid)?;
             }
+            // Dumpable, no_new_privs, Landlock: after the credential change.
+            sandbox.apply_unprivileged()?;
             // After the credential change, which clears it.
             if libc::prctl(libc::PR_SET_PDEATHSIG, death_signal, 0, 0, 0) != 0 {
                 return Err(io::Error::last_os_error());
@@ -198,13 +221,28 @@ fn spawn_child(spec: &ChildSpec) -> io::Result<Spawned> {
             Ok(())
         });
     }
-    let child = cmd
-        .spawn()
-        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", spec.program.display())))?;
-    // `cmd` (and with it our copies of the listening socket and of the pipe's
-    // write end) is dropped here: the child's death must close its socket.
-    let pid = child.id() as i32;
+    let spawned = cmd.spawn();
+    // `cmd` (and with it our copies of the listening socket, of the pipe's
+    // write end and of the sandbox's report pipe) is dropped here: the
+    // child's death must close its socket.
     drop(cmd);
+    let child = spawned.map_err(|e| {
+        // A failing sandbox step wrote its name to the report pipe.
+        let mut step = String::new();
+        let _ = std::io::Read::read_to_string(&mut std::fs::File::from(report), &mut step);
+        if step.is_empty() {
+            io::Error::new(e.kind(), format!("{}: {e}", spec.program.display()))
+        } else {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "{}: sandbox step failed: {step} ({e})",
+                    spec.program.display()
+                ),
+            )
+        }
+    })?;
+    let pid = child.id() as i32;
     // The reaper waits for the pid; std's Child is never waited on.
     drop(child);
     Ok(Spawned { pid, output })

@@ -19,8 +19,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::model::{
-    Config, Global, Listen, ListenAddress, LocalEndpoints, LogLevel, LogTarget, PoolConfig,
-    ProcessManager,
+    Config, Global, Isolation, Listen, ListenAddress, LocalEndpoints, LogLevel, LogTarget,
+    PoolConfig, ProcessManager,
 };
 
 /// Everything that differs between two configurations.
@@ -216,6 +216,7 @@ pub fn changed_fields(old: &PoolConfig, new: &PoolConfig) -> Vec<&'static str> {
         pcntl,
         limit_extensions,
         local,
+        isolation,
     } = old;
     let mut out = Vec::new();
     let mut field = |name: &'static str, changed: bool| {
@@ -302,6 +303,23 @@ pub fn changed_fields(old: &PoolConfig, new: &PoolConfig) -> Vec<&'static str> {
     field("pm.status_path", *status_path != new.local.status_path);
     field("ping.path", *ping_path != new.local.ping_path);
     field("ping.response", *ping_response != new.local.ping_response);
+    let Isolation {
+        chroot,
+        rlimit_files,
+        rlimit_core,
+        process_priority,
+        process_dumpable,
+        no_new_privs,
+        landlock,
+    } = isolation;
+    let n = &new.isolation;
+    field("chroot", *chroot != n.chroot);
+    field("rlimit_files", *rlimit_files != n.rlimit_files);
+    field("rlimit_core", *rlimit_core != n.rlimit_core);
+    field("process.priority", *process_priority != n.process_priority);
+    field("process.dumpable", *process_dumpable != n.process_dumpable);
+    field("no_new_privs", *no_new_privs != n.no_new_privs);
+    field("landlock", *landlock != n.landlock);
     out
 }
 
@@ -442,6 +460,7 @@ mod tests {
             pcntl: false,
             limit_extensions: vec![".php".into(), ".phar".into()],
             local: Default::default(),
+            isolation: Default::default(),
         }
     }
 
@@ -556,6 +575,20 @@ mod tests {
             ("security.limit_extensions", |p| {
                 p.limit_extensions = vec![".php".into()]
             }),
+            ("chroot", |p| p.isolation.chroot = Some("/srv/a".into())),
+            ("rlimit_files", |p| p.isolation.rlimit_files = Some(4096)),
+            ("rlimit_core", |p| p.isolation.rlimit_core = Some(u64::MAX)),
+            ("process.priority", |p| {
+                p.isolation.process_priority = Some(5)
+            }),
+            ("process.dumpable", |p| p.isolation.process_dumpable = true),
+            ("no_new_privs", |p| p.isolation.no_new_privs = false),
+            ("landlock", |p| {
+                p.isolation.landlock = Some(crate::config::Landlock {
+                    read: vec!["/srv".into()],
+                    write: vec![],
+                })
+            }),
         ]
     }
 
@@ -595,6 +628,13 @@ mod tests {
             "cgroup.cpu_weight",
             "security.pcntl",
             "security.limit_extensions",
+            "chroot",
+            "rlimit_files",
+            "rlimit_core",
+            "process.priority",
+            "process.dumpable",
+            "no_new_privs",
+            "landlock",
         ];
         let covered: BTreeSet<_> = one_field_changes().iter().map(|(f, _)| *f).collect();
         assert_eq!(covered, all.into_iter().collect(), "one change per field");

@@ -63,8 +63,9 @@ pub use diff::{
     PoolChange,
 };
 pub use model::{
-    Config, Credentials, Global, Listen, ListenAddress, LocalEndpoints, LogLevel, LogTarget,
-    PmMode, PoolConfig, ProcessManager, Sources, Spawn, DEFAULT_LIMIT_EXTENSIONS,
+    Config, Credentials, Global, Isolation, Landlock, Listen, ListenAddress, LocalEndpoints,
+    LogLevel, LogTarget, PmMode, PoolConfig, ProcessManager, Sources, Spawn,
+    DEFAULT_LIMIT_EXTENSIONS,
 };
 pub use raw::{ByteSize, Duration};
 
@@ -392,6 +393,7 @@ php_admin_flag.log_errors = true
                 ping_response: "pong".into(),
                 ..Default::default()
             },
+            isolation: Default::default(),
         };
         assert_eq!(bbb, &expected);
         assert!(bbb.user.groups.contains(&gid));

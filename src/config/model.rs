@@ -220,6 +220,65 @@ pub struct PoolConfig {
     /// What fpmd answers itself, without a child: the status page and
     /// ping.
     pub local: LocalEndpoints,
+    /// How the children are confined: `chroot`, resource limits,
+    /// priority, `no_new_privs`, Landlock (see [`crate::sandbox`]).
+    pub isolation: Isolation,
+}
+
+/// A pool's confinement keys. Every one of them is applied in the child
+/// between fork and exec, so a change needs a new generation of children.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Isolation {
+    /// `chroot`: absolute host directory (the site's directory) that
+    /// becomes `/` for the children, in a private mount namespace with
+    /// PHP's runtime mounted read-only (see [`crate::sandbox`]); `chdir`
+    /// is then inside it. Needs fpmd to run as root. php-fpm: `chroot`.
+    pub chroot: Option<PathBuf>,
+    /// `rlimit_files`: `RLIMIT_NOFILE` (soft and hard) of the children, in
+    /// file descriptors; `None`: inherited. php-fpm: same.
+    pub rlimit_files: Option<u64>,
+    /// `rlimit_core`: `RLIMIT_CORE` (soft and hard) in bytes;
+    /// `Some(u64::MAX)` is `"unlimited"`; `None`: inherited. php-fpm: same.
+    pub rlimit_core: Option<u64>,
+    /// `process.priority`: the children's nice value (-19 … 20,
+    /// `setpriority(PRIO_PROCESS)`); `None`: inherited. php-fpm: same.
+    pub process_priority: Option<i32>,
+    /// `process.dumpable`: `prctl(PR_SET_DUMPABLE, 1)` in the child.
+    /// Default `false`. php-fpm: same (see `crate::sandbox` for what
+    /// `execve` does to the flag).
+    pub process_dumpable: bool,
+    /// `no_new_privs` (fpmd only): `prctl(PR_SET_NO_NEW_PRIVS, 1)`, so
+    /// that no setuid binary or file capability raises a script's
+    /// privileges. Default `true`.
+    pub no_new_privs: bool,
+    /// `landlock.read`, `landlock.write` (fpmd only): with either set, the
+    /// children may read (`read`) or read and write (`write`) only below
+    /// these paths (inside the chroot when there is one), plus PHP's
+    /// runtime (read-only); `None`: no Landlock ruleset.
+    pub landlock: Option<Landlock>,
+}
+
+impl Default for Isolation {
+    fn default() -> Isolation {
+        Isolation {
+            chroot: None,
+            rlimit_files: None,
+            rlimit_core: None,
+            process_priority: None,
+            process_dumpable: false,
+            no_new_privs: true,
+            landlock: None,
+        }
+    }
+}
+
+/// A pool's Landlock paths: absolute, as the children see them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Landlock {
+    /// `landlock.read`: read and execute below these paths.
+    pub read: Vec<PathBuf>,
+    /// `landlock.write`: read, write, create, remove below these paths.
+    pub write: Vec<PathBuf>,
 }
 
 /// The pool's status page and ping, answered by fpmd (php-fpm answers

@@ -191,10 +191,14 @@ pub(super) struct RawPool {
     pub(super) catch_workers_output: Option<bool>,
     pub(super) decorate_workers_output: Option<bool>,
     pub(super) graceful_timeout: Option<Duration>,
-    // Known but not supported yet (keys::Status::NotYet): type-checked
-    // here, refused by validation when the document sets them.
-    #[allow(dead_code)]
     pub(super) chroot: Option<String>,
+    pub(super) rlimit_files: Option<u64>,
+    pub(super) rlimit_core: Option<Rlimit>,
+    #[serde(default)]
+    pub(super) process: RawProcess,
+    pub(super) no_new_privs: Option<bool>,
+    #[serde(default)]
+    pub(super) landlock: RawLandlock,
     #[serde(default)]
     pub(super) ping: RawPing,
     #[serde(default)]
@@ -239,6 +243,52 @@ pub(super) struct RawPm {
     pub(super) process_idle_timeout: Option<Duration>,
     pub(super) status_path: Option<String>,
     pub(super) status_listen: Option<RawAddress>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawProcess {
+    pub(super) priority: Option<i64>,
+    pub(super) dumpable: Option<bool>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLandlock {
+    pub(super) read: Option<StrList>,
+    pub(super) write: Option<StrList>,
+}
+
+/// A resource limit: a number or `"unlimited"` (`u64::MAX`, as php-fpm's
+/// `rlimit_core = unlimited`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Rlimit(pub(super) u64);
+
+impl<'de> Deserialize<'de> for Rlimit {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl de::Visitor<'_> for V {
+            type Value = Rlimit;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a number or \"unlimited\"")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Rlimit, E> {
+                match s {
+                    "unlimited" => Ok(Rlimit(u64::MAX)),
+                    _ => Err(E::invalid_value(de::Unexpected::Str(s), &self)),
+                }
+            }
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<Rlimit, E> {
+                Ok(Rlimit(n))
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<Rlimit, E> {
+                u64::try_from(n)
+                    .map(Rlimit)
+                    .map_err(|_| E::invalid_value(de::Unexpected::Signed(n), &self))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 #[derive(Deserialize, Default)]

@@ -120,10 +120,53 @@ impl PoolConfig {
             }
             None => out.push_str("# listen.allowed_clients: any\n"),
         }
+        let iso = &self.isolation;
+        match &iso.chroot {
+            Some(p) => out.push_str(&format!("chroot = {}\n", toml_str(&p.to_string_lossy()))),
+            None => out.push_str("# chroot: none\n"),
+        }
         out.push_str(&format!(
-            "chdir = {}\n",
-            toml_str(&self.chdir.to_string_lossy())
+            "chdir = {}{}\n",
+            toml_str(&self.chdir.to_string_lossy()),
+            if iso.chroot.is_some() {
+                " # inside the chroot"
+            } else {
+                ""
+            }
         ));
+        match iso.rlimit_files {
+            Some(n) => out.push_str(&format!("rlimit_files = {n}\n")),
+            None => out.push_str("# rlimit_files: inherited from fpmd\n"),
+        }
+        match iso.rlimit_core {
+            Some(u64::MAX) => out.push_str("rlimit_core = \"unlimited\"\n"),
+            Some(n) => out.push_str(&format!("rlimit_core = {n} # bytes\n")),
+            None => out.push_str("# rlimit_core: inherited from fpmd\n"),
+        }
+        match iso.process_priority {
+            Some(n) => out.push_str(&format!("process.priority = {n}\n")),
+            None => out.push_str("# process.priority: inherited from fpmd\n"),
+        }
+        out.push_str(&format!(
+            "process.dumpable = {}\nno_new_privs = {}\n",
+            iso.process_dumpable, iso.no_new_privs
+        ));
+        match &iso.landlock {
+            Some(l) => {
+                let list = |v: &[std::path::PathBuf]| {
+                    v.iter()
+                        .map(|p| toml_str(&p.to_string_lossy()))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                out.push_str(&format!(
+                    "landlock.read = [{}]\nlandlock.write = [{}]\n",
+                    list(&l.read),
+                    list(&l.write)
+                ));
+            }
+            None => out.push_str("# landlock: none\n"),
+        }
         out.push_str(&format!("clear_env = {}\n", self.clear_env));
         out.push_str(&format!("pm.mode = {}\n", toml_str(self.pm.mode.as_str())));
         match self.pm.mode {
@@ -306,6 +349,14 @@ mod tests {
         let main =
             "[global]\npid = \"fpmd.pid\"\nlog_level = \"warning\"\ninclude = \"pool.d/*.toml\"\n";
         let extra = "listen.allowed_clients = \"127.0.0.1\"\nenv.\"odd name\" = \"quote \\\" and backslash \\\\\"\nphp_value.\"session.save_path\" = \"/tmp\"\nphp_flag.display_errors = \"on\"\nphp_admin_value.memory_limit = \"1G\"\npm.max_requests = 9\naccess.log = \"log/a.access.log\"\naccess.format = \"%{mili}d \\\"%r\\\" %{%H:%M}t\"\n";
+        // The isolation keys too (chroot only where fpmd would be root).
+        let chroot = if nix::unistd::geteuid().is_root() {
+            "chroot = \"/usr\"\n"
+        } else {
+            ""
+        };
+        let extra = format!("{extra}{chroot}rlimit_files = 1024\nrlimit_core = \"unlimited\"\nprocess.priority = 3\nprocess.dumpable = true\nlandlock.read = [\"/bin\"]\nlandlock.write = []\n");
+        let extra = extra.as_str();
         let (dir, c) = load_ok(
             main,
             &[

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use super::keys;
 use super::model::{
-    Global, Listen, ListenAddress, LocalEndpoints, LogLevel, LogTarget, PmMode, PoolConfig,
-    ProcessManager, Spawn,
+    Global, Isolation, Landlock, Listen, ListenAddress, LocalEndpoints, LogLevel, LogTarget,
+    PmMode, PoolConfig, ProcessManager, Spawn,
 };
 use super::raw::{
     AllowedClients, ByteSize, Duration, EnvValue, IniScalar, IniTable, RawAddress, RawGlobal,
@@ -328,6 +328,70 @@ pub(super) fn validate_pool(
     let php_cgi = resolve_php_cgi(raw.php_cgi.as_deref(), &src.dir, path_env)
         .map_err(|m| ctx.err(&["php_cgi"], m))?;
 
+    // chroot, then chdir inside it (php-fpm's fpm_conf.c: both must start
+    // with '/', and chroot + chdir must be a directory).
+    let chroot = match raw.chroot.as_deref() {
+        None | Some("") => None,
+        Some(p) => {
+            let root = PathBuf::from(p);
+            if !root.is_absolute() {
+                return Err(ctx.err(&["chroot"], format!("chroot must be an absolute path: {p}")));
+            }
+            if !root.is_dir() {
+                return Err(ctx.err(
+                    &["chroot"],
+                    format!("chroot directory does not exist or is not a directory: {p}"),
+                ));
+            }
+            let root = normalize(&root);
+            if root == Path::new("/") {
+                return Err(ctx.err(&["chroot"], "chroot = \"/\" is no chroot: remove it"));
+            }
+            if ids.euid != 0 {
+                return Err(ctx.err(
+                    &["chroot"],
+                    "chroot needs fpmd to run as root (mount namespace and chroot(2) need CAP_SYS_ADMIN and CAP_SYS_CHROOT)",
+                ));
+            }
+            Some(root)
+        }
+    };
+    let chdir = PathBuf::from(raw.chdir.as_deref().unwrap_or("/"));
+    if !chdir.is_absolute() {
+        return Err(ctx.err(
+            &["chdir"],
+            format!("chdir must be an absolute path: {}", chdir.display()),
+        ));
+    }
+    let chdir = normalize(&chdir);
+    match &chroot {
+        Some(root) => {
+            let inside = crate::sandbox::host_path(root, &chdir);
+            if !inside.is_dir() {
+                return Err(ctx.err(
+                    &["chdir"],
+                    format!(
+                        "chdir directory {} within the chroot {} ({}) does not exist or is not a directory",
+                        chdir.display(),
+                        root.display(),
+                        inside.display()
+                    ),
+                ));
+            }
+        }
+        None if !chdir.is_dir() => {
+            return Err(ctx.err(
+                &["chdir"],
+                format!(
+                    "chdir directory does not exist or is not a directory: {}",
+                    chdir.display()
+                ),
+            ));
+        }
+        None => {}
+    }
+    let isolation = isolation(&ctx, &raw, chroot, ids)?;
+
     // listen.*
     let l = raw.listen;
     let address = match l.address {
@@ -376,25 +440,6 @@ pub(super) fn validate_pool(
         backlog,
         allowed_clients,
     };
-
-    // chdir
-    let chdir = PathBuf::from(raw.chdir.as_deref().unwrap_or("/"));
-    if !chdir.is_absolute() {
-        return Err(ctx.err(
-            &["chdir"],
-            format!("chdir must be an absolute path: {}", chdir.display()),
-        ));
-    }
-    if !chdir.is_dir() {
-        return Err(ctx.err(
-            &["chdir"],
-            format!(
-                "chdir directory does not exist or is not a directory: {}",
-                chdir.display()
-            ),
-        ));
-    }
-    let chdir = normalize(&chdir);
 
     // env.*
     let mut env = BTreeMap::new();
@@ -467,6 +512,112 @@ pub(super) fn validate_pool(
         pcntl: raw.security.pcntl.unwrap_or(false),
         limit_extensions,
         local,
+        isolation,
+    })
+}
+
+/// `rlimit_*`, `process.*`, `no_new_privs` and `landlock.*`, checked as
+/// php-fpm checks its own (`process.priority` in -19 … 20) plus what the
+/// kernel would refuse at spawn time.
+fn isolation(
+    ctx: &PoolCtx<'_>,
+    raw: &RawPool,
+    chroot: Option<PathBuf>,
+    ids: Ids,
+) -> Result<Isolation, ConfigError> {
+    let rlimit_files = match raw.rlimit_files {
+        None => None,
+        Some(0) => {
+            return Err(ctx.err(
+                &["rlimit_files"],
+                "rlimit_files must be at least 1 (php-cgi could not open its own files)",
+            ))
+        }
+        Some(n) => {
+            // setrlimit(RLIMIT_NOFILE) above fs.nr_open fails even for root.
+            let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
+                .ok()
+                .and_then(|t| t.trim().parse::<u64>().ok());
+            if let Some(max) = nr_open.filter(|max| n > *max) {
+                return Err(ctx.err(
+                    &["rlimit_files"],
+                    format!(
+                        "rlimit_files = {n} is more than the kernel allows (fs.nr_open = {max})"
+                    ),
+                ));
+            }
+            Some(n)
+        }
+    };
+    let rlimit_core = raw.rlimit_core.map(|r| r.0);
+    let process_priority = match raw.process.priority {
+        None => None,
+        Some(n) if !(-19..=20).contains(&n) => {
+            return Err(ctx.err(
+                &["process", "priority"],
+                format!("process.priority must be between -19 and 20, got {n}"),
+            ))
+        }
+        Some(n) if n < 0 && ids.euid != 0 => {
+            return Err(ctx.err(
+                &["process", "priority"],
+                format!("process.priority = {n} (a higher priority) needs fpmd to run as root"),
+            ))
+        }
+        Some(n) => Some(n as i32),
+    };
+    let list =
+        |key: &'static str, l: &Option<super::raw::StrList>| -> Result<Vec<PathBuf>, ConfigError> {
+            let mut out = Vec::new();
+            for p in l.iter().flat_map(|l| l.0.iter()) {
+                let path = PathBuf::from(p);
+                if !path.is_absolute() {
+                    return Err(ctx.err(
+                        &["landlock", key],
+                        format!("landlock.{key} paths must be absolute: {p:?}"),
+                    ));
+                }
+                let path = normalize(&path);
+                let host = match &chroot {
+                    Some(root) => crate::sandbox::host_path(root, &path),
+                    None => path.clone(),
+                };
+                if !host.exists() {
+                    return Err(ctx.err(
+                        &["landlock", key],
+                        format!("landlock.{key} path does not exist: {}", host.display()),
+                    ));
+                }
+                out.push(path);
+            }
+            Ok(out)
+        };
+    let landlock = match (&raw.landlock.read, &raw.landlock.write) {
+        (None, None) => None,
+        (read, write) => {
+            let l = Landlock {
+                read: list("read", read)?,
+                write: list("write", write)?,
+            };
+            let key = if read.is_some() { "read" } else { "write" };
+            crate::sandbox::landlock_supported().map_err(|m| ctx.err(&["landlock", key], m))?;
+            if raw.no_new_privs == Some(false) {
+                return Err(ctx.err(
+                    &["no_new_privs"],
+                    "no_new_privs = false cannot go with landlock.*: an unprivileged process can only enforce a Landlock ruleset with no_new_privs",
+                ));
+            }
+            Some(l)
+        }
+    };
+    Ok(Isolation {
+        chroot,
+        rlimit_files,
+        rlimit_core,
+        process_priority,
+        process_dumpable: raw.process.dumpable.unwrap_or(false),
+        no_new_privs: raw.no_new_privs.unwrap_or(true),
+        landlock,
     })
 }
 
@@ -2013,5 +2164,114 @@ php_admin_flag.display_errors = "off"
         assert!(e.to_string().ends_with("fpmd.toml: no pool defined: add a pool table such as [www] to this file or to a file matched by global.include"));
         let (dir, e) = load_err("", &[]);
         assert_eq!(e.file, dir.path().join("fpmd.toml"));
+    }
+
+    #[test]
+    fn isolation_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let site = dir.path().join("site");
+        std::fs::create_dir_all(site.join("pub")).unwrap();
+        let site_s = site.display().to_string();
+        let as_root = |extra: &str| {
+            let main = write(dir.path(), "fpmd.toml", &pool("www", extra));
+            super::super::load_as(&main, Ids { euid: 0, egid: 0 })
+        };
+        // Defaults: nothing set, no_new_privs on.
+        let c = as_root("").unwrap();
+        assert_eq!(c.pools[0].isolation, Isolation::default());
+        assert!(c.pools[0].isolation.no_new_privs);
+        let text = c.to_toml();
+        assert!(text.contains("# chroot: none\nchdir = \"/\"\n"), "{text}");
+        assert!(
+            text.contains("process.dumpable = false\nno_new_privs = true\n"),
+            "{text}"
+        );
+
+        // Everything set, and rendered so that it loads back the same.
+        let c = as_root(&format!(
+            "chroot = {site_s:?}\nchdir = \"/pub\"\nrlimit_files = 4096\nrlimit_core = \"unlimited\"\nprocess.priority = -5\nprocess.dumpable = true\nlandlock.read = [\"/pub\"]\nlandlock.write = \"/pub\"\n"
+        ))
+        .unwrap();
+        let iso = &c.pools[0].isolation;
+        assert_eq!(iso.chroot.as_deref(), Some(site.as_path()));
+        assert_eq!(c.pools[0].chdir, PathBuf::from("/pub"));
+        assert_eq!(iso.rlimit_files, Some(4096));
+        assert_eq!(iso.rlimit_core, Some(u64::MAX));
+        assert_eq!(iso.process_priority, Some(-5));
+        assert!(iso.process_dumpable);
+        assert_eq!(
+            iso.landlock,
+            Some(Landlock {
+                read: vec!["/pub".into()],
+                write: vec!["/pub".into()]
+            })
+        );
+        let text = c.to_toml();
+        for line in [
+            format!("chroot = {site_s:?}\nchdir = \"/pub\" # inside the chroot\n"),
+            "rlimit_files = 4096\nrlimit_core = \"unlimited\"\nprocess.priority = -5\nprocess.dumpable = true\nno_new_privs = true\nlandlock.read = [\"/pub\"]\nlandlock.write = [\"/pub\"]\n".into(),
+        ] {
+            assert!(text.contains(&line), "{line}\nnot in\n{text}");
+        }
+        assert_eq!(
+            as_root("rlimit_core = 1048576\n").unwrap().pools[0]
+                .isolation
+                .rlimit_core,
+            Some(1 << 20)
+        );
+
+        // Errors name file, line and key.
+        let missing = dir.path().join("missing").display().to_string();
+        for (extra, key, msg) in [
+            ("chroot = \"site\"".to_string(), "chroot", "chroot must be an absolute path: site".to_string()),
+            (format!("chroot = {missing:?}"), "chroot", format!("chroot directory does not exist or is not a directory: {missing}")),
+            ("chroot = \"/\"".into(), "chroot", "chroot = \"/\" is no chroot: remove it".into()),
+            (format!("chroot = {site_s:?}\nchdir = \"/nope\""), "chdir", format!("chdir directory /nope within the chroot {site_s} ({site_s}/nope) does not exist or is not a directory")),
+            ("rlimit_files = 0".into(), "rlimit_files", "rlimit_files must be at least 1 (php-cgi could not open its own files)".into()),
+            ("rlimit_files = 4000000000".into(), "rlimit_files", format!("rlimit_files = 4000000000 is more than the kernel allows (fs.nr_open = {})", std::fs::read_to_string("/proc/sys/fs/nr_open").unwrap().trim())),
+            ("rlimit_core = \"lots\"".into(), "rlimit_core", "invalid value: string \"lots\", expected a number or \"unlimited\"".into()),
+            ("process.priority = 21".into(), "process.priority", "process.priority must be between -19 and 20, got 21".into()),
+            ("process.priority = -20".into(), "process.priority", "process.priority must be between -19 and 20, got -20".into()),
+            ("landlock.read = [\"relative\"]".into(), "landlock.read", "landlock.read paths must be absolute: \"relative\"".into()),
+            (format!("landlock.write = [{missing:?}]"), "landlock.write", format!("landlock.write path does not exist: {missing}")),
+            (format!("chroot = {site_s:?}\nlandlock.read = [\"/other\"]"), "landlock.read", format!("landlock.read path does not exist: {site_s}/other")),
+            ("no_new_privs = false\nlandlock.read = [\"/usr\"]".into(), "no_new_privs", "no_new_privs = false cannot go with landlock.*: an unprivileged process can only enforce a Landlock ruleset with no_new_privs".into()),
+        ] {
+            let e = as_root(&format!("{extra}\n")).expect_err(&extra);
+            assert_eq!(e.key.as_deref(), Some(key), "{e}");
+            assert_eq!(e.message, msg, "{e}");
+            assert_eq!(e.pool.as_deref(), Some("www"), "{e}");
+            let text = std::fs::read_to_string(&e.file).unwrap();
+            let first = key.split('.').next_back().unwrap();
+            let line = text.lines().nth(e.line.unwrap() - 1).unwrap();
+            assert!(line.contains(first), "{e}: line {line:?}");
+        }
+
+        // Not root: chroot and a higher priority are refused.
+        let (uid, gid) = nobody();
+        let as_user = |extra: &str| {
+            let main = write(dir.path(), "user.toml", &pool("www", extra));
+            super::super::load_as(
+                &main,
+                Ids {
+                    euid: uid,
+                    egid: gid,
+                },
+            )
+        };
+        let e = as_user(&format!("chroot = {site_s:?}\n")).unwrap_err();
+        assert_eq!((e.key.as_deref(), e.line), (Some("chroot"), Some(7)));
+        assert_eq!(e.message, "chroot needs fpmd to run as root (mount namespace and chroot(2) need CAP_SYS_ADMIN and CAP_SYS_CHROOT)");
+        let e = as_user("process.priority = -1\n").unwrap_err();
+        assert_eq!(
+            e.message,
+            "process.priority = -1 (a higher priority) needs fpmd to run as root"
+        );
+        assert_eq!(
+            as_user("process.priority = 10\n").unwrap().pools[0]
+                .isolation
+                .process_priority,
+            Some(10)
+        );
     }
 }

@@ -39,7 +39,7 @@ pub fn child_spec(config: &PoolConfig, endpoint: PathBuf) -> ChildSpec {
         program: config.php_cgi.clone(),
         args: config.ini_args(),
         env,
-        cwd: config.chdir.clone(),
+        sandbox: crate::sandbox::SandboxPlan::of(&config.name, &config.isolation, &config.chdir),
         uid: config.user.uid,
         gid: config.user.gid,
         groups: config.user.groups.clone(),
@@ -57,7 +57,42 @@ pub fn child_spec(config: &PoolConfig, endpoint: PathBuf) -> ChildSpec {
 /// children and applies the rest live (pm numbers under exec, timeouts,
 /// logs). Anything else (ini values, environment, user, binary, working
 /// directory, `pm.max_children` under prefork, `pm.spawn`,
-/// `catch_workers_output`) needs a new generation.
+/// `catch_workers_output`, `chroot` and every other key of
+/// [`crate::config::Isolation`]) needs a new generation.
 pub fn template(config: &PoolConfig) -> ChildSpec {
     child_spec(config, PathBuf::new())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Landlock;
+
+    #[test]
+    fn every_isolation_key_changes_the_template() {
+        let base = crate::pool::tests::test_config();
+        let changes: [fn(&mut PoolConfig); 7] = [
+            |p| p.isolation.chroot = Some("/srv/site".into()),
+            |p| p.isolation.rlimit_files = Some(4096),
+            |p| p.isolation.rlimit_core = Some(0),
+            |p| p.isolation.process_priority = Some(5),
+            |p| p.isolation.process_dumpable = true,
+            |p| p.isolation.no_new_privs = false,
+            |p| {
+                p.isolation.landlock = Some(Landlock {
+                    read: vec!["/srv".into()],
+                    write: vec![],
+                })
+            },
+        ];
+        for (i, change) in changes.iter().enumerate() {
+            let mut new = base.clone();
+            change(&mut new);
+            assert_ne!(template(&base), template(&new), "change {i}");
+        }
+        assert_eq!(template(&base), template(&base.clone()));
+        let spec = child_spec(&base, "/run/x.sock".into());
+        assert_eq!(spec.sandbox.cwd, base.chdir);
+        assert!(spec.sandbox.no_new_privs, "no_new_privs is on by default");
+    }
 }

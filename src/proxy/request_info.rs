@@ -72,6 +72,25 @@ impl FileSystem for RealFs {
     }
 }
 
+/// The file system under a pool's `chroot`: absolute paths are inside it
+/// (what the web server sends a chrooted pool, as with php-fpm), looked
+/// up under the host directory. Symlinks are followed on the host side;
+/// php-cgi, which runs inside, decides in the end.
+#[derive(Clone, Copy, Debug)]
+pub struct ChrootFs<'a>(pub &'a std::path::Path);
+
+impl FileSystem for ChrootFs<'_> {
+    fn stat(&self, path: &[u8]) -> Option<FileKind> {
+        use std::os::unix::ffi::OsStrExt;
+        let inside = std::path::Path::new(std::ffi::OsStr::from_bytes(path));
+        if !inside.is_absolute() {
+            return RealFs.stat(path);
+        }
+        let host = crate::sandbox::host_path(self.0, inside);
+        RealFs.stat(host.as_os_str().as_bytes())
+    }
+}
+
 /// An in-memory file tree for tests: absolute paths mapped to kinds,
 /// resolved the way the kernel resolves them (no symlinks): empty and `.`
 /// components are skipped, `..` goes up (and stays at `/`), every component

@@ -21,7 +21,7 @@ use super::field;
 use super::local::Local;
 use super::request::Edit;
 use super::request_info::{
-    for_php_cgi, Action, Edit as InfoEdit, FileKind, FileSystem, RealFs, Var, Vars,
+    for_php_cgi, Action, ChrootFs, Edit as InfoEdit, FileKind, FileSystem, RealFs, Var, Vars,
 };
 use crate::config::PoolConfig;
 
@@ -33,6 +33,9 @@ pub struct Options {
     pub local: crate::config::LocalEndpoints,
     /// `security.limit_extensions`, as bytes; empty: no limit.
     pub limit_extensions: Vec<Box<[u8]>>,
+    /// `chroot`: SCRIPT_FILENAME is a path inside it (as with php-fpm),
+    /// so fpmd looks for the script under it.
+    pub root: Option<std::path::PathBuf>,
 }
 
 impl Default for Options {
@@ -46,6 +49,7 @@ impl Default for Options {
                 .iter()
                 .map(|e| e.as_bytes().into())
                 .collect(),
+            root: None,
         }
     }
 }
@@ -80,6 +84,7 @@ impl Options {
                 .iter()
                 .map(|e| e.as_bytes().into())
                 .collect(),
+            root: config.isolation.chroot.clone(),
         }
     }
 
@@ -228,7 +233,10 @@ pub struct Plan<'a> {
 /// php-fpm's own `realpath`; that `stat` also tells a regular file from a
 /// directory or device (a second `stat` only with `cgi.fix_pathinfo` off).
 pub fn plan<'a>(seen: &'a Seen<'_>, opts: &Options) -> Plan<'a> {
-    plan_in(seen, opts, &RealFs)
+    match &opts.root {
+        None => plan_in(seen, opts, &RealFs),
+        Some(root) => plan_in(seen, opts, &ChrootFs(root)),
+    }
 }
 
 /// [`plan`] over the file system `fs`.

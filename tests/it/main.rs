@@ -15,6 +15,7 @@ mod dokuwiki;
 mod emergency;
 mod fuzz_live;
 mod http;
+mod isolation;
 mod limits;
 mod listen;
 mod metrics;

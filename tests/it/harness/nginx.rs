@@ -40,6 +40,11 @@ pub struct NginxOpts {
     /// $fastcgi_path_info;` (case C17's configuration, the classic upload
     /// hole when combined with `no_try_files`).
     pub split_path_info: bool,
+    /// The pool is chrooted into `root`: SCRIPT_FILENAME is
+    /// `$fastcgi_script_name` and DOCUMENT_ROOT `/`, the paths inside the
+    /// chroot (as php-fpm's `chroot` wants them); nginx still checks the
+    /// script under `root`.
+    pub chroot: bool,
 }
 
 impl NginxOpts {
@@ -58,6 +63,10 @@ impl NginxOpts {
     pub fn root(mut self, root: impl Into<PathBuf>) -> Self {
         self.root = Some(root.into());
         self
+    }
+    pub fn chroot(mut self, root: impl Into<PathBuf>) -> Self {
+        self.chroot = true;
+        self.root(root)
     }
     pub fn dokuwiki(self) -> Self {
         self.root(DOKUWIKI_ROOT)
@@ -247,12 +256,40 @@ fn config(dir: &std::path::Path, port: u16, t: &TestDir, o: &NginxOpts) -> Strin
             writeln!(s, "      fastcgi_param PATH_INFO $fastcgi_path_info;").unwrap();
         }
     }
-    writeln!(s, "      include /etc/nginx/fastcgi_params;").unwrap();
-    writeln!(
-        s,
-        "      fastcgi_param SCRIPT_FILENAME $document_root$fastcgi_script_name;"
-    )
-    .unwrap();
+    if o.chroot {
+        // /etc/nginx/fastcgi_params without DOCUMENT_ROOT (a repeated
+        // fastcgi_param is sent twice).
+        for (k, v) in [
+            ("QUERY_STRING", "$query_string"),
+            ("REQUEST_METHOD", "$request_method"),
+            ("CONTENT_TYPE", "$content_type"),
+            ("CONTENT_LENGTH", "$content_length"),
+            ("SCRIPT_NAME", "$fastcgi_script_name"),
+            ("REQUEST_URI", "$request_uri"),
+            ("DOCUMENT_URI", "$document_uri"),
+            ("DOCUMENT_ROOT", "/"),
+            ("SERVER_PROTOCOL", "$server_protocol"),
+            ("REQUEST_SCHEME", "$scheme"),
+            ("GATEWAY_INTERFACE", "CGI/1.1"),
+            ("SERVER_SOFTWARE", "nginx/$nginx_version"),
+            ("REMOTE_ADDR", "$remote_addr"),
+            ("REMOTE_PORT", "$remote_port"),
+            ("SERVER_ADDR", "$server_addr"),
+            ("SERVER_PORT", "$server_port"),
+            ("SERVER_NAME", "$server_name"),
+            ("REDIRECT_STATUS", "200"),
+            ("SCRIPT_FILENAME", "$fastcgi_script_name"),
+        ] {
+            writeln!(s, "      fastcgi_param {k} {v};").unwrap();
+        }
+    } else {
+        writeln!(s, "      include /etc/nginx/fastcgi_params;").unwrap();
+        writeln!(
+            s,
+            "      fastcgi_param SCRIPT_FILENAME $document_root$fastcgi_script_name;"
+        )
+        .unwrap();
+    }
     writeln!(s, "      fastcgi_pass php;").unwrap();
     writeln!(s, "      fastcgi_read_timeout 120s;").unwrap();
     if o.keepalive {

@@ -518,10 +518,15 @@ fn leak_script_grows_a_child_without_max_memory() {
     );
 }
 
+/// Case C08: static 4 in a 256 MiB cgroup, pm.max_memory 64M, 400
+/// leak.php at concurrency 4: every request 200, each child retired after
+/// the request that took it over the cap, and neither fpmd nor any child
+/// is ever killed by the cgroup's memory limit.
 #[test]
-fn max_memory_retires_leaking_children_in_time() {
+fn c08_max_memory_retires_leaking_children_in_a_256m_cgroup() {
     let pool = Pool::www().max_children(4).lines(&[
         r#"pm.max_memory = "64M""#,
+        r#"cgroup.memory_max = "256M""#,
         r#"php_admin_value."ffi.enable" = "1""#,
     ]);
     let s = Stack::start(pool);
@@ -620,6 +625,14 @@ fn max_memory_retires_leaking_children_in_time() {
         retire_lines.len()
     );
     s.fpmd.wait_workers(4, Duration::from_secs(5));
+    assert!(procs::alive(fpmd_pid), "fpmd is gone");
+    let oom: Vec<String> = s
+        .fpmd
+        .log_lines_since(log_mark)
+        .into_iter()
+        .filter(|l| l.contains("cgroup memory limit"))
+        .collect();
+    assert!(oom.is_empty(), "the cgroup's limit killed: {oom:#?}");
 }
 
 // ---------------------------------------------------------------------------

@@ -193,6 +193,8 @@ pub enum Fate {
 pub struct Lease<'p> {
     pool: &'p Pool,
     worker: Option<Worker>,
+    /// The slot's [`slots::Death`] and its epoch when leased.
+    death: Option<(Arc<slots::Death>, u64)>,
     /// The configuration of the worker's generation: the limits this
     /// request obeys.
     config: Arc<PoolConfig>,
@@ -211,6 +213,13 @@ impl Lease<'_> {
     /// The configuration of the generation the child belongs to.
     pub fn config(&self) -> &Arc<PoolConfig> {
         &self.config
+    }
+
+    /// The slot's [`slots::Death`] and its epoch when leased: the
+    /// exchange ends when the child dies, even if a process the script
+    /// left behind keeps the connection open.
+    pub fn death(&self) -> Option<(Arc<slots::Death>, u64)> {
+        self.death.clone()
     }
 
     /// Notes what request the child runs (status page, graceful_timeout):
@@ -372,9 +381,11 @@ impl Pool {
                         .get(&w.gen)
                         .cloned()
                         .unwrap_or_else(|| t.config().clone());
+                    let death = t.death_of(w.slot);
                     return Acquired::Lease(Lease {
                         pool: self,
                         worker: Some(w),
+                        death,
                         config,
                     });
                 }
@@ -412,9 +423,11 @@ impl Pool {
                     .get(&w.gen)
                     .cloned()
                     .unwrap_or_else(|| t.config().clone());
+                let death = t.death_of(w.slot);
                 Acquired::Lease(Lease {
                     pool: self,
                     worker: Some(w),
+                    death,
                     config,
                 })
             }

@@ -12,6 +12,7 @@
 //! and the proxy act on what it says).
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -100,6 +101,9 @@ pub enum SlotState {
 
 /// One slot.
 pub struct Slot {
+    /// How the request on this slot hears that its child died
+    /// ([`Table::child_died`]).
+    pub death: Arc<Death>,
     pub gen: GenId,
     /// The php-cgi fpmd spawned for it (the child itself, or the pre-fork
     /// parent).
@@ -119,6 +123,44 @@ pub struct Slot {
     pub created: std::time::SystemTime,
     /// The slot's worker while it is not leased.
     worker: Option<Worker>,
+}
+
+/// A busy slot's child died. The request on it must not wait for the end
+/// of its connection: a process the script left behind (`shell_exec('cmd
+/// &')`, a `pcntl_fork` copy) inherited php-cgi's end of it and keeps it
+/// open, so fpmd would wait as long as that process lives (php-fpm, whose
+/// web server connects to the child directly, answers 502 at once). A
+/// lease notes the [`Death::epoch`] when it takes the slot; the exchange
+/// waits on [`Death::after`] beside the child's answer.
+#[derive(Debug, Default)]
+pub struct Death {
+    /// Deaths signalled on this slot so far.
+    epoch: AtomicU64,
+    notify: tokio::sync::Notify,
+}
+
+impl Death {
+    /// Deaths signalled so far.
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    fn signal(&self) {
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        self.notify.notify_waiters();
+    }
+
+    /// Resolves once a death was signalled after `epoch` (at once if one
+    /// already was).
+    pub async fn after(&self, epoch: u64) {
+        let n = self.notify.notified();
+        tokio::pin!(n);
+        n.as_mut().enable();
+        if self.epoch() != epoch {
+            return;
+        }
+        n.await
+    }
 }
 
 /// The table and the queue.
@@ -191,6 +233,7 @@ impl Table {
         self.slots.insert(
             id,
             Slot {
+                death: Arc::default(),
                 gen,
                 leader,
                 pid,
@@ -203,6 +246,13 @@ impl Table {
             },
         );
         id
+    }
+
+    /// Slot `id`'s [`Death`] and its epoch now (for a [`super::Lease`]).
+    pub fn death_of(&self, id: SlotId) -> Option<(Arc<Death>, u64)> {
+        self.slots
+            .get(&id)
+            .map(|s| (s.death.clone(), s.death.epoch()))
     }
 
     pub fn slot(&self, id: SlotId) -> Option<&Slot> {
@@ -416,6 +466,22 @@ impl Table {
     /// Slots of `gen` in any state.
     pub fn slots_of_gen(&self, gen: GenId) -> usize {
         self.slots.values().filter(|s| s.gen == gen).count()
+    }
+
+    /// A child of `leader` died (`pid`: that child, under prefork; `None`:
+    /// the leader itself, with every child it had): the requests on its
+    /// busy slots hear of it ([`Death`]). Under prefork a busy slot whose
+    /// child is not known yet is left alone (its child is learned within
+    /// milliseconds of the request's start).
+    pub fn child_died(&self, leader: i32, pid: Option<i32>) {
+        for s in self.slots.values() {
+            if s.leader == leader
+                && matches!(s.state, SlotState::Busy { .. })
+                && (pid.is_none() || s.pid == pid)
+            {
+                s.death.signal();
+            }
+        }
     }
 
     /// Removes every slot of `leader` (it exited); returns the workers that

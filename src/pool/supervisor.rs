@@ -1067,6 +1067,12 @@ impl Supervisor {
         match ev {
             ForkedEvent::Started { pid, parent } => self.note_forked(pid, parent),
             ForkedEvent::Exited { pid, parent, kind } => {
+                // Its request ends now, whatever holds its connection open.
+                self.pool
+                    .table
+                    .lock()
+                    .unwrap()
+                    .child_died(parent, Some(pid));
                 let parent_state = self.children.get(&parent).map(|c| (c.started, c.stop));
                 let forked = self.forked.remove(&pid);
                 let started = forked
@@ -1224,7 +1230,11 @@ impl Supervisor {
             return;
         };
         child.alive.store(false, Ordering::Release);
-        self.pool.table.lock().unwrap().forget_leader(exit.pid);
+        {
+            let mut t = self.pool.table.lock().unwrap();
+            t.child_died(exit.pid, None);
+            t.forget_leader(exit.pid);
+        }
         self.pending.retain(|p| p.leader != exit.pid);
         let why = child.stop.unwrap_or(StopReason::Died);
         if child.prefork {

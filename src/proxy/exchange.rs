@@ -109,13 +109,19 @@ pub struct Timers {
 
 /// Runs the exchange for `req`, whose head was written on `conn`.
 /// `probe` (prefork) is the connection's fd and the php-cgi parent's pid,
-/// to learn which child took the connection; `head` (for the access log)
-/// collects the head of the child's response as it is forwarded; `on`
-/// hears of the child's pid (and of the slowlog timeout passing) while the
-/// request runs.
+/// to learn which child took the connection; `death` is the slot's
+/// [`crate::pool::slots::Death`] and its epoch when leased: once the child
+/// died, fpmd shuts down its own reading side of the connection, so what
+/// the child wrote before it died is still read, then the end comes even
+/// when a process the script left behind holds the child's side open;
+/// `head` (for the access log) collects the head of the child's response
+/// as it is forwarded; `on` hears of the child's pid (and of the slowlog
+/// timeout passing) while the request runs.
+#[allow(clippy::too_many_arguments)]
 pub async fn run<R, W>(
     conn: &mut ChildConn,
     probe: Option<(std::os::fd::RawFd, i32)>,
+    death: Option<(&crate::pool::slots::Death, u64)>,
     timers: Timers,
     client: &mut ClientConn<R, W>,
     req: &mut Request,
@@ -136,6 +142,10 @@ where
         writer: child_w,
         buf: child_buf,
     } = conn;
+    let child_fd = {
+        use std::os::fd::AsRawFd;
+        child_r.as_ref().as_raw_fd()
+    };
     let ClientConn {
         reader,
         writer,
@@ -340,6 +350,14 @@ where
         let term_at = timers.terminate.map(|d| now + d);
         let term_timer = super::sleep_until_opt(term_at);
         tokio::pin!(term_timer);
+        let died = async {
+            match death {
+                Some((d, epoch)) => d.after(epoch).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(died);
+        let mut shut = false;
         let (child, why) = loop {
             tokio::select! {
                 // The child's answer first: after fpmd was stopped (SIGSTOP)
@@ -347,6 +365,13 @@ where
                 biased;
                 d = &mut down => break d,
                 u = &mut up, if up_end.is_none() => up_end = Some(u),
+                _ = &mut died, if !shut => {
+                    // The child is gone: read what it wrote, then the end.
+                    shut = true;
+                    // `child_fd` is the connection `child_r` reads, open for
+                    // the whole exchange.
+                    let _ = nix::sys::socket::shutdown(child_fd, nix::sys::socket::Shutdown::Read);
+                }
                 _ = &mut term_timer, if term_at.is_some() => {
                     // After fpmd was stopped (SIGSTOP) the timer can fire
                     // before the runtime has seen the answer that arrived
@@ -592,6 +617,7 @@ mod tests {
         conn.writer.write_all(&req.head).await.unwrap();
         run(
             conn,
+            None,
             None,
             Timers::default(),
             client,

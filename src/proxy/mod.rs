@@ -608,6 +608,7 @@ where
             slowlog: limits.request_slowlog_timeout,
             terminate: limits.request_terminate_timeout,
         };
+        let death = lease.death();
         let w = lease.worker();
         let probe = w.pid_probe();
         let known = w.log_pid();
@@ -628,7 +629,17 @@ where
             }
         };
         let started = std::time::Instant::now();
-        let report = exchange::run(conn, probe, timers, client, req, head.as_deref_mut(), on).await;
+        let report = exchange::run(
+            conn,
+            probe,
+            death.as_ref().map(|(d, e)| (&**d, *e)),
+            timers,
+            client,
+            req,
+            head.as_deref_mut(),
+            on,
+        )
+        .await;
         pool.stats.service.observe(started.elapsed());
         if let Some(pid) = report.learned {
             lease.worker().set_pid(pid);

@@ -152,6 +152,17 @@ impl Drop for Arena {
 /// The attack scripts, written into the docroot by [`Arena::start`].
 const SCRIPTS: &[(&str, &str)] = &[
     (
+        "leave_and_die.php",
+        r#"<?php
+// A background process inherits php-cgi's end of fpmd's connection (fd 4
+// or so: php-cgi does not set close-on-exec on it), then the child dies.
+shell_exec('setsid sh -c "sleep 1234 </dev/null >/dev/null 2>&1 &"');
+echo "left\n";
+flush();
+posix_kill(getmypid(), SIGKILL);
+"#,
+    ),
+    (
         "setsid_grandchild.php",
         r#"<?php
 $pid = pcntl_fork();
@@ -428,6 +439,36 @@ fn script_sigkills_its_parent() {
 #[test]
 fn script_sigterms_its_parent() {
     kill_parent("TERM");
+}
+
+/// A child dies while a process its script left behind holds its end of
+/// fpmd's connection: the request gets its 502 at once (what the child
+/// wrote before is forwarded), the slot is not wedged for as long as the
+/// leftover lives, three times in a row (every child of the pool), and
+/// the leftovers go with the pool's cgroup at stop.
+#[test]
+fn child_dying_with_a_leftover_holding_its_connection_ends_its_request() {
+    let mut s = Arena::start(&[]);
+    let offset = s.fpmd.log_len();
+    for round in 0..3 {
+        let t0 = std::time::Instant::now();
+        let (status, body) = s.get_a("/leave_and_die.php");
+        assert_eq!(
+            status,
+            502,
+            "round {round}: {body:?} after {:?}\nfpmd log:\n{}",
+            t0.elapsed(),
+            s.fpmd.log_since(offset)
+        );
+        s.wait_a_recovers();
+    }
+    let leftovers: Vec<i32> = s
+        .tagged_alive()
+        .into_iter()
+        .filter(|p| procs::cmdline(*p).join(" ").contains("sleep 1234"))
+        .collect();
+    assert_eq!(leftovers.len(), 3, "the three sleeps are still there");
+    s.assert_bystander_unharmed();
 }
 
 #[test]

@@ -13,6 +13,26 @@ pub fn resident_bytes(pid: i32) -> Option<u64> {
     Some(pages * page)
 }
 
+/// The child processes of `pid`'s main thread, running or not yet reaped
+/// (`/proc/PID/task/PID/children`). `None`: cannot tell.
+pub fn children(pid: i32) -> Option<Vec<i32>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
+    Some(
+        text.split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect(),
+    )
+}
+
+/// The session id of `pid`, from `/proc/PID/stat` (equal to `pid` for a
+/// process that called `setsid()`).
+pub fn session_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "pid (comm) state ppid pgrp session …"
+    let after = &stat[stat.rfind(')')? + 2..];
+    after.split(' ').nth(3)?.parse().ok()
+}
+
 /// The parent pid of `pid`, from `/proc/PID/stat`.
 pub fn parent_of(pid: i32) -> Option<i32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

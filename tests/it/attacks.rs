@@ -152,6 +152,15 @@ impl Drop for Arena {
 /// The attack scripts, written into the docroot by [`Arena::start`].
 const SCRIPTS: &[(&str, &str)] = &[
     (
+        "fork_return.php",
+        r#"<?php
+$pid = pcntl_fork();
+if ($pid == 0) { echo "child copy returns\n"; return; }
+echo "parent: forked $pid\n";
+"#,
+    ),
+    ("who.php", "<?php echo 'who ', $_SERVER['REQUEST_URI'];\n"),
+    (
         "leave_and_die.php",
         r#"<?php
 // A background process inherits php-cgi's end of fpmd's connection (fd 4
@@ -592,12 +601,39 @@ fn forked_copy_that_ends_its_request_does_not_confuse_the_pool() {
     wait_for(LONG, "no php-cgi but the pools' own", || {
         procs::tagged_php(&s.dir.tag()).len() <= if prefork() { 7 } else { 5 }
     });
+    // The copy is killed when its parent's request ends (or, had it
+    // outlived that, by the once-a-second health check).
     let log = s.fpmd.log_since(offset);
     assert!(
-        log.lines()
-            .any(|l| l.contains("pool=a") && l.contains("went back to serving FastCGI")),
+        log.lines().any(|l| l.contains("pool=a")
+            && (l.contains("they share the child's connection, so the child is replaced")
+                || l.contains("went back to serving FastCGI"))),
         "{log}"
     );
+}
+
+/// The trial's case: a `pcntl_fork` copy that returns goes on in php-cgi's
+/// FastCGI loop on the connection it shares with its parent. Its records
+/// must never reach another request: every later visitor gets exactly its
+/// own answer.
+#[test]
+fn forked_copy_never_answers_another_visitor() {
+    let mut s = Arena::start(&["security.pcntl = true"]);
+    let offset = s.fpmd.log_len();
+    let (status, body) = s.get_a("/fork_return.php");
+    assert_eq!(status, 200, "{body}");
+    for visitor in 1..=10 {
+        let uri = format!("/who.php?visitor={visitor}");
+        let (status, body) = s.get_a(&uri);
+        assert_eq!(
+            (status, body.as_str()),
+            (200, format!("who {uri}").as_str()),
+            "visitor {visitor}\nfpmd log:\n{}",
+            s.fpmd.log_since(offset)
+        );
+    }
+    s.wait_a_recovers();
+    s.assert_bystander_unharmed();
 }
 
 /// The directory of `pid`'s cgroup for `controller` (cgroup v1), or its

@@ -21,6 +21,12 @@ impl SourceFile {
         let text = std::fs::read_to_string(path).map_err(|e| {
             ConfigError::file_only(path, format!("cannot read configuration file: {e}"))
         })?;
+        SourceFile::parse(path, text)
+    }
+
+    /// A file whose text is already read (`path` names it in messages and
+    /// gives its directory).
+    pub(super) fn parse(path: &Path, text: String) -> Result<SourceFile, ConfigError> {
         let parent = path.parent().unwrap_or(Path::new(""));
         let dir = absolutize(parent)
             .map_err(|e| ConfigError::file_only(path, format!("cannot resolve directory: {e}")))?;

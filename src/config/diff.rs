@@ -445,6 +445,7 @@ mod tests {
             global: global(),
             pools,
             sources: Default::default(),
+            origins: Default::default(),
         }
     }
 

@@ -64,7 +64,7 @@ pub use diff::{
 };
 pub use model::{
     Config, Credentials, Global, Listen, ListenAddress, LocalEndpoints, LogLevel, LogTarget,
-    PmMode, PoolConfig, ProcessManager, Sources, Spawn,
+    Origins, PmMode, PoolConfig, ProcessManager, Sources, Spawn,
 };
 pub use raw::{ByteSize, Duration};
 
@@ -275,11 +275,26 @@ fn load_with(
             .map(|pat| full_glob(&files[0].0, pat))
             .collect(),
     };
+    let mut origins = Origins::default();
+    if let Some(t) = files[0].0.doc.get("global").and_then(|i| i.as_table_like()) {
+        origins
+            .0
+            .insert(String::new(), source::key_lines(&files[0].0, t));
+    }
+    for (pool, &i) in pools.iter().zip(&origin) {
+        let src = &files[i].0;
+        if let Some(t) = src.doc.get(&pool.name).and_then(|i| i.as_table_like()) {
+            origins
+                .0
+                .insert(pool.name.clone(), source::key_lines(src, t));
+        }
+    }
     Ok(Config {
         file: path.to_path_buf(),
         global,
         pools,
         sources,
+        origins,
     })
 }
 

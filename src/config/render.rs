@@ -1,19 +1,38 @@
 //! `fpmd -t`: the effective configuration printed as TOML, every key with
 //! its resolved value or default.
 
-use super::model::{Config, Global, ListenAddress, LogTarget, PmMode, PoolConfig};
+use std::path::Path;
+
+use super::model::{Config, Global, ListenAddress, LogTarget, Origins, PmMode, PoolConfig};
+use super::source::origin_key;
 
 impl Config {
     /// The effective configuration as TOML: every key with its resolved
     /// value or default (what `fpmd -t` prints). Loading the output again
     /// gives the same pools (all in one file).
     pub fn to_toml(&self) -> String {
+        self.render(false)
+    }
+
+    /// What `fpmd -t` prints: [`to_toml`](Config::to_toml) with, at the end
+    /// of each key's line, where its value comes from: `# set in FILE:LINE`
+    /// or `# default` (appended to a comment the line has, after `;`), e.g.
+    /// `clear_env = true # set in /etc/fpmd/pool.d/www.toml:12`. A pool is
+    /// one table in one file (a second definition is an error), so the file
+    /// that set a value is the only one that could have. Loads as
+    /// `to_toml` does: the notes are TOML comments.
+    pub fn to_toml_with_origins(&self) -> String {
+        self.render(true)
+    }
+
+    fn render(&self, origins: bool) -> String {
         let mut out = String::new();
         out.push_str(&format!(
             "# fpmd effective configuration, loaded from {}\n\n",
             self.file.display()
         ));
         out.push_str("[global]\n");
+        let global_start = out.len();
         match &self.global.pid {
             Some(pid) => out.push_str(&format!("pid = {}\n", toml_str(&pid.to_string_lossy()))),
             None => out.push_str("# pid: not set (no pid file)\n"),
@@ -50,11 +69,74 @@ impl Config {
             Some(a) => out.push_str(&format!("metrics.listen = {}\n", toml_str(&a.to_string()))),
             None => out.push_str("# metrics.listen: not set (no metrics endpoint)\n"),
         }
+        if origins {
+            let block = out.split_off(global_start);
+            out.push_str(&annotate(&block, &self.origins, "", &self.file));
+        }
         for pool in &self.pools {
             out.push('\n');
-            pool.write_toml(&self.global, &mut out);
+            let mut block = String::new();
+            pool.write_toml(&self.global, &mut block);
+            if origins {
+                block = annotate(&block, &self.origins, &pool.name, &pool.file);
+            }
+            out.push_str(&block);
         }
         out
+    }
+}
+
+/// `block` (one table's `key = value` lines) with where each value comes
+/// from appended (see [`Config::to_toml_with_origins`]). A line that is
+/// not one whole `key = value` (a comment, a header, a piece of a
+/// multi-line string) is left as it is.
+fn annotate(block: &str, origins: &Origins, table: &str, file: &Path) -> String {
+    let mut out = String::with_capacity(block.len() + block.len() / 2);
+    for line in block.split_inclusive('\n') {
+        let text = line.strip_suffix('\n').unwrap_or(line);
+        let note = (!text.starts_with(['#', '[']))
+            .then(|| line_key(text))
+            .flatten();
+        match note {
+            Some((segs, has_comment)) => {
+                let origin = match origins.line(table, &origin_key(&segs)) {
+                    Some(l) => format!("set in {}:{l}", file.display()),
+                    None => "default".to_string(),
+                };
+                let sep = if has_comment { "; " } else { " # " };
+                out.push_str(&format!("{text}{sep}{origin}\n"));
+            }
+            None => out.push_str(line),
+        }
+    }
+    out
+}
+
+/// The key segments of a line that is one whole `key = value` on its own,
+/// and whether it ends with a comment.
+fn line_key(text: &str) -> Option<(Vec<String>, bool)> {
+    let doc: toml_edit::DocumentMut = text.parse().ok()?;
+    let mut segs = Vec::new();
+    let mut table: &dyn toml_edit::TableLike = doc.as_table();
+    loop {
+        let mut it = table.iter();
+        let (key, item) = it.next()?;
+        if it.next().is_some() {
+            return None;
+        }
+        segs.push(key.to_string());
+        match item {
+            toml_edit::Item::Table(t) => table = t,
+            toml_edit::Item::Value(v) => {
+                let has_comment = v
+                    .decor()
+                    .suffix()
+                    .and_then(|s| s.as_str())
+                    .is_some_and(|s| s.contains('#'));
+                return Some((segs, has_comment));
+            }
+            _ => return None,
+        }
     }
 }
 
@@ -342,6 +424,57 @@ mod tests {
                 .filter(|l| !l.starts_with('#'))
                 .collect::<Vec<_>>()
         );
+    }
+
+    /// C16: `fpmd -t` says which file (and line) set each value, or that
+    /// it is the default; the notes are comments, so the text still loads.
+    #[test]
+    fn origins_name_the_file_and_line_or_default() {
+        let extra = "clear_env = false\nenv.FOO = \"$PATH\"\nphp_flag.display_errors = \"on\"\nphp_value.session.save_path = \"/tmp\"\nenv.\"x # y\" = \"a # b\"\n";
+        let main = "[global]\ninclude = \"pool.d/*.toml\"\nlog_level = \"debug\"\n";
+        let (dir, c) = load_ok(main, &[("pool.d/www.toml", &pool("www", extra))]);
+        let text = c.to_toml_with_origins();
+        let www = dir.path().join("pool.d/www.toml").display().to_string();
+        let fpmd = dir.path().join("fpmd.toml").display().to_string();
+        for line in [
+            format!("clear_env = false # set in {www}:7\n"),
+            format!("user = \"nobody\" # uid {}; set in {www}:2\n", nobody().0),
+            format!("pm.max_children = 5 # set in {www}:6\n"),
+            "listen.backlog = 511 # default\n".to_string(),
+            "pm.spawn = \"prefork\" # default\n".to_string(),
+            format!("php_value.display_errors = \"1\" # set in {www}:9\n"),
+            format!("php_value.\"session.save_path\" = \"/tmp\" # set in {www}:10\n"),
+            format!("env.\"x # y\" = \"a # b\" # set in {www}:11\n"),
+            format!("log_level = \"debug\" # set in {fpmd}:3\n"),
+            "watch = false # default\n".to_string(),
+        ] {
+            assert!(text.contains(&line), "{line:?} not in\n{text}");
+        }
+        assert!(
+            text.contains(&format!(
+                "env.FOO = {} # set in {www}:8\n",
+                toml_str(&std::env::var("PATH").unwrap())
+            )),
+            "{text}"
+        );
+        // The same effective configuration as without the notes.
+        let again = write(dir.path(), "again/fpmd.toml", &text);
+        let c2 = load(&again).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert_eq!(c2.global, c.global);
+        assert_eq!(
+            PoolConfig {
+                file: c.pools[0].file.clone(),
+                ..c2.pools[0].clone()
+            },
+            c.pools[0]
+        );
+        // Printed again, every value is set in that one file.
+        let text2 = c2.to_toml_with_origins();
+        assert!(
+            text2.contains(&format!("clear_env = false # set in {}:", again.display())),
+            "{text2}"
+        );
+        assert_eq!(text.lines().count(), text2.lines().count());
     }
 
     mod props {

@@ -8,8 +8,10 @@
 //! executable, checking that `chdir` is a directory, resolving the
 //! directory of each unix socket (to find two pools on one socket), and
 //! reading fpmd's own environment (`$VAR` in `env.*`, `PATH` for a bare
-//! `php_cgi`). It must not touch sockets or processes: it never binds,
-//! connects, forks or signals.
+//! `php_cgi`), and reading what fpmd may do here (its capabilities and
+//! groups, `RLIMIT_NPROC`, `kernel.pid_max`, `kernel.threads-max`,
+//! `net.ipv4.ip_unprivileged_port_start`; `users::Host`). It must not
+//! touch sockets or processes: it never binds, connects, forks or signals.
 //!
 //! Pipeline: file text → `toml_edit` document (`source.rs`: syntax errors,
 //! lines of keys) → the check of its keys against the one key registry
@@ -37,6 +39,11 @@
 //! - when fpmd does not run as root it cannot change user: `user`/`group`
 //!   may then only name fpmd's own user/group (php-fpm ignores them with a
 //!   notice; fpmd refuses, so that the printed configuration is the truth);
+//! - what cannot work on this machine is refused here, not at start:
+//!   `pm.max_children` beyond `kernel.pid_max`/`threads-max` (all pools
+//!   together) or the soft `RLIMIT_NPROC` (the pools of one user), and,
+//!   without the capability, a `listen.owner`/`listen.group` fpmd cannot
+//!   chown to or a privileged port (`validate::check_host_limits`);
 //! - two pools never share a listen address, nor overlapping TCP addresses
 //!   (`0.0.0.0:9000` and `127.0.0.1:9000`): validation refuses it, naming
 //!   both pools, so `fpmd -t` finds it and not only the bind;

@@ -14,7 +14,9 @@
 //! - a configuration that validates renders (`Config::to_toml`, what
 //!   `fpmd -t` prints), and that text loads again to the same effective
 //!   configuration (same `[global]`, same pools but for the file that
-//!   defined them), and renders to the same text.
+//!   defined them), and renders to the same text; what `fpmd -t` prints
+//!   (`to_toml_with_origins`, each value with the file and line that set
+//!   it) loads to the same configuration too.
 //!
 //! php-fpm's ini syntax (`php-fpm.conf`, `pool.d/*.conf`) has no parser in
 //! fpmd yet (`fpmd convert` is a separate issue); when it has one, feed the
@@ -112,4 +114,24 @@ fuzz_target!(|input: &[u8]| {
         settings(&again.to_toml(), Path::new(AGAIN)),
         settings(&text, Path::new(MAIN))
     );
+    // What fpmd -t prints (each value with where it was set) loads to the
+    // same configuration too: the notes are comments.
+    let noted = config.to_toml_with_origins();
+    let noted_files = BTreeMap::from([(PathBuf::from(AGAIN), noted.clone().into_bytes())]);
+    let noted_again = match load_from_memory(Path::new(AGAIN), &noted_files) {
+        Ok(c) => c,
+        Err(e) => panic!("fpmd -t's output does not load: {e}\n{noted}"),
+    };
+    assert_eq!(
+        noted_again.global, config.global,
+        "[global] after fpmd -t's output\n{noted}"
+    );
+    for (a, b) in config.pools.iter().zip(&noted_again.pools) {
+        assert_eq!(
+            without_file(a),
+            without_file(b),
+            "pool {} after fpmd -t's output\n{noted}",
+            a.name
+        );
+    }
 });

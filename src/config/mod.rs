@@ -590,6 +590,46 @@ php_admin_flag.log_errors = true
             .starts_with("cannot read configuration file: "));
     }
 
+    /// The fuzz target's entry point: the same pipeline as `load`, the
+    /// files and the include glob in memory.
+    #[test]
+    fn load_from_memory_as_load() {
+        let files: std::collections::BTreeMap<PathBuf, Vec<u8>> = [
+            ("/m/fpmd.toml", INCLUDE_MAIN.to_string()),
+            ("/m/pool.d/b.toml", pool("b", "")),
+            ("/m/pool.d/a.toml", pool("a", "")),
+            ("/m/pool.d/sub/c.toml", pool("c", "")),
+            ("/m/pool.d/d.conf", pool("d", "")),
+        ]
+        .into_iter()
+        .map(|(p, t)| (PathBuf::from(p), t.into_bytes()))
+        .collect();
+        let c = load_from_memory(Path::new("/m/fpmd.toml"), &files).unwrap();
+        let names: Vec<&str> = c.pools.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["a", "b"], "sorted, '*' stops at '/', only *.toml");
+        assert_eq!(c.pools[0].file, PathBuf::from("/m/pool.d/a.toml"));
+        let e = load_from_memory(Path::new("/m/other.toml"), &files).unwrap_err();
+        assert!(
+            e.message.starts_with("cannot read configuration file: "),
+            "{e}"
+        );
+        let bad = [(
+            PathBuf::from("/m/fpmd.toml"),
+            b"[www]\nuser = \"\xff\"\n".to_vec(),
+        )]
+        .into();
+        let e = load_from_memory(Path::new("/m/fpmd.toml"), &bad).unwrap_err();
+        assert_eq!(
+            e.message,
+            "cannot read configuration file: stream did not contain valid UTF-8"
+        );
+        // As load() says it of the same bytes on disk.
+        let dir = tempfile::tempdir().unwrap();
+        let on_disk = dir.path().join("fpmd.toml");
+        std::fs::write(&on_disk, &bad[Path::new("/m/fpmd.toml")]).unwrap();
+        assert_eq!(load(&on_disk).unwrap_err().message, e.message);
+    }
+
     #[test]
     fn find_default_config_returns_an_existing_file() {
         if let Some(p) = find_default_config() {

@@ -308,7 +308,9 @@ pub(super) fn check_structure(src: &SourceFile, is_main: bool) -> Result<Vec<Str
                 } else {
                     "a top-level key must be inside a pool table such as [www] (or [global] in the main file)".to_string()
                 };
-                return Err(err(None, Some(name.to_string()), message));
+                // As TOML spells it, as every other key in a message: an
+                // empty or spaced name is quoted (`key '""'`, not `key ''`).
+                return Err(err(None, Some(toml_key(name)), message));
             }
         }
         validate_pool_name(name).map_err(|m| err(None, None, m))?;
@@ -664,6 +666,11 @@ mod tests {
             None,
             "[global] is only allowed in the main configuration file",
         );
+        // Found by the config fuzz target: `"" = ""` was reported as `key ''`.
+        for (text, key) in [("\"\" = \"\"\n", "\"\""), ("\"a b\" = 1\n", "\"a b\"")] {
+            let (dir, e) = load_err(INCLUDE_MAIN, &[("pool.d/www.toml", text)]);
+            assert_err(&dir, &e, "pool.d/www.toml", Some(1), None, Some(key), "a top-level key must be inside a pool table such as [www] (or [global] in the main file)");
+        }
         let (dir, e) = load_err(INCLUDE_MAIN, &[("pool.d/www.toml", "user = \"nobody\"\n")]);
         assert_err(&dir, &e, "pool.d/www.toml", Some(1), None, Some("user"), "a top-level key must be inside a pool table such as [www] (or [global] in the main file)");
         let (dir, e) = load_err("[[www]]\nuser = \"nobody\"\n", &[]);

@@ -307,13 +307,15 @@ impl PoolConfig {
             ));
         }
         match &self.local.ping_path {
-            Some(p) => out.push_str(&format!(
-                "ping.path = {}\nping.response = {}\n",
-                toml_str(p),
-                toml_str(&self.local.ping_response)
-            )),
+            Some(p) => out.push_str(&format!("ping.path = {}\n", toml_str(p))),
             None => out.push_str("# ping.path: no ping page\n"),
         }
+        // Also without a ping page: a ping.response set alone is part of
+        // the configuration (and of a reload's diff).
+        out.push_str(&format!(
+            "ping.response = {}\n",
+            toml_str(&self.local.ping_response)
+        ));
         for (name, value) in &self.env {
             out.push_str(&format!("env.{} = {}\n", toml_key(name), toml_str(value)));
         }
@@ -475,6 +477,21 @@ mod tests {
             "{text2}"
         );
         assert_eq!(text.lines().count(), text2.lines().count());
+    }
+
+    /// Found by the config fuzz target: a `ping.response` without
+    /// `ping.path` was not printed, so the printed configuration loaded
+    /// back with `pong`.
+    #[test]
+    fn ping_response_without_ping_path_is_printed() {
+        let (dir, c) = load_ok(&pool("www", "ping.response = \"alive\"\n"), &[]);
+        let text = c.to_toml();
+        assert!(
+            text.contains("# ping.path: no ping page\nping.response = \"alive\"\n"),
+            "{text}"
+        );
+        let again = write(dir.path(), "again/fpmd.toml", &text);
+        assert_eq!(load(&again).unwrap().pools[0].local, c.pools[0].local);
     }
 
     mod props {

@@ -71,14 +71,20 @@ impl Config {
         }
         if origins {
             let block = out.split_off(global_start);
-            out.push_str(&annotate(&block, &self.origins, "", &self.file));
+            out.push_str(&annotate(&block, &self.origins, "", &self.file, None));
         }
         for pool in &self.pools {
             out.push('\n');
             let mut block = String::new();
             pool.write_toml(&self.global, &mut block);
             if origins {
-                block = annotate(&block, &self.origins, &pool.name, &pool.file);
+                block = annotate(
+                    &block,
+                    &self.origins,
+                    &pool.name,
+                    &pool.file,
+                    Some(&pool.name),
+                );
             }
             out.push_str(&block);
         }
@@ -86,58 +92,69 @@ impl Config {
     }
 }
 
-/// `block` (one table's `key = value` lines) with where each value comes
-/// from appended (see [`Config::to_toml_with_origins`]). A line that is
-/// not one whole `key = value` (a comment, a header, a piece of a
-/// multi-line string) is left as it is.
-fn annotate(block: &str, origins: &Origins, table: &str, file: &Path) -> String {
-    let mut out = String::with_capacity(block.len() + block.len() / 2);
-    for line in block.split_inclusive('\n') {
-        let text = line.strip_suffix('\n').unwrap_or(line);
-        let note = (!text.starts_with(['#', '[']))
-            .then(|| line_key(text))
-            .flatten();
-        match note {
-            Some((segs, has_comment)) => {
-                let origin = match origins.line(table, &origin_key(&segs)) {
-                    Some(l) => format!("set in {}:{l}", file.display()),
-                    None => "default".to_string(),
-                };
-                let sep = if has_comment { "; " } else { " # " };
-                out.push_str(&format!("{text}{sep}{origin}\n"));
+/// `block` (one table's `key = value` lines, under the header `[within]`
+/// when given) with where each value comes from appended at the end of
+/// the line its value ends on (see [`Config::to_toml_with_origins`]).
+/// The block is parsed as TOML, so a line inside a multi-line string is
+/// never taken for a key.
+fn annotate(
+    block: &str,
+    origins: &Origins,
+    table: &str,
+    file: &Path,
+    within: Option<&str>,
+) -> String {
+    type Leaf = (Vec<String>, std::ops::Range<usize>);
+    fn leaves(t: &dyn toml_edit::TableLike, segs: &mut Vec<String>, out: &mut Vec<Leaf>) {
+        for (key, item) in t.iter() {
+            segs.push(key.to_string());
+            match item.as_table_like() {
+                Some(sub) => leaves(sub, segs, out),
+                None => {
+                    if let Some(span) = item.span() {
+                        out.push((segs.clone(), span));
+                    }
+                }
             }
-            None => out.push_str(line),
+            segs.pop();
         }
+    }
+    let Ok(doc) = toml_edit::ImDocument::parse(block) else {
+        return block.to_string();
+    };
+    let root: &dyn toml_edit::TableLike = match within {
+        None => doc.as_table(),
+        Some(name) => match doc.get(name).and_then(|i| i.as_table_like()) {
+            Some(t) => t,
+            None => return block.to_string(),
+        },
+    };
+    let mut found = Vec::new();
+    leaves(root, &mut Vec::new(), &mut found);
+    // (end of the value's line, note), inserted from the last one back.
+    let mut notes: Vec<(usize, String)> = found
+        .into_iter()
+        .map(|(segs, span)| {
+            let eol = block[span.end..]
+                .find('\n')
+                .map_or(block.len(), |i| span.end + i);
+            let has_comment = block[span.end..eol].contains('#');
+            let origin = match origins.line(table, &origin_key(&segs)) {
+                Some(l) => format!("set in {}:{l}", file.display()),
+                None => "default".to_string(),
+            };
+            (
+                eol,
+                format!("{}{origin}", if has_comment { "; " } else { " # " }),
+            )
+        })
+        .collect();
+    notes.sort_by_key(|(at, _)| *at);
+    let mut out = block.to_string();
+    for (at, note) in notes.into_iter().rev() {
+        out.insert_str(at, &note);
     }
     out
-}
-
-/// The key segments of a line that is one whole `key = value` on its own,
-/// and whether it ends with a comment.
-fn line_key(text: &str) -> Option<(Vec<String>, bool)> {
-    let doc: toml_edit::DocumentMut = text.parse().ok()?;
-    let mut segs = Vec::new();
-    let mut table: &dyn toml_edit::TableLike = doc.as_table();
-    loop {
-        let mut it = table.iter();
-        let (key, item) = it.next()?;
-        if it.next().is_some() {
-            return None;
-        }
-        segs.push(key.to_string());
-        match item {
-            toml_edit::Item::Table(t) => table = t,
-            toml_edit::Item::Value(v) => {
-                let has_comment = v
-                    .decor()
-                    .suffix()
-                    .and_then(|s| s.as_str())
-                    .is_some_and(|s| s.contains('#'));
-                return Some((segs, has_comment));
-            }
-            _ => return None,
-        }
-    }
 }
 
 impl PoolConfig {
@@ -459,6 +476,19 @@ mod tests {
             )),
             "{text}"
         );
+        // A value over several lines is noted once, after its end; a line
+        // inside it that looks like a key is part of the value.
+        {
+            let (dir, c) = load_ok(&pool("www", "env.X = \"a\\nb = 1\\n\"\n"), &[]);
+            let text = c.to_toml_with_origins();
+            let fpmd = dir.path().join("fpmd.toml").display().to_string();
+            assert!(
+                text.contains(&format!("a\nb = 1\n\"\"\" # set in {fpmd}:7\n")),
+                "{text}"
+            );
+            let again = write(dir.path(), "again/fpmd.toml", &text);
+            assert_eq!(load(&again).unwrap().pools[0].env["X"], "a\nb = 1\n");
+        }
         // The same effective configuration as without the notes.
         let again = write(dir.path(), "again/fpmd.toml", &text);
         let c2 = load(&again).unwrap_or_else(|e| panic!("{e}\n{text}"));

@@ -292,14 +292,16 @@ pub(super) fn check_structure(src: &SourceFile, is_main: bool) -> Result<Vec<Str
         }
         match item {
             Item::ArrayOfTables(_) => {
+                // Named as the pool only when it could be one: `[[""]]`
+                // showed as the pool `[]`.
                 return Err(err(
-                    Some(name),
+                    validate_pool_name(name).is_ok().then_some(name),
                     None,
                     format!(
                         "a pool must be a table [{0}], not an array of tables [[{0}]]",
                         toml_key(name)
                     ),
-                ))
+                ));
             }
             Item::Table(_) | Item::Value(toml_edit::Value::InlineTable(_)) => {}
             _ => {
@@ -682,6 +684,17 @@ mod tests {
             Some("www"),
             None,
             "a pool must be a table [www], not an array of tables [[www]]",
+        );
+        // Found by the config fuzz target: `[[""]]` was the pool `[]`.
+        let (dir, e) = load_err("[[\"\"]]\n", &[]);
+        assert_err(
+            &dir,
+            &e,
+            "fpmd.toml",
+            Some(1),
+            None,
+            None,
+            "a pool must be a table [\"\"], not an array of tables [[\"\"]]",
         );
         let (dir, e) = load_err("[\"my pool\"]\nuser = \"nobody\"\n", &[]);
         assert_err(&dir, &e, "fpmd.toml", Some(1), None, None, "invalid pool name \"my pool\": character ' ' is not allowed (use letters, digits, '.', '_' and '-')");

@@ -69,8 +69,8 @@ BENCH_RELOAD_ARGS ?=
 bench-reload: bench-deps build
 	/usr/bin/python3 bench/reload.py $(BENCH_RELOAD_ARGS)
 
-# cargo fuzz targets (fuzz/): the codec, and the proxy's request path
-# against a fake child. Needs the nightly toolchain and cargo-fuzz (both
+# cargo fuzz targets (fuzz/): the codec, the proxy's request path against
+# a fake child, and the configuration parser (the path of fpmd -t). Needs the nightly toolchain and cargo-fuzz (both
 # installed by scripts/deps-fuzz.sh when missing).
 #   make fuzz-smoke           each target for FUZZ_SECS (30) seconds
 #   make fuzz FUZZ_RUNS=N     each target for N executions (the figure in
@@ -84,10 +84,14 @@ fuzz-deps:
 
 fuzz-smoke: fuzz-deps
 	cd fuzz && ./seeds.py corpus/request_path
+	cd fuzz && ./config_seeds.py corpus/config
 	cd fuzz && cargo +nightly fuzz run codec -- -max_total_time=$(FUZZ_SECS) -print_final_stats=1
 	cd fuzz && cargo +nightly fuzz run request_path -- -max_total_time=$(FUZZ_SECS) -print_final_stats=1
+	cd fuzz && cargo +nightly fuzz run config -- -max_total_time=$(FUZZ_SECS) -print_final_stats=1
 
 fuzz: fuzz-deps
 	cd fuzz && ./seeds.py corpus/request_path
+	cd fuzz && ./config_seeds.py corpus/config
 	cd fuzz && cargo +nightly fuzz run codec -- -runs=$(FUZZ_RUNS) -print_final_stats=1
 	cd fuzz && cargo +nightly fuzz run request_path -- -runs=$(FUZZ_RUNS) -print_final_stats=1
+	cd fuzz && cargo +nightly fuzz run config -- -runs=$(FUZZ_RUNS) -print_final_stats=1

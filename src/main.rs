@@ -227,7 +227,7 @@ fn main() -> ExitCode {
         }
     };
     if cli.test > 0 {
-        print!("{}", config.to_toml());
+        print!("{}", config.to_toml_with_origins());
         eprintln!(
             "fpmd: configuration file {} test is successful",
             path.display()

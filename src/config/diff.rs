@@ -483,6 +483,7 @@ mod tests {
             global: global(),
             pools,
             sources: Default::default(),
+            origins: Default::default(),
         }
     }
 

@@ -306,14 +306,16 @@ pub(super) fn check_structure(src: &SourceFile, is_main: bool) -> Result<Vec<Str
         }
         match item {
             Item::ArrayOfTables(_) => {
+                // Named as the pool only when it could be one: `[[""]]`
+                // showed as the pool `[]`.
                 return Err(err(
-                    Some(name),
+                    validate_pool_name(name).is_ok().then_some(name),
                     None,
                     format!(
                         "a pool must be a table [{0}], not an array of tables [[{0}]]",
                         toml_key(name)
                     ),
-                ))
+                ));
             }
             Item::Table(_) | Item::Value(toml_edit::Value::InlineTable(_)) => {}
             _ => {
@@ -322,7 +324,9 @@ pub(super) fn check_structure(src: &SourceFile, is_main: bool) -> Result<Vec<Str
                 } else {
                     "a top-level key must be inside a pool table such as [www] (or [global] in the main file)".to_string()
                 };
-                return Err(err(None, Some(name.to_string()), message));
+                // As TOML spells it, as every other key in a message: an
+                // empty or spaced name is quoted (`key '""'`, not `key ''`).
+                return Err(err(None, Some(toml_key(name)), message));
             }
         }
         validate_pool_name(name).map_err(|m| err(None, None, m))?;
@@ -677,6 +681,11 @@ mod tests {
             None,
             "[global] is only allowed in the main configuration file",
         );
+        // Found by the config fuzz target: `"" = ""` was reported as `key ''`.
+        for (text, key) in [("\"\" = \"\"\n", "\"\""), ("\"a b\" = 1\n", "\"a b\"")] {
+            let (dir, e) = load_err(INCLUDE_MAIN, &[("pool.d/www.toml", text)]);
+            assert_err(&dir, &e, "pool.d/www.toml", Some(1), None, Some(key), "a top-level key must be inside a pool table such as [www] (or [global] in the main file)");
+        }
         let (dir, e) = load_err(INCLUDE_MAIN, &[("pool.d/www.toml", "user = \"nobody\"\n")]);
         assert_err(&dir, &e, "pool.d/www.toml", Some(1), None, Some("user"), "a top-level key must be inside a pool table such as [www] (or [global] in the main file)");
         let (dir, e) = load_err("[[www]]\nuser = \"nobody\"\n", &[]);
@@ -688,6 +697,17 @@ mod tests {
             Some("www"),
             None,
             "a pool must be a table [www], not an array of tables [[www]]",
+        );
+        // Found by the config fuzz target: `[[""]]` was the pool `[]`.
+        let (dir, e) = load_err("[[\"\"]]\n", &[]);
+        assert_err(
+            &dir,
+            &e,
+            "fpmd.toml",
+            Some(1),
+            None,
+            None,
+            "a pool must be a table [\"\"], not an array of tables [[\"\"]]",
         );
         let (dir, e) = load_err("[\"my pool\"]\nuser = \"nobody\"\n", &[]);
         assert_err(&dir, &e, "fpmd.toml", Some(1), None, None, "invalid pool name \"my pool\": character ' ' is not allowed (use letters, digits, '.', '_' and '-')");

@@ -8,8 +8,10 @@
 //! executable, checking that `chdir` is a directory, resolving the
 //! directory of each unix socket (to find two pools on one socket), and
 //! reading fpmd's own environment (`$VAR` in `env.*`, `PATH` for a bare
-//! `php_cgi`). It must not touch sockets or processes: it never binds,
-//! connects, forks or signals.
+//! `php_cgi`), and reading what fpmd may do here (its capabilities and
+//! groups, `RLIMIT_NPROC`, `kernel.pid_max`, `kernel.threads-max`,
+//! `net.ipv4.ip_unprivileged_port_start`; `users::Host`). It must not
+//! touch sockets or processes: it never binds, connects, forks or signals.
 //!
 //! Pipeline: file text → `toml_edit` document (`source.rs`: syntax errors,
 //! lines of keys) → the check of its keys against the one key registry
@@ -37,6 +39,11 @@
 //! - when fpmd does not run as root it cannot change user: `user`/`group`
 //!   may then only name fpmd's own user/group (php-fpm ignores them with a
 //!   notice; fpmd refuses, so that the printed configuration is the truth);
+//! - what cannot work on this machine is refused here, not at start:
+//!   `pm.max_children` beyond `kernel.pid_max`/`threads-max` (all pools
+//!   together) or the soft `RLIMIT_NPROC` (the pools of one user), and,
+//!   without the capability, a `listen.owner`/`listen.group` fpmd cannot
+//!   chown to or a privileged port (`validate::check_host_limits`);
 //! - two pools never share a listen address, nor overlapping TCP addresses
 //!   (`0.0.0.0:9000` and `127.0.0.1:9000`): validation refuses it, naming
 //!   both pools, so `fpmd -t` finds it and not only the bind;
@@ -64,7 +71,7 @@ pub use diff::{
 };
 pub use model::{
     Config, Credentials, Global, Isolation, Landlock, Listen, ListenAddress, LocalEndpoints,
-    LogLevel, LogTarget, PmMode, PoolConfig, ProcessManager, Sources, Spawn,
+    LogLevel, LogTarget, Origins, PmMode, PoolConfig, ProcessManager, Sources, Spawn,
     DEFAULT_LIMIT_EXTENSIONS,
 };
 pub use raw::{ByteSize, Duration};
@@ -135,6 +142,93 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
     load_as(path, Ids::current())
 }
 
+/// [`load`] on files held in memory instead of the file system: `main` is
+/// the main file's path, `files` maps every path (main file included) to
+/// its bytes; `global.include` globs are matched against the paths of
+/// `files`. Everything else (users, php-cgi, `chdir`, the directories of
+/// unix sockets, fpmd's environment) is checked against the running system,
+/// as [`load`] does. Errors as [`load`]: a path not in `files` is "cannot
+/// read configuration file", bytes that are not UTF-8 likewise. This is the
+/// configuration fuzz target's entry point (`fuzz/fuzz_targets/config.rs`).
+pub fn load_from_memory(
+    main: &Path,
+    files: &std::collections::BTreeMap<PathBuf, Vec<u8>>,
+) -> Result<Config, ConfigError> {
+    let ids = Ids::current();
+    load_with(&Memory(files), main, ids, &users::Host::of(ids))
+}
+
+/// Where the configuration's files come from: the file system ([`load`]) or
+/// memory ([`load_from_memory`]).
+trait Reader {
+    fn read(&self, path: &Path) -> Result<SourceFile, ConfigError>;
+    /// The files (not directories) whose paths match the glob `pattern`, in
+    /// any order; an error is a message naming what could not be read.
+    fn glob(&self, pattern: &glob::Pattern) -> Result<Vec<PathBuf>, String>;
+    /// The path with symlinks resolved, if it exists.
+    fn canonicalize(&self, path: &Path) -> Option<PathBuf>;
+}
+
+struct FileSystem;
+
+impl Reader for FileSystem {
+    fn read(&self, path: &Path) -> Result<SourceFile, ConfigError> {
+        SourceFile::read(path)
+    }
+
+    fn glob(&self, pattern: &glob::Pattern) -> Result<Vec<PathBuf>, String> {
+        let paths = glob::glob(pattern.as_str()).map_err(|e| e.to_string())?;
+        let mut out = Vec::new();
+        for entry in paths {
+            let p =
+                entry.map_err(|e| format!("cannot read {}: {}", e.path().display(), e.error()))?;
+            if p.is_file() {
+                out.push(p);
+            }
+        }
+        Ok(out)
+    }
+
+    fn canonicalize(&self, path: &Path) -> Option<PathBuf> {
+        std::fs::canonicalize(path).ok()
+    }
+}
+
+struct Memory<'a>(&'a std::collections::BTreeMap<PathBuf, Vec<u8>>);
+
+impl Reader for Memory<'_> {
+    fn read(&self, path: &Path) -> Result<SourceFile, ConfigError> {
+        let cannot = |e: &dyn std::fmt::Display| {
+            ConfigError::file_only(path, format!("cannot read configuration file: {e}"))
+        };
+        let bytes = self
+            .0
+            .get(path)
+            .ok_or_else(|| cannot(&std::io::Error::from(std::io::ErrorKind::NotFound)))?;
+        let text = String::from_utf8(bytes.clone())
+            .map_err(|_| cannot(&"stream did not contain valid UTF-8"))?;
+        SourceFile::parse(path, text)
+    }
+
+    fn glob(&self, pattern: &glob::Pattern) -> Result<Vec<PathBuf>, String> {
+        // As glob::glob walks directories: '*' never crosses a '/'.
+        let options = glob::MatchOptions {
+            require_literal_separator: true,
+            ..glob::MatchOptions::new()
+        };
+        Ok(self
+            .0
+            .keys()
+            .filter(|p| pattern.matches_path_with(p, options))
+            .cloned()
+            .collect())
+    }
+
+    fn canonicalize(&self, path: &Path) -> Option<PathBuf> {
+        self.0.contains_key(path).then(|| path.to_path_buf())
+    }
+}
+
 /// `./fpmd.toml` if it exists, else `/etc/fpmd/fpmd.toml` if it exists.
 pub fn find_default_config() -> Option<PathBuf> {
     ["fpmd.toml", "/etc/fpmd/fpmd.toml"]
@@ -144,15 +238,26 @@ pub fn find_default_config() -> Option<PathBuf> {
 }
 
 fn load_as(path: &Path, ids: Ids) -> Result<Config, ConfigError> {
-    let main = SourceFile::read(path)?;
+    load_with(&FileSystem, path, ids, &users::Host::of(ids))
+}
+
+/// The whole pipeline; `ids` and `host` say what fpmd may do here (tests
+/// pretend).
+fn load_with(
+    reader: &dyn Reader,
+    path: &Path,
+    ids: Ids,
+    host: &users::Host,
+) -> Result<Config, ConfigError> {
+    let main = reader.read(path)?;
     keys::check_structure(&main, true)?;
     let raw_main = raw::deserialize_file(&main)?;
     let (global, includes) =
         validate::validate_global(&main, raw_main.global.unwrap_or_default(), ids)?;
 
     let mut files = vec![(main, raw_main.pools)];
-    for inc in find_includes(&files[0].0, &includes)? {
-        let src = SourceFile::read(&inc)?;
+    for inc in find_includes(reader, &files[0].0, &includes)? {
+        let src = reader.read(&inc)?;
         keys::check_structure(&src, false)?;
         let raw = raw::deserialize_file(&src)?;
         files.push((src, raw.pools));
@@ -170,6 +275,7 @@ fn load_as(path: &Path, ids: Ids) -> Result<Config, ConfigError> {
     }
     let located: Vec<_> = origin.iter().map(|&i| &files[i].0).zip(&pools).collect();
     validate::check_listen_addresses(&files[0].0, &global, &located)?;
+    validate::check_host_limits(&files[0].0, &global, &located, ids, host)?;
     let sources = Sources {
         files: files.iter().map(|(src, _)| src.path.clone()).collect(),
         include_globs: includes
@@ -177,11 +283,26 @@ fn load_as(path: &Path, ids: Ids) -> Result<Config, ConfigError> {
             .map(|pat| full_glob(&files[0].0, pat))
             .collect(),
     };
+    let mut origins = Origins::default();
+    if let Some(t) = files[0].0.doc.get("global").and_then(|i| i.as_table_like()) {
+        origins
+            .0
+            .insert(String::new(), source::key_lines(&files[0].0, t));
+    }
+    for (pool, &i) in pools.iter().zip(&origin) {
+        let src = &files[i].0;
+        if let Some(t) = src.doc.get(&pool.name).and_then(|i| i.as_table_like()) {
+            origins
+                .0
+                .insert(pool.name.clone(), source::key_lines(src, t));
+        }
+    }
     Ok(Config {
         file: path.to_path_buf(),
         global,
         pools,
         sources,
+        origins,
     })
 }
 
@@ -200,7 +321,11 @@ fn full_glob(main: &SourceFile, pat: &str) -> String {
 /// The files matched by the include patterns, relative to the main file's
 /// directory, sorted by name within each pattern, without duplicates and
 /// without the main file itself.
-fn find_includes(main: &SourceFile, patterns: &[String]) -> Result<Vec<PathBuf>, ConfigError> {
+fn find_includes(
+    reader: &dyn Reader,
+    main: &SourceFile,
+    patterns: &[String],
+) -> Result<Vec<PathBuf>, ConfigError> {
     let err = |message: String| ConfigError {
         file: main.path.clone(),
         line: main.find_line(&["global", "include"]),
@@ -208,24 +333,16 @@ fn find_includes(main: &SourceFile, patterns: &[String]) -> Result<Vec<PathBuf>,
         key: Some("global.include".into()),
         message,
     };
-    let main_canon = std::fs::canonicalize(&main.path).ok();
+    let main_canon = reader.canonicalize(&main.path);
     let mut out: Vec<PathBuf> = Vec::new();
     let mut canon_seen = Vec::new();
     for pat in patterns {
-        let full = full_glob(main, pat);
-        let paths =
-            glob::glob(&full).map_err(|e| err(format!("invalid glob pattern \"{pat}\": {e}")))?;
-        let mut matched = Vec::new();
-        for entry in paths {
-            let p = entry
-                .map_err(|e| err(format!("cannot read {}: {}", e.path().display(), e.error())))?;
-            if p.is_file() {
-                matched.push(p);
-            }
-        }
+        let full = glob::Pattern::new(&full_glob(main, pat))
+            .map_err(|e| err(format!("invalid glob pattern \"{pat}\": {e}")))?;
+        let mut matched = reader.glob(&full).map_err(err)?;
         matched.sort();
         for p in matched {
-            let canon = std::fs::canonicalize(&p).ok();
+            let canon = reader.canonicalize(&p);
             if canon.is_some() && (canon == main_canon || canon_seen.contains(&canon)) {
                 continue;
             }
@@ -487,6 +604,46 @@ php_admin_flag.log_errors = true
             .unwrap_err()
             .message
             .starts_with("cannot read configuration file: "));
+    }
+
+    /// The fuzz target's entry point: the same pipeline as `load`, the
+    /// files and the include glob in memory.
+    #[test]
+    fn load_from_memory_as_load() {
+        let files: std::collections::BTreeMap<PathBuf, Vec<u8>> = [
+            ("/m/fpmd.toml", INCLUDE_MAIN.to_string()),
+            ("/m/pool.d/b.toml", pool("b", "")),
+            ("/m/pool.d/a.toml", pool("a", "")),
+            ("/m/pool.d/sub/c.toml", pool("c", "")),
+            ("/m/pool.d/d.conf", pool("d", "")),
+        ]
+        .into_iter()
+        .map(|(p, t)| (PathBuf::from(p), t.into_bytes()))
+        .collect();
+        let c = load_from_memory(Path::new("/m/fpmd.toml"), &files).unwrap();
+        let names: Vec<&str> = c.pools.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["a", "b"], "sorted, '*' stops at '/', only *.toml");
+        assert_eq!(c.pools[0].file, PathBuf::from("/m/pool.d/a.toml"));
+        let e = load_from_memory(Path::new("/m/other.toml"), &files).unwrap_err();
+        assert!(
+            e.message.starts_with("cannot read configuration file: "),
+            "{e}"
+        );
+        let bad = [(
+            PathBuf::from("/m/fpmd.toml"),
+            b"[www]\nuser = \"\xff\"\n".to_vec(),
+        )]
+        .into();
+        let e = load_from_memory(Path::new("/m/fpmd.toml"), &bad).unwrap_err();
+        assert_eq!(
+            e.message,
+            "cannot read configuration file: stream did not contain valid UTF-8"
+        );
+        // As load() says it of the same bytes on disk.
+        let dir = tempfile::tempdir().unwrap();
+        let on_disk = dir.path().join("fpmd.toml");
+        std::fs::write(&on_disk, &bad[Path::new("/m/fpmd.toml")]).unwrap();
+        assert_eq!(load(&on_disk).unwrap_err().message, e.message);
     }
 
     #[test]

@@ -21,6 +21,26 @@ pub struct Config {
     pub pools: Vec<PoolConfig>,
     /// Where the configuration came from (for `watch`).
     pub sources: Sources,
+    /// Where each key was set (for `fpmd -t`).
+    pub origins: Origins,
+}
+
+/// Where each key that a file sets was set: per table (`""` for
+/// `[global]`, else the pool's name) the key, dotted without quotes
+/// (`listen.address`, `env.FOO`, `php_value.session.save_path`; a
+/// `php_flag.X` as `php_value.X`, a `php_admin_flag.X` as
+/// `php_admin_value.X`, as they are printed), and its 1-based line in that
+/// table's file ([`Config::file`] for `[global]`, [`PoolConfig::file`] for
+/// a pool). A key not in it has its default. `fpmd -t` prints it beside
+/// each value ([`Config::to_toml_with_origins`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Origins(pub BTreeMap<String, BTreeMap<String, usize>>);
+
+impl Origins {
+    /// The line of `key` (as above) in `table`'s file, if a file sets it.
+    pub fn line(&self, table: &str, key: &str) -> Option<usize> {
+        self.0.get(table)?.get(key).copied()
+    }
 }
 
 /// The files a configuration was read from, and the include globs that

@@ -1,19 +1,38 @@
 //! `fpmd -t`: the effective configuration printed as TOML, every key with
 //! its resolved value or default.
 
-use super::model::{Config, Global, ListenAddress, LogTarget, PmMode, PoolConfig};
+use std::path::Path;
+
+use super::model::{Config, Global, ListenAddress, LogTarget, Origins, PmMode, PoolConfig};
+use super::source::origin_key;
 
 impl Config {
     /// The effective configuration as TOML: every key with its resolved
     /// value or default (what `fpmd -t` prints). Loading the output again
     /// gives the same pools (all in one file).
     pub fn to_toml(&self) -> String {
+        self.render(false)
+    }
+
+    /// What `fpmd -t` prints: [`to_toml`](Config::to_toml) with, at the end
+    /// of each key's line, where its value comes from: `# set in FILE:LINE`
+    /// or `# default` (appended to a comment the line has, after `;`), e.g.
+    /// `clear_env = true # set in /etc/fpmd/pool.d/www.toml:12`. A pool is
+    /// one table in one file (a second definition is an error), so the file
+    /// that set a value is the only one that could have. Loads as
+    /// `to_toml` does: the notes are TOML comments.
+    pub fn to_toml_with_origins(&self) -> String {
+        self.render(true)
+    }
+
+    fn render(&self, origins: bool) -> String {
         let mut out = String::new();
         out.push_str(&format!(
             "# fpmd effective configuration, loaded from {}\n\n",
             self.file.display()
         ));
         out.push_str("[global]\n");
+        let global_start = out.len();
         match &self.global.pid {
             Some(pid) => out.push_str(&format!("pid = {}\n", toml_str(&pid.to_string_lossy()))),
             None => out.push_str("# pid: not set (no pid file)\n"),
@@ -50,12 +69,92 @@ impl Config {
             Some(a) => out.push_str(&format!("metrics.listen = {}\n", toml_str(&a.to_string()))),
             None => out.push_str("# metrics.listen: not set (no metrics endpoint)\n"),
         }
+        if origins {
+            let block = out.split_off(global_start);
+            out.push_str(&annotate(&block, &self.origins, "", &self.file, None));
+        }
         for pool in &self.pools {
             out.push('\n');
-            pool.write_toml(&self.global, &mut out);
+            let mut block = String::new();
+            pool.write_toml(&self.global, &mut block);
+            if origins {
+                block = annotate(
+                    &block,
+                    &self.origins,
+                    &pool.name,
+                    &pool.file,
+                    Some(&pool.name),
+                );
+            }
+            out.push_str(&block);
         }
         out
     }
+}
+
+/// `block` (one table's `key = value` lines, under the header `[within]`
+/// when given) with where each value comes from appended at the end of
+/// the line its value ends on (see [`Config::to_toml_with_origins`]).
+/// The block is parsed as TOML, so a line inside a multi-line string is
+/// never taken for a key.
+fn annotate(
+    block: &str,
+    origins: &Origins,
+    table: &str,
+    file: &Path,
+    within: Option<&str>,
+) -> String {
+    type Leaf = (Vec<String>, std::ops::Range<usize>);
+    fn leaves(t: &dyn toml_edit::TableLike, segs: &mut Vec<String>, out: &mut Vec<Leaf>) {
+        for (key, item) in t.iter() {
+            segs.push(key.to_string());
+            match item.as_table_like() {
+                Some(sub) => leaves(sub, segs, out),
+                None => {
+                    if let Some(span) = item.span() {
+                        out.push((segs.clone(), span));
+                    }
+                }
+            }
+            segs.pop();
+        }
+    }
+    let Ok(doc) = toml_edit::ImDocument::parse(block) else {
+        return block.to_string();
+    };
+    let root: &dyn toml_edit::TableLike = match within {
+        None => doc.as_table(),
+        Some(name) => match doc.get(name).and_then(|i| i.as_table_like()) {
+            Some(t) => t,
+            None => return block.to_string(),
+        },
+    };
+    let mut found = Vec::new();
+    leaves(root, &mut Vec::new(), &mut found);
+    // (end of the value's line, note), inserted from the last one back.
+    let mut notes: Vec<(usize, String)> = found
+        .into_iter()
+        .map(|(segs, span)| {
+            let eol = block[span.end..]
+                .find('\n')
+                .map_or(block.len(), |i| span.end + i);
+            let has_comment = block[span.end..eol].contains('#');
+            let origin = match origins.line(table, &origin_key(&segs)) {
+                Some(l) => format!("set in {}:{l}", file.display()),
+                None => "default".to_string(),
+            };
+            (
+                eol,
+                format!("{}{origin}", if has_comment { "; " } else { " # " }),
+            )
+        })
+        .collect();
+    notes.sort_by_key(|(at, _)| *at);
+    let mut out = block.to_string();
+    for (at, note) in notes.into_iter().rev() {
+        out.insert_str(at, &note);
+    }
+    out
 }
 
 impl PoolConfig {
@@ -291,13 +390,15 @@ impl PoolConfig {
             ));
         }
         match &self.local.ping_path {
-            Some(p) => out.push_str(&format!(
-                "ping.path = {}\nping.response = {}\n",
-                toml_str(p),
-                toml_str(&self.local.ping_response)
-            )),
+            Some(p) => out.push_str(&format!("ping.path = {}\n", toml_str(p))),
             None => out.push_str("# ping.path: no ping page\n"),
         }
+        // Also without a ping page: a ping.response set alone is part of
+        // the configuration (and of a reload's diff).
+        out.push_str(&format!(
+            "ping.response = {}\n",
+            toml_str(&self.local.ping_response)
+        ));
         for (name, value) in &self.env {
             out.push_str(&format!("env.{} = {}\n", toml_key(name), toml_str(value)));
         }
@@ -416,6 +517,85 @@ mod tests {
                 .filter(|l| !l.starts_with('#'))
                 .collect::<Vec<_>>()
         );
+    }
+
+    /// C16: `fpmd -t` says which file (and line) set each value, or that
+    /// it is the default; the notes are comments, so the text still loads.
+    #[test]
+    fn origins_name_the_file_and_line_or_default() {
+        let extra = "clear_env = false\nenv.FOO = \"$PATH\"\nphp_flag.display_errors = \"on\"\nphp_value.session.save_path = \"/tmp\"\nenv.\"x # y\" = \"a # b\"\n";
+        let main = "[global]\ninclude = \"pool.d/*.toml\"\nlog_level = \"debug\"\n";
+        let (dir, c) = load_ok(main, &[("pool.d/www.toml", &pool("www", extra))]);
+        let text = c.to_toml_with_origins();
+        let www = dir.path().join("pool.d/www.toml").display().to_string();
+        let fpmd = dir.path().join("fpmd.toml").display().to_string();
+        for line in [
+            format!("clear_env = false # set in {www}:7\n"),
+            format!("user = \"nobody\" # uid {}; set in {www}:2\n", nobody().0),
+            format!("pm.max_children = 5 # set in {www}:6\n"),
+            "listen.backlog = 511 # default\n".to_string(),
+            "pm.spawn = \"prefork\" # default\n".to_string(),
+            format!("php_value.display_errors = \"1\" # set in {www}:9\n"),
+            format!("php_value.\"session.save_path\" = \"/tmp\" # set in {www}:10\n"),
+            format!("env.\"x # y\" = \"a # b\" # set in {www}:11\n"),
+            format!("log_level = \"debug\" # set in {fpmd}:3\n"),
+            "watch = false # default\n".to_string(),
+        ] {
+            assert!(text.contains(&line), "{line:?} not in\n{text}");
+        }
+        assert!(
+            text.contains(&format!(
+                "env.FOO = {} # set in {www}:8\n",
+                toml_str(&std::env::var("PATH").unwrap())
+            )),
+            "{text}"
+        );
+        // A value over several lines is noted once, after its end; a line
+        // inside it that looks like a key is part of the value.
+        {
+            let (dir, c) = load_ok(&pool("www", "env.X = \"a\\nb = 1\\n\"\n"), &[]);
+            let text = c.to_toml_with_origins();
+            let fpmd = dir.path().join("fpmd.toml").display().to_string();
+            assert!(
+                text.contains(&format!("a\nb = 1\n\"\"\" # set in {fpmd}:7\n")),
+                "{text}"
+            );
+            let again = write(dir.path(), "again/fpmd.toml", &text);
+            assert_eq!(load(&again).unwrap().pools[0].env["X"], "a\nb = 1\n");
+        }
+        // The same effective configuration as without the notes.
+        let again = write(dir.path(), "again/fpmd.toml", &text);
+        let c2 = load(&again).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert_eq!(c2.global, c.global);
+        assert_eq!(
+            PoolConfig {
+                file: c.pools[0].file.clone(),
+                ..c2.pools[0].clone()
+            },
+            c.pools[0]
+        );
+        // Printed again, every value is set in that one file.
+        let text2 = c2.to_toml_with_origins();
+        assert!(
+            text2.contains(&format!("clear_env = false # set in {}:", again.display())),
+            "{text2}"
+        );
+        assert_eq!(text.lines().count(), text2.lines().count());
+    }
+
+    /// Found by the config fuzz target: a `ping.response` without
+    /// `ping.path` was not printed, so the printed configuration loaded
+    /// back with `pong`.
+    #[test]
+    fn ping_response_without_ping_path_is_printed() {
+        let (dir, c) = load_ok(&pool("www", "ping.response = \"alive\"\n"), &[]);
+        let text = c.to_toml();
+        assert!(
+            text.contains("# ping.path: no ping page\nping.response = \"alive\"\n"),
+            "{text}"
+        );
+        let again = write(dir.path(), "again/fpmd.toml", &text);
+        assert_eq!(load(&again).unwrap().pools[0].local, c.pools[0].local);
     }
 
     mod props {

@@ -1,6 +1,7 @@
 //! One configuration file as read: its text, its `toml_edit` document (for
 //! the line of a key) and its directory (for relative paths).
 
+use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
 use toml_edit::{ImDocument, TableLike};
@@ -21,6 +22,12 @@ impl SourceFile {
         let text = std::fs::read_to_string(path).map_err(|e| {
             ConfigError::file_only(path, format!("cannot read configuration file: {e}"))
         })?;
+        SourceFile::parse(path, text)
+    }
+
+    /// A file whose text is already read (`path` names it in messages and
+    /// gives its directory).
+    pub(super) fn parse(path: &Path, text: String) -> Result<SourceFile, ConfigError> {
         let parent = path.parent().unwrap_or(Path::new(""));
         let dir = absolutize(parent)
             .map_err(|e| ConfigError::file_only(path, format!("cannot resolve directory: {e}")))?;
@@ -96,6 +103,51 @@ impl SourceFile {
     pub(super) fn resolve(&self, p: &str) -> PathBuf {
         normalize(&self.dir.join(p))
     }
+}
+
+/// Every key (leaf) under `table` in `src`, dotted without quotes, with
+/// its line: the keys of [`Origins`](super::Origins).
+pub(super) fn key_lines(src: &SourceFile, table: &dyn TableLike) -> BTreeMap<String, usize> {
+    fn walk(
+        src: &SourceFile,
+        t: &dyn TableLike,
+        prefix: &mut Vec<String>,
+        out: &mut BTreeMap<String, usize>,
+    ) {
+        for (key, item) in t.iter() {
+            prefix.push(key.to_string());
+            match item.as_table_like() {
+                Some(sub) => walk(src, sub, prefix, out),
+                None => {
+                    let line = t
+                        .get_key_value(key)
+                        .and_then(|(k, i)| k.span().or_else(|| i.span()))
+                        .map(|s| src.line_at(s.start));
+                    if let Some(line) = line {
+                        out.insert(origin_key(prefix), line);
+                    }
+                }
+            }
+            prefix.pop();
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(src, table, &mut Vec::new(), &mut out);
+    out
+}
+
+/// The key of [`Origins`](super::Origins) for the key segments `segs`:
+/// joined with dots, a flag table named as its value table.
+pub(super) fn origin_key(segs: &[String]) -> String {
+    let mut segs = segs.to_vec();
+    if let Some(first) = segs.first_mut() {
+        match first.as_str() {
+            "php_flag" => *first = "php_value".into(),
+            "php_admin_flag" => *first = "php_admin_value".into(),
+            _ => {}
+        }
+    }
+    segs.join(".")
 }
 
 /// For a file that does not parse: the first line written in php-fpm's ini

@@ -13,7 +13,7 @@ use super::source::{absolutize, normalize};
 
 /// The effective ids of the fpmd process (parameters so that tests can
 /// exercise the non-root rules).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Ids {
     pub(super) euid: u32,
     pub(super) egid: u32,
@@ -27,6 +27,102 @@ impl Ids {
             egid: nix::unistd::getegid().as_raw(),
         }
     }
+}
+
+/// What the process checking a configuration may do, and the kernel's
+/// limits on processes: the facts behind the non-root rules and the
+/// `pm.max_children` sanity limits (`validate::check_host_limits`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Host {
+    /// `CAP_CHOWN` is in the effective set (`CapEff` of `/proc/self/status`):
+    /// a socket file may be given to any owner and group.
+    pub(super) cap_chown: bool,
+    /// `CAP_NET_BIND_SERVICE` is in the effective set: ports below
+    /// `unprivileged_port_start` may be bound.
+    pub(super) cap_net_bind_service: bool,
+    /// The effective gid and the supplementary groups: the groups a process
+    /// without `CAP_CHOWN` may give its own files to (chown(2)).
+    pub(super) groups: Vec<u32>,
+    /// `net.ipv4.ip_unprivileged_port_start` (`/proc/sys/net/ipv4/`, of
+    /// fpmd's network namespace; it applies to IPv6 too); 1024 when
+    /// unreadable (the kernel's default).
+    pub(super) unprivileged_port_start: u32,
+    /// The soft `RLIMIT_NPROC` (`ulimit -u`, systemd's `LimitNPROC=`):
+    /// children inherit it from fpmd and the kernel refuses a fork by a
+    /// user who has that many processes. `None`: unlimited.
+    pub(super) nproc: Option<u64>,
+    /// `/proc/sys/kernel/pid_max`: no more processes than this can exist.
+    pub(super) pid_max: Option<u64>,
+    /// `/proc/sys/kernel/threads-max`: every process is at least a thread.
+    pub(super) threads_max: Option<u64>,
+}
+
+impl Host {
+    /// The facts for `ids`: read from the running process when `ids` are
+    /// its own; for other ids (the tests' pretend ids) root has every
+    /// capability and any other user none, and only the effective gid as
+    /// group. The kernel's limits are read either way.
+    pub(super) fn of(ids: Ids) -> Host {
+        let read_u64 =
+            |p: &str| -> Option<u64> { std::fs::read_to_string(p).ok()?.trim().parse().ok() };
+        let nproc = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NPROC)
+            .ok()
+            .map(|(soft, _)| soft)
+            .filter(|&soft| soft != libc::RLIM_INFINITY);
+        let (cap_chown, cap_net_bind_service, groups) = if ids == Ids::current() {
+            let caps = effective_capabilities();
+            let mut groups: Vec<u32> = nix::unistd::getgroups()
+                .map(|gs| gs.into_iter().map(|g| g.as_raw()).collect())
+                .unwrap_or_default();
+            groups.insert(0, ids.egid);
+            (
+                caps & (1 << CAP_CHOWN) != 0,
+                caps & (1 << CAP_NET_BIND_SERVICE) != 0,
+                groups,
+            )
+        } else {
+            (ids.euid == 0, ids.euid == 0, vec![ids.egid])
+        };
+        Host {
+            cap_chown,
+            cap_net_bind_service,
+            groups,
+            unprivileged_port_start: read_u64("/proc/sys/net/ipv4/ip_unprivileged_port_start")
+                .map_or(1024, |n| n.min(u32::MAX as u64) as u32),
+            nproc,
+            pid_max: read_u64("/proc/sys/kernel/pid_max"),
+            threads_max: read_u64("/proc/sys/kernel/threads-max"),
+        }
+    }
+}
+
+/// Bits of `linux/capability.h` (the libc crate does not define them).
+const CAP_CHOWN: u32 = 0;
+const CAP_NET_BIND_SERVICE: u32 = 10;
+
+/// The effective capability set (`CapEff:` of `/proc/self/status`, a hex
+/// mask of `CAP_*` bits); 0 when unreadable.
+fn effective_capabilities() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
+            u64::from_str_radix(hex.trim(), 16).ok()
+        })
+        .unwrap_or(0)
+}
+
+/// A user's name for messages: its passwd name, else the number.
+pub(super) fn user_name(uid: u32) -> String {
+    match User::from_uid(Uid::from_raw(uid)) {
+        Ok(Some(u)) => u.name,
+        _ => uid.to_string(),
+    }
+}
+
+/// A group's name for messages: its group name, else the number.
+pub(super) fn group_name_of(gid: u32) -> String {
+    group_name(gid)
 }
 
 fn lookup_user(u: &IdOrName) -> Result<(Option<User>, u32), String> {

@@ -17,7 +17,10 @@ use super::raw::{
 };
 use super::render::dotted;
 use super::source::{normalize, SourceFile};
-use super::users::{resolve_credentials, resolve_gid, resolve_php_cgi, resolve_uid, Ids};
+use super::users::{
+    group_name_of, resolve_credentials, resolve_gid, resolve_php_cgi, resolve_uid, user_name, Host,
+    Ids,
+};
 use super::ConfigError;
 
 /// The default of `global.control_socket`: `/run/fpmd/fpmd.sock` for a
@@ -282,6 +285,20 @@ pub(super) fn validate_pool(
         },
     };
     let cgroup = cgroup_limits(&raw.cgroup).map_err(|(key, m)| ctx.err(&["cgroup", key], m))?;
+    for (key, set) in [
+        ("memory_max", cgroup.memory_max.is_some()),
+        ("pids_max", cgroup.pids_max.is_some()),
+        ("cpu_weight", cgroup.cpu_weight.is_some()),
+    ] {
+        if set {
+            require_root(
+                &ctx,
+                ids,
+                &["cgroup", key],
+                "the pool's cgroup is created and its limits written under /sys/fs/cgroup",
+            )?;
+        }
+    }
     if let Some(n) = cgroup.pids_max {
         // The pool's own php-cgi count against the limit too.
         let prefork = pm.spawn == Spawn::Prefork;
@@ -1026,6 +1043,198 @@ pub(super) fn check_listen_addresses(
                 ),
             };
             return Err(err(message));
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// What fpmd may do here: root-only settings, the kernel's process limits
+// ---------------------------------------------------------------------------
+
+/// Refuses the pool key `key` (set in the pool) when fpmd does not run as
+/// root, so that `fpmd -t` reports it rather than the start: for settings
+/// only root can apply (`chroot`, `cgroup.*`, …). `why` says what needs
+/// root, e.g. `"chroot(2) needs CAP_SYS_CHROOT"`. The error is at the key's
+/// line: `[www] key 'chroot': chroot needs fpmd to run as root (it runs as
+/// uid 1000): chroot(2) needs CAP_SYS_CHROOT`.
+fn require_root(ctx: &PoolCtx<'_>, ids: Ids, key: &[&str], why: &str) -> Result<(), ConfigError> {
+    if ids.euid == 0 {
+        return Ok(());
+    }
+    let segs: Vec<String> = key.iter().map(|s| s.to_string()).collect();
+    Err(ctx.err(
+        key,
+        format!(
+            "{} needs fpmd to run as root (it runs as uid {}): {why}",
+            dotted(&segs),
+            ids.euid
+        ),
+    ))
+}
+
+/// The processes one generation of `pool` runs at most: its children, and
+/// under `pm.spawn = "prefork"` the php-cgi parent that forks them.
+fn pool_processes(pool: &PoolConfig) -> u64 {
+    u64::from(pool.pm.max_children) + u64::from(pool.pm.spawn == Spawn::Prefork)
+}
+
+/// How `pool_processes` counts, for messages.
+fn processes_what(pool: &PoolConfig) -> String {
+    let n = pool_processes(pool);
+    match pool.pm.spawn {
+        Spawn::Prefork => format!(
+            "{n} processes (pm.max_children = {} and the php-cgi parent of pm.spawn = \"prefork\")",
+            pool.pm.max_children
+        ),
+        Spawn::Exec => format!("{n} processes (pm.max_children = {n})"),
+    }
+}
+
+/// The checks that depend on what fpmd may do on this machine, after every
+/// pool validated (`pools` in load order, each with its file):
+///
+/// - without `CAP_CHOWN` (fpmd not root), a unix socket's `listen.owner`
+///   must be fpmd's own user and `listen.group` one of fpmd's groups
+///   (chown(2) fails with `EPERM` otherwise), and the socket's directory,
+///   if it exists, must be writable by fpmd (bind(2): `EACCES`);
+/// - without `CAP_NET_BIND_SERVICE`, no TCP port below
+///   `net.ipv4.ip_unprivileged_port_start` (bind(2): `EACCES`), for pools
+///   and `global.metrics.listen`;
+/// - the sanity limits on `pm.max_children`: one generation of the pools
+///   together never needs more processes than the kernel can have
+///   (`kernel.pid_max`, `kernel.threads-max`), nor, per user the children
+///   run as, more than the soft `RLIMIT_NPROC` they inherit from fpmd
+///   (fpmd itself counted when it runs as that user). php-fpm checks
+///   neither: its pool forks until fork(2) fails.
+///
+/// Each error is at the offending key of the pool that crosses the limit.
+pub(super) fn check_host_limits(
+    main: &SourceFile,
+    global: &Global,
+    pools: &[(&SourceFile, &PoolConfig)],
+    ids: Ids,
+    host: &Host,
+) -> Result<(), ConfigError> {
+    let me = format!("fpmd runs as uid {}", ids.euid);
+    let port_rule = |port: u16| -> Option<String> {
+        (port != 0 && u32::from(port) < host.unprivileged_port_start && !host.cap_net_bind_service).then(|| format!(
+            "port {port} is privileged: {me} without CAP_NET_BIND_SERVICE and net.ipv4.ip_unprivileged_port_start is {}, so bind() would fail with EACCES (Permission denied); use a port from {} up or a unix socket",
+            host.unprivileged_port_start, host.unprivileged_port_start
+        ))
+    };
+    if let Some(ListenAddress::Tcp(addr)) = &global.metrics_listen {
+        if let Some(m) = port_rule(addr.port()) {
+            return Err(ConfigError {
+                file: main.path.clone(),
+                line: main.find_line(&["global", "metrics", "listen"]),
+                pool: None,
+                key: Some("global.metrics.listen".into()),
+                message: m,
+            });
+        }
+    }
+    let mut total = 0u64;
+    let mut per_user: HashMap<u32, u64> = HashMap::new();
+    for (src, pool) in pools {
+        let ctx = PoolCtx {
+            src,
+            name: &pool.name,
+        };
+        for (key, listen) in [
+            (["listen", "address"], Some(&pool.listen.address)),
+            (["pm", "status_listen"], pool.local.status_listen.as_ref()),
+        ] {
+            match listen {
+                Some(ListenAddress::Tcp(addr)) => {
+                    if let Some(m) = port_rule(addr.port()) {
+                        return Err(ctx.err(&key, m));
+                    }
+                }
+                Some(ListenAddress::Unix(path)) => check_socket_file(&ctx, pool, path, ids, host)?,
+                None => {}
+            }
+        }
+
+        let max_children = ["pm", "max_children"];
+        let n = pool_processes(pool);
+        let system = [
+            ("kernel.pid_max", host.pid_max),
+            ("kernel.threads-max", host.threads_max),
+        ];
+        for (name, limit) in system {
+            let Some(limit) = limit else { continue };
+            let file = format!("/proc/sys/kernel/{}", name.trim_start_matches("kernel."));
+            if n > limit {
+                return Err(ctx.err(&max_children, format!(
+                    "the pool would run {}, more than the kernel allows at all: {name} is {limit} ({file})",
+                    processes_what(pool)
+                )));
+            }
+            if total + n > limit {
+                return Err(ctx.err(&max_children, format!(
+                    "the pools together would run {} processes (this pool {}, the pools before it {total}), more than the kernel allows at all: {name} is {limit} ({file})",
+                    total + n, processes_what(pool)
+                )));
+            }
+        }
+        total += n;
+        let uid = pool.user.uid;
+        let before = *per_user
+            .entry(uid)
+            .or_insert(u64::from(uid == ids.euid && ids.euid != 0));
+        if let Some(limit) = host.nproc {
+            if before + n > limit {
+                let others = if before == 0 {
+                    String::new()
+                } else {
+                    format!(" and {before} more of that user (fpmd itself when it runs as that user, and the pools before this one)")
+                };
+                return Err(ctx.err(&max_children, format!(
+                    "the pool would run {}{others} as user '{}' (uid {uid}), more than the soft RLIMIT_NPROC of {limit} processes per user the children inherit from fpmd (ulimit -u; systemd: LimitNPROC=): the kernel would refuse the forks; lower pm.max_children or raise the limit",
+                    processes_what(pool), pool.user.user_name
+                )));
+            }
+        }
+        per_user.insert(uid, before + n);
+    }
+    Ok(())
+}
+
+/// A unix socket's `listen.owner`, `listen.group` and directory, for a
+/// process without `CAP_CHOWN` (see [`check_host_limits`]).
+fn check_socket_file(
+    ctx: &PoolCtx<'_>,
+    pool: &PoolConfig,
+    path: &Path,
+    ids: Ids,
+    host: &Host,
+) -> Result<(), ConfigError> {
+    if host.cap_chown {
+        return Ok(());
+    }
+    let me = format!("fpmd runs as uid {} without CAP_CHOWN", ids.euid);
+    if let Some(owner) = pool.listen.owner.filter(|&o| o != ids.euid) {
+        return Err(ctx.err(&["listen", "owner"], format!(
+            "cannot give the socket {} to listen.owner '{}' (uid {owner}): {me}, so chown() would fail with EPERM (Operation not permitted); remove listen.owner or set it to fpmd's own user '{}'",
+            path.display(), user_name(owner), user_name(ids.euid)
+        )));
+    }
+    if let Some(group) = pool.listen.group.filter(|g| !host.groups.contains(g)) {
+        return Err(ctx.err(&["listen", "group"], format!(
+            "cannot give the socket {} to listen.group '{}' (gid {group}): {me} and is not a member of that group, so chown() would fail with EPERM (Operation not permitted); use one of fpmd's own groups or remove listen.group",
+            path.display(), group_name_of(group)
+        )));
+    }
+    if ids == Ids::current() && ids.euid != 0 {
+        if let Some(dir) = path.parent().filter(|d| d.is_dir()) {
+            use nix::unistd::AccessFlags;
+            if let Err(errno) = nix::unistd::eaccess(dir, AccessFlags::W_OK | AccessFlags::X_OK) {
+                return Err(ctx.err(&["listen", "address"], format!(
+                    "cannot create the socket {}: fpmd runs as uid {} and may not write to {}, so bind() would fail with {errno}",
+                    path.display(), ids.euid, dir.display()
+                )));
+            }
         }
     }
     Ok(())
@@ -2273,5 +2482,326 @@ php_admin_flag.display_errors = "off"
                 .process_priority,
             Some(10)
         );
+    }
+
+    /// Loads `main` (+ `files`) in a fresh directory as a process with
+    /// `ids` on a machine described by `host`.
+    fn load_on(
+        main: &str,
+        files: &[(&str, &str)],
+        ids: Ids,
+        host: &Host,
+    ) -> (tempfile::TempDir, Result<super::super::Config, ConfigError>) {
+        let dir = tempfile::tempdir().unwrap();
+        for (rel, text) in files {
+            write(dir.path(), rel, text);
+        }
+        let main = write(dir.path(), "fpmd.toml", main);
+        let r = super::super::load_with(&super::super::FileSystem, &main, ids, host);
+        (dir, r)
+    }
+
+    fn big_host() -> Host {
+        Host {
+            cap_chown: true,
+            cap_net_bind_service: true,
+            groups: vec![0],
+            unprivileged_port_start: 1024,
+            nproc: None,
+            pid_max: Some(32768),
+            threads_max: Some(192_730),
+        }
+    }
+
+    const ROOT: Ids = Ids { euid: 0, egid: 0 };
+
+    #[test]
+    fn max_children_beyond_pid_max_is_refused() {
+        let host = big_host();
+        let with = |n: &str, extra: &str| {
+            pool("www", extra).replace("pm.max_children = 5", &format!("pm.max_children = {n}"))
+        };
+        let (dir, r) = load_on(&with("100000", ""), &[], ROOT, &host);
+        assert_err(
+            &dir,
+            &r.unwrap_err(),
+            "fpmd.toml",
+            Some(6),
+            Some("www"),
+            Some("pm.max_children"),
+            "the pool would run 100001 processes (pm.max_children = 100000 and the php-cgi parent of pm.spawn = \"prefork\"), more than the kernel allows at all: kernel.pid_max is 32768 (/proc/sys/kernel/pid_max)",
+        );
+        // At the limit: exec runs max_children processes, prefork one more.
+        assert!(
+            load_on(&with("32768", "pm.spawn = \"exec\"\n"), &[], ROOT, &host)
+                .1
+                .is_ok()
+        );
+        let (_d, r) = load_on(&with("32768", ""), &[], ROOT, &host);
+        assert!(r
+            .unwrap_err()
+            .message
+            .starts_with("the pool would run 32769 processes"));
+        // threads-max, when it is the lower one.
+        let low_threads = Host {
+            threads_max: Some(100),
+            ..big_host()
+        };
+        let (_d, r) = load_on(&with("100", ""), &[], ROOT, &low_threads);
+        assert!(r
+            .unwrap_err()
+            .message
+            .ends_with("kernel.threads-max is 100 (/proc/sys/kernel/threads-max)"));
+        // The sum over pools: refused at the pool that crosses it.
+        let two = format!(
+            "{}\n{}",
+            with("20000", ""),
+            with("20000", "")
+                .replace("[www]", "[two]")
+                .replace("www.sock", "two.sock")
+        );
+        let (dir, r) = load_on(&two, &[], ROOT, &host);
+        assert_err(
+            &dir,
+            &r.unwrap_err(),
+            "fpmd.toml",
+            Some(13),
+            Some("two"),
+            Some("pm.max_children"),
+            "the pools together would run 40002 processes (this pool 20001 processes (pm.max_children = 20000 and the php-cgi parent of pm.spawn = \"prefork\"), the pools before it 20001), more than the kernel allows at all: kernel.pid_max is 32768 (/proc/sys/kernel/pid_max)",
+        );
+        // Unknown limits (no /proc) refuse nothing.
+        let none = Host {
+            pid_max: None,
+            threads_max: None,
+            ..big_host()
+        };
+        assert!(load_on(&with("100000", ""), &[], ROOT, &none).1.is_ok());
+    }
+
+    #[test]
+    fn max_children_beyond_rlimit_nproc_is_refused() {
+        let host = Host {
+            nproc: Some(10),
+            ..big_host()
+        };
+        let with = |name: &str, user: &str, n: u32| {
+            pool(name, "")
+                .replace("pm.max_children = 5", &format!("pm.max_children = {n}"))
+                .replace("user = \"nobody\"", &format!("user = \"{user}\""))
+                .replace(
+                    "group = \"nogroup\"",
+                    &format!(
+                        "group = \"{}\"",
+                        if user == "nobody" { "nogroup" } else { user }
+                    ),
+                )
+        };
+        let nobody_pool = |n: u32| {
+            pool("www", "").replace("pm.max_children = 5", &format!("pm.max_children = {n}"))
+        };
+        assert!(
+            load_on(&nobody_pool(9), &[], ROOT, &host).1.is_ok(),
+            "9 children + their parent = 10"
+        );
+        let (dir, r) = load_on(&nobody_pool(10), &[], ROOT, &host);
+        assert_err(
+            &dir,
+            &r.unwrap_err(),
+            "fpmd.toml",
+            Some(6),
+            Some("www"),
+            Some("pm.max_children"),
+            &format!("the pool would run 11 processes (pm.max_children = 10 and the php-cgi parent of pm.spawn = \"prefork\") as user 'nobody' (uid {}), more than the soft RLIMIT_NPROC of 10 processes per user the children inherit from fpmd (ulimit -u; systemd: LimitNPROC=): the kernel would refuse the forks; lower pm.max_children or raise the limit", nobody().0),
+        );
+        // Two pools of one user count together; of two users, apart.
+        let same = format!("{}\n{}", with("a", "nobody", 5), with("b", "nobody", 5));
+        let (_d, r) = load_on(&same, &[], ROOT, &host);
+        let e = r.unwrap_err();
+        assert_eq!((e.pool.as_deref(), e.line), (Some("b"), Some(13)), "{e}");
+        assert!(e.message.contains("and 6 more of that user"), "{e}");
+        let apart = format!("{}\n{}", with("a", "nobody", 4), with("b", "www-data", 4));
+        assert!(load_on(&apart, &[], ROOT, &host).1.is_ok());
+        // Not root: the pool runs as fpmd's user, and fpmd counts too.
+        let (uid, gid) = nobody();
+        let me = Ids {
+            euid: uid,
+            egid: gid,
+        };
+        let me_host = Host {
+            cap_chown: false,
+            cap_net_bind_service: false,
+            groups: vec![gid],
+            ..host
+        };
+        assert!(load_on(&nobody_pool(8), &[], me, &me_host).1.is_ok());
+        let (_d, r) = load_on(&nobody_pool(9), &[], me, &me_host);
+        let e = r.unwrap_err();
+        assert!(
+            e.message.contains("and 1 more of that user (fpmd itself"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn non_root_cannot_use_root_only_settings() {
+        let (uid, gid) = nobody();
+        let me = Ids {
+            euid: uid,
+            egid: gid,
+        };
+        let host = Host {
+            cap_chown: false,
+            cap_net_bind_service: false,
+            groups: vec![gid],
+            ..big_host()
+        };
+        let sock = |dir: &tempfile::TempDir| dir.path().join("run/www.sock").display().to_string();
+        let at = |extra: &str| pool("www", extra).replace("/run/fpmd/www.sock", "run/www.sock");
+        // fpmd's own user and group are fine, given or by default.
+        let own = at("listen.owner = \"nobody\"\nlisten.group = \"nogroup\"\n");
+        assert!(load_on(&own, &[], me, &host).1.is_ok());
+        assert!(load_on(&at(""), &[], me, &host).1.is_ok());
+
+        let (dir, r) = load_on(&at("listen.owner = \"www-data\"\n"), &[], me, &host);
+        let e = r.unwrap_err();
+        let www = nix::unistd::User::from_name("www-data")
+            .unwrap()
+            .unwrap()
+            .uid
+            .as_raw();
+        assert_err(&dir, &e, "fpmd.toml", Some(7), Some("www"), Some("listen.owner"), &format!(
+            "cannot give the socket {} to listen.owner 'www-data' (uid {www}): fpmd runs as uid {uid} without CAP_CHOWN, so chown() would fail with EPERM (Operation not permitted); remove listen.owner or set it to fpmd's own user 'nobody'",
+            sock(&dir)
+        ));
+        let (dir, r) = load_on(&at("listen.group = \"www-data\"\n"), &[], me, &host);
+        let e = r.unwrap_err();
+        assert_eq!(
+            (e.line, e.key.as_deref()),
+            (Some(7), Some("listen.group")),
+            "{e}"
+        );
+        assert!(
+            e.message.starts_with(&format!(
+                "cannot give the socket {} to listen.group 'www-data'",
+                sock(&dir)
+            )) && e.message.contains("EPERM"),
+            "{e}"
+        );
+
+        // cgroup limits need root.
+        let (dir, r) = load_on(&at("cgroup.pids_max = 50\n"), &[], me, &host);
+        assert_err(&dir, &r.unwrap_err(), "fpmd.toml", Some(7), Some("www"), Some("cgroup.pids_max"),
+            &format!("cgroup.pids_max needs fpmd to run as root (it runs as uid {uid}): the pool's cgroup is created and its limits written under /sys/fs/cgroup"));
+
+        // Privileged ports: below ip_unprivileged_port_start, for every listener.
+        let tcp = |addr: &str, extra: &str| {
+            pool("www", extra).replace("\"/run/fpmd/www.sock\"", &format!("\"{addr}\""))
+        };
+        let (dir, r) = load_on(&tcp("127.0.0.1:80", ""), &[], me, &host);
+        assert_err(&dir, &r.unwrap_err(), "fpmd.toml", Some(5), Some("www"), Some("listen.address"),
+            &format!("port 80 is privileged: fpmd runs as uid {uid} without CAP_NET_BIND_SERVICE and net.ipv4.ip_unprivileged_port_start is 1024, so bind() would fail with EACCES (Permission denied); use a port from 1024 up or a unix socket"));
+        assert!(load_on(&tcp("127.0.0.1:1024", ""), &[], me, &host)
+            .1
+            .is_ok());
+        let low_start = Host {
+            unprivileged_port_start: 80,
+            ..host.clone()
+        };
+        assert!(
+            load_on(&tcp("127.0.0.1:80", ""), &[], me, &low_start)
+                .1
+                .is_ok(),
+            "the sysctl, not 1024"
+        );
+        let (_d, r) = load_on(
+            &tcp("127.0.0.1:9000", "pm.status_listen = \"443\"\n"),
+            &[],
+            me,
+            &host,
+        );
+        let e = r.unwrap_err();
+        assert_eq!(
+            (e.line, e.key.as_deref()),
+            (Some(7), Some("pm.status_listen")),
+            "{e}"
+        );
+        let metrics = format!(
+            "[global]\nmetrics.listen = \"127.0.0.1:99\"\n{}",
+            tcp("127.0.0.1:9000", "")
+        );
+        let (_d, r) = load_on(&metrics, &[], me, &host);
+        let e = r.unwrap_err();
+        assert_eq!(
+            (e.line, e.key.as_deref(), e.pool.as_deref()),
+            (Some(2), Some("global.metrics.listen"), None),
+            "{e}"
+        );
+
+        // Root (or the capabilities) may do all of it.
+        let all = at("listen.owner = \"www-data\"\nlisten.group = \"www-data\"\n");
+        assert!(load_on(&all, &[], ROOT, &big_host()).1.is_ok());
+        assert!(load_on(&tcp("127.0.0.1:80", ""), &[], ROOT, &big_host())
+            .1
+            .is_ok());
+    }
+
+    #[test]
+    fn require_root_names_the_key_and_why() {
+        let src = SourceFile::parse(
+            Path::new("/x/fpmd.toml"),
+            "[www]\nuser = \"nobody\"\nchroot = \"/srv/www\"\n".into(),
+        )
+        .unwrap();
+        let ctx = PoolCtx {
+            src: &src,
+            name: "www",
+        };
+        assert!(require_root(&ctx, ROOT, &["chroot"], "chroot(2) needs CAP_SYS_CHROOT").is_ok());
+        let e = require_root(
+            &ctx,
+            Ids {
+                euid: 1000,
+                egid: 1000,
+            },
+            &["chroot"],
+            "chroot(2) needs CAP_SYS_CHROOT",
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "/x/fpmd.toml:3: [www] key 'chroot': chroot needs fpmd to run as root (it runs as uid 1000): chroot(2) needs CAP_SYS_CHROOT"
+        );
+    }
+
+    #[test]
+    fn host_facts() {
+        // Pretend ids: root may do all, anyone else nothing.
+        let h = Host::of(Ids {
+            euid: 4_000_000,
+            egid: 4_000_001,
+        });
+        assert_eq!(
+            (h.cap_chown, h.cap_net_bind_service, h.groups.as_slice()),
+            (false, false, &[4_000_001][..])
+        );
+        let h = Host::of(Ids {
+            euid: 0,
+            egid: 4_000_001,
+        });
+        assert!(h.cap_chown && h.cap_net_bind_service);
+        // The kernel's figures are the files'.
+        let file = |p: &str| {
+            std::fs::read_to_string(p)
+                .ok()
+                .and_then(|t| t.trim().parse::<u64>().ok())
+        };
+        assert_eq!(h.pid_max, file("/proc/sys/kernel/pid_max"));
+        assert_eq!(h.threads_max, file("/proc/sys/kernel/threads-max"));
+        let start = file("/proc/sys/net/ipv4/ip_unprivileged_port_start").unwrap_or(1024);
+        assert_eq!(u64::from(h.unprivileged_port_start), start);
+        // The running process: its own groups.
+        let me = Host::of(Ids::current());
+        assert_eq!(me.groups[0], nix::unistd::getegid().as_raw());
     }
 }

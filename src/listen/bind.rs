@@ -218,14 +218,17 @@ pub(crate) fn reapply(
 }
 
 fn set_owner_mode(path: &Path, listen: &Listen) -> io::Result<()> {
-    if let Some(owner) = listen.owner {
-        let me = nix::unistd::Uid::effective();
-        if me.is_root() || me.as_raw() != owner {
-            std::os::unix::fs::chown(path, Some(owner), listen.group).map_err(|e| {
-                let group = listen.group.map_or("-".into(), |g| g.to_string());
-                io::Error::new(e.kind(), format!("chown {owner}:{group}: {e}"))
-            })?;
-        }
+    // Also when the owner is fpmd's own user: a group other than fpmd's
+    // effective gid needs the chown (a non-root fpmd may give its file to
+    // any group it is a member of; the configuration check refuses others).
+    if listen.owner.is_some() || listen.group.is_some() {
+        std::os::unix::fs::chown(path, listen.owner, listen.group).map_err(|e| {
+            let show = |id: Option<u32>| id.map_or("-".into(), |g| g.to_string());
+            io::Error::new(
+                e.kind(),
+                format!("chown {}:{}: {e}", show(listen.owner), show(listen.group)),
+            )
+        })?;
     }
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(listen.mode))
 }

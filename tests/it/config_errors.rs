@@ -366,3 +366,230 @@ fn control_commands_with_a_broken_main_file_say_why() {
         );
     }
 }
+
+/// Runs `fpmd -c CONF -t` with its output, as `ids` (uid, gid, no
+/// supplementary group) when given and with a soft `RLIMIT_NPROC` when
+/// given; returns (exit code, stdout and stderr).
+fn config_test_as(
+    conf: &std::path::Path,
+    ids: Option<(u32, u32)>,
+    nproc: Option<u64>,
+) -> (i32, String) {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new(FPMD_BIN);
+    cmd.arg("-c").arg(conf).arg("-t").env_remove("RUST_LOG");
+    if let Some((uid, gid)) = ids {
+        // std drops the supplementary groups (setgroups(0)) before setuid.
+        cmd.uid(uid).gid(gid);
+    }
+    if let Some(soft) = nproc {
+        // SAFETY: getrlimit/setrlimit are async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                let mut lim = libc::rlimit {
+                    rlim_cur: 0,
+                    rlim_max: 0,
+                };
+                if libc::getrlimit(libc::RLIMIT_NPROC, &mut lim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                lim.rlim_cur = soft.min(lim.rlim_max);
+                if libc::setrlimit(libc::RLIMIT_NPROC, &lim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {FPMD_BIN}: {e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!(
+        "fpmd -t as {ids:?} (RLIMIT_NPROC {nproc:?}): {}\n{text}",
+        out.status
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
+fn proc_number(path: &str) -> u64 {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("read {path}: {e}"))
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// Issue 10, sanity limits: `pm.max_children` beyond what the kernel can
+/// run at all (here 100,000 with `pid_max` 32768; on any machine one more
+/// than `kernel.pid_max`) is refused by `-t` and at start, naming the file,
+/// line, key, the limit and where it comes from.
+#[test]
+fn max_children_beyond_pid_max_is_refused() {
+    let pid_max = proc_number("/proc/sys/kernel/pid_max");
+    let n = (pid_max + 1).max(100_000);
+    invalid_pool_key(
+        "pm.max_children",
+        &n.to_string(),
+        &["more than the kernel allows at all", "/proc/sys/kernel/"],
+    );
+}
+
+/// Issue 10, sanity limits: with a soft `RLIMIT_NPROC` of 50 (as
+/// `ulimit -u 50` or systemd's `LimitNPROC=50` would give fpmd), a pool
+/// of 60 children is refused; one of 20 passes.
+#[test]
+fn max_children_beyond_rlimit_nproc_is_refused() {
+    let t = TestDir::new();
+    let mut p = PoolFile::new(&t);
+    let line = p.set("pm.max_children", "60");
+    let conf = FpmdConfig::new()
+        .raw_pool_file("www.toml", p.text())
+        .write(&t);
+    let (code, out) = config_test_as(&conf, None, Some(50));
+    assert_eq!(code, EX_CONFIG, "{out}");
+    let e = Expect::FileLineKey {
+        file: "www.toml",
+        line,
+        key: "pm.max_children".into(),
+        extra: vec![
+            "RLIMIT_NPROC of 50 processes per user".into(),
+            "user 'www-data'".into(),
+        ],
+    };
+    assert!(
+        check_message(&out, &e),
+        "the refusal does not name the file, line, key and limit:\n{out}"
+    );
+    p.set("pm.max_children", "20");
+    let conf = FpmdConfig::new()
+        .raw_pool_file("www.toml", p.text())
+        .write(&t);
+    let (code, out) = config_test_as(&conf, None, Some(50));
+    assert_eq!(code, 0, "{out}");
+}
+
+/// C15 (non-root half) and issue 10: `fpmd -t` run as `nobody` refuses,
+/// with exit 78, file, line and key, what only root can do: another
+/// `user`, a `listen.owner` or `listen.group` it cannot chown to (naming
+/// the socket path and EPERM), a socket directory it cannot write (path
+/// and EACCES), a privileged TCP port (below the real
+/// `net.ipv4.ip_unprivileged_port_start`); and passes the same pool with
+/// its own user, a directory it may write and an unprivileged port.
+#[test]
+fn non_root_config_test_refuses_root_only_settings() {
+    use nix::unistd::{Group, User};
+    let nobody = User::from_name("nobody").unwrap().expect("user nobody");
+    let nogroup = Group::from_name("nogroup").unwrap().expect("group nogroup");
+    let ids = Some((nobody.uid.as_raw(), nogroup.gid.as_raw()));
+    let t = TestDir::new();
+    // docroot/run is 0777: nobody may create a socket there.
+    let writable = t.docroot().join("run").join("www.sock");
+    let base = || {
+        let mut p = PoolFile::new(&t);
+        p.set("user", "\"nobody\"");
+        p.set("group", "\"nogroup\"");
+        p.set(
+            "listen.address",
+            &format!("{:?}", writable.display().to_string()),
+        );
+        p
+    };
+    let check = |p: &PoolFile, key: &str, extra: &[&str]| {
+        let line = p.0.iter().position(|(k, _)| k == key).expect("key set") + 2;
+        let conf = FpmdConfig::new()
+            .raw_pool_file("www.toml", p.text())
+            .write(&t);
+        let (code, out) = config_test_as(&conf, ids, None);
+        assert_eq!(code, EX_CONFIG, "fpmd -t as nobody with {key}: {out}");
+        let e = Expect::FileLineKey {
+            file: "www.toml",
+            line,
+            key: key.into(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        assert!(check_message(&out, &e), "fpmd -t as nobody: the refusal of {key} does not name file, line, key and {extra:?}:\n{out}");
+    };
+
+    let mut p = base();
+    p.set("user", "\"www-data\"");
+    check(
+        &p,
+        "user",
+        &[
+            "cannot run the pool as user 'www-data'",
+            "fpmd is not running as root",
+        ],
+    );
+
+    let mut p = base();
+    p.set("listen.owner", "\"www-data\"");
+    check(
+        &p,
+        "listen.owner",
+        &[
+            &writable.display().to_string(),
+            "EPERM",
+            "listen.owner 'www-data'",
+        ],
+    );
+
+    let mut p = base();
+    p.set("listen.group", "\"www-data\"");
+    check(
+        &p,
+        "listen.group",
+        &[&writable.display().to_string(), "EPERM"],
+    );
+
+    let mut p = base();
+    let root_only = t.join("www.sock");
+    p.set(
+        "listen.address",
+        &format!("{:?}", root_only.display().to_string()),
+    );
+    check(
+        &p,
+        "listen.address",
+        &[&root_only.display().to_string(), "EACCES"],
+    );
+
+    let start = proc_number("/proc/sys/net/ipv4/ip_unprivileged_port_start");
+    if start > 1 {
+        let mut p = base();
+        p.set("listen.address", &format!("\"127.0.0.1:{}\"", start - 1));
+        check(
+            &p,
+            "listen.address",
+            &[
+                "is privileged",
+                &format!("ip_unprivileged_port_start is {start}"),
+                "EACCES",
+            ],
+        );
+    }
+
+    // What nobody may do passes.
+    let mut p = base();
+    p.set("listen.owner", "\"nobody\"");
+    p.set("listen.group", "\"nogroup\"");
+    let conf = FpmdConfig::new()
+        .raw_pool_file("www.toml", p.text())
+        .write(&t);
+    let (code, out) = config_test_as(&conf, ids, None);
+    assert_eq!(code, 0, "fpmd -t as nobody on what nobody may do: {out}");
+    let mut p = base();
+    p.set(
+        "listen.address",
+        &format!("\"127.0.0.1:{}\"", start.max(1024) + 7000),
+    );
+    let conf = FpmdConfig::new()
+        .raw_pool_file("www.toml", p.text())
+        .write(&t);
+    let (code, out) = config_test_as(&conf, ids, None);
+    assert_eq!(code, 0, "fpmd -t as nobody on an unprivileged port: {out}");
+}

@@ -3,6 +3,7 @@
 //! before anything is read.
 
 use crate::harness::fcgi::{self, connect_from, read_records, wait_closed, End};
+use crate::harness::phpfpm::{PhpFpm, PhpFpmOpts};
 use crate::harness::*;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::time::Duration;
@@ -129,5 +130,159 @@ fn client_outside_allowed_clients_is_closed_before_any_record() {
         Duration::from_secs(5),
         "fpmd logs the refused address",
         || s.fpmd.log().contains("127.0.0.2"),
+    );
+}
+
+/// Starts fpmd on `cfg` in `t` and expects it to refuse to start: exit 78,
+/// a message naming `address` as in use, nothing of it left running.
+fn refused_as_in_use(t: &TestDir, cfg: &FpmdConfig, address: &str) {
+    let mut f = Fpmd::spawn(t, cfg, &[]);
+    let st = f.wait_exit(Duration::from_secs(30)).unwrap_or_else(|| {
+        panic!(
+            "fpmd on the taken address {address} still runs after 30 s:\n{}",
+            f.log()
+        )
+    });
+    let log = f.log();
+    assert_eq!(
+        st.code(),
+        Some(78),
+        "fpmd on the taken address {address}:\n{log}"
+    );
+    assert!(
+        log.lines()
+            .any(|l| l.contains(&format!("listen address {address} is already in use"))),
+        "the refusal does not name {address} as in use:\n{log}"
+    );
+    let gone = wait_until(Duration::from_secs(5), || f.tagged().is_empty());
+    assert!(
+        gone,
+        "the refused fpmd left processes: {}",
+        procs::describe(&f.tagged())
+    );
+}
+
+/// The inode of a unix socket file.
+fn inode(p: &std::path::Path) -> u64 {
+    std::fs::metadata(p)
+        .unwrap_or_else(|e| panic!("stat {}: {e}", p.display()))
+        .ino()
+}
+
+/// Issue 10: a live socket of a running php-fpm (unix, then TCP) is not
+/// stolen: fpmd refuses to start, naming the address, and php-fpm keeps
+/// serving on it (same socket file, same master, 200 through nginx).
+#[test]
+fn live_php_fpm_socket_is_not_stolen() {
+    // Unix.
+    let t = TestDir::new();
+    let fpm = PhpFpm::start(&t);
+    let nginx = Nginx::start(
+        &t,
+        NginxOpts::default()
+            .upstream(fpm.upstream())
+            .name("nginx-php-fpm"),
+    );
+    assert_eq!(
+        get(&nginx.url("/pid.php")).status,
+        200,
+        "php-fpm serves before"
+    );
+    let ino = inode(&fpm.socket);
+    let cfg = FpmdConfig::new().pool(Pool::www().unix_at(&fpm.socket));
+    refused_as_in_use(&t, &cfg, &fpm.socket.display().to_string());
+    assert_eq!(
+        inode(&fpm.socket),
+        ino,
+        "fpmd replaced php-fpm's socket file"
+    );
+    let r = get(&nginx.url("/pid.php"));
+    assert_eq!(
+        r.status,
+        200,
+        "php-fpm after fpmd was refused: {}",
+        r.text()
+    );
+    assert!(
+        !fpm.children().is_empty(),
+        "php-fpm lost its children: {}",
+        fpm.log()
+    );
+
+    // TCP.
+    let t = TestDir::new();
+    let port = free_port();
+    let fpm = PhpFpm::start_with(&t, PhpFpmOpts::default().tcp(port));
+    let nginx = Nginx::start(
+        &t,
+        NginxOpts::default()
+            .upstream(fpm.upstream())
+            .name("nginx-php-fpm"),
+    );
+    let address = format!("127.0.0.1:{port}");
+    let cfg = FpmdConfig::new().pool(Pool::www().tcp(address.clone()));
+    refused_as_in_use(&t, &cfg, &address);
+    let r = get(&nginx.url("/pid.php"));
+    assert_eq!(
+        r.status,
+        200,
+        "php-fpm after fpmd was refused: {}",
+        r.text()
+    );
+}
+
+/// Issue 10: a second fpmd, with a configuration of its own (its own
+/// directory and control socket), on the unix socket or the TCP address
+/// a running fpmd serves, refuses to start, naming the address; the first
+/// one keeps serving on the same socket. (C15 in reload.rs covers a second
+/// fpmd on the same configuration and the stale socket after kill -9.)
+#[test]
+fn second_fpmd_does_not_steal_a_live_socket() {
+    let port = free_port();
+    let address = format!("127.0.0.1:{port}");
+    let mut s = Stack::start_with(
+        FpmdConfig::new()
+            .pool(Pool::new("unix").max_children(1))
+            .pool(Pool::new("tcp").max_children(1).tcp(address.clone())),
+        NginxOpts::default(),
+    );
+    let sock = s.dir.join("unix.sock");
+    let ino = inode(&sock);
+    let other = TestDir::new();
+    refused_as_in_use(
+        &other,
+        &FpmdConfig::new().pool(Pool::www().unix_at(&sock)),
+        &sock.display().to_string(),
+    );
+    refused_as_in_use(
+        &other,
+        &FpmdConfig::new().pool(Pool::www().tcp(address.clone())),
+        &address,
+    );
+    assert_eq!(
+        inode(&sock),
+        ino,
+        "the second fpmd replaced the live socket file"
+    );
+    s.fpmd.assert_running();
+    let r = get(&s.nginx.url("/pid.php"));
+    assert_eq!(
+        r.status,
+        200,
+        "the first fpmd's unix pool after the refusals: {}",
+        r.text()
+    );
+    let tcp_nginx = Nginx::start(
+        &s.dir,
+        NginxOpts::default()
+            .upstream(s.fpmd.upstream(1))
+            .name("nginx-tcp"),
+    );
+    let r = get(&tcp_nginx.url("/pid.php"));
+    assert_eq!(
+        r.status,
+        200,
+        "the first fpmd's TCP pool after the refusals: {}",
+        r.text()
     );
 }

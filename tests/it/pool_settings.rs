@@ -73,6 +73,50 @@ fn clear_env_false_keeps_fpmd_environment() {
     assert_eq!(env_of(&s, "FOO,SECRET"), "FOO='bar'\nSECRET='s3cret'\n");
 }
 
+/// C16: fpmd started with `FOO=bar SECRET=s`; a pool with `clear_env =
+/// true` and php-fpm's `env[FOO] = $FOO` (`env.FOO = "$FOO"`) shows
+/// FOO=bar and SECRET=false; with `clear_env = false` both are visible.
+/// `fpmd -t` prints the effective `clear_env` and `env.FOO` with the file
+/// and line that set them, and a key left out as `default`.
+#[test]
+fn c16_clear_env_with_env_from_fpmd_and_the_dump_names_the_file() {
+    let cfg = |clear: &str| {
+        FpmdConfig::new()
+            .pool(Pool::www().lines(&[&format!("clear_env = {clear}"), r#"env.FOO = "$FOO""#]))
+            .env("FOO", "bar")
+            .env("SECRET", "s")
+    };
+    for (clear, want) in [
+        ("true", "FOO='bar'\nSECRET=false\n"),
+        ("false", "FOO='bar'\nSECRET='s'\n"),
+    ] {
+        // The dump first, in a directory of its own (its output is the log).
+        let t = TestDir::new();
+        let mut f = Fpmd::spawn(&t, &cfg(clear), &["-t"]);
+        let st = f
+            .wait_exit(Duration::from_secs(30))
+            .unwrap_or_else(|| panic!("fpmd -t still running after 30 s:\n{}", f.log()));
+        let out = f.log();
+        assert_eq!(st.code(), Some(0), "fpmd -t:\n{out}");
+        let file = t.join("pool.d/www.toml").display().to_string();
+        for (key, value) in [("clear_env", clear), ("env.FOO", "\"bar\"")] {
+            let want_line = format!("{key} = {value} # set in {file}:");
+            assert!(
+                out.lines().any(|l| l.starts_with(&want_line)),
+                "clear_env = {clear}: no line {want_line:?}N in fpmd -t's output:\n{out}"
+            );
+        }
+        assert!(
+            out.lines().any(|l| l == "listen.backlog = 511 # default"),
+            "a key left out is not shown as the default:\n{out}"
+        );
+        drop(f);
+
+        let s = Stack::start_with(cfg(clear), NginxOpts::default());
+        assert_eq!(env_of(&s, "FOO,SECRET"), want, "clear_env = {clear}");
+    }
+}
+
 #[test]
 fn ini_values_reach_php() {
     // Each value differs from Debian's php-cgi php.ini default.

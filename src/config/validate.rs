@@ -337,6 +337,18 @@ pub(super) fn validate_pool(
             if !root.is_absolute() {
                 return Err(ctx.err(&["chroot"], format!("chroot must be an absolute path: {p}")));
             }
+            // The site's directory is opened with O_NOFOLLOW at every spawn
+            // (see sandbox::open_site): a symlink, whose target can be
+            // changed under fpmd, is refused here with a clear message.
+            if let Ok(target) = std::fs::read_link(&root) {
+                return Err(ctx.err(
+                    &["chroot"],
+                    format!(
+                        "chroot must be the site's directory itself, not a symlink: {p} -> {}",
+                        target.display()
+                    ),
+                ));
+            }
             if !root.is_dir() {
                 return Err(ctx.err(
                     &["chroot"],
@@ -2199,6 +2211,9 @@ php_admin_flag.display_errors = "off"
         let site = dir.path().join("site");
         std::fs::create_dir_all(site.join("pub")).unwrap();
         let site_s = site.display().to_string();
+        let link = dir.path().join("site-link");
+        std::os::unix::fs::symlink(&site, &link).unwrap();
+        let link_s = link.display().to_string();
         let as_root = |extra: &str| {
             let main = write(dir.path(), "fpmd.toml", &pool("www", extra));
             super::super::load_as(&main, Ids { euid: 0, egid: 0 })
@@ -2253,6 +2268,7 @@ php_admin_flag.display_errors = "off"
             ("chroot = \"site\"".to_string(), "chroot", "chroot must be an absolute path: site".to_string()),
             (format!("chroot = {missing:?}"), "chroot", format!("chroot directory does not exist or is not a directory: {missing}")),
             ("chroot = \"/\"".into(), "chroot", "chroot = \"/\" is no chroot: remove it".into()),
+            (format!("chroot = {link_s:?}"), "chroot", format!("chroot must be the site's directory itself, not a symlink: {link_s} -> {site_s}")),
             (format!("chroot = {site_s:?}\nchdir = \"/nope\""), "chdir", format!("chdir directory /nope within the chroot {site_s} ({site_s}/nope) does not exist or is not a directory")),
             ("rlimit_files = 0".into(), "rlimit_files", "rlimit_files must be at least 1 (php-cgi could not open its own files)".into()),
             ("rlimit_files = 4000000000".into(), "rlimit_files", format!("rlimit_files = 4000000000 is more than the kernel allows (fs.nr_open = {})", std::fs::read_to_string("/proc/sys/fs/nr_open").unwrap().trim())),

@@ -773,3 +773,65 @@ fn chroot_symlink_to_root_stays_inside_and_no_sandbox_fd_reaches_php_cgi() {
         assert!(leaked.is_empty(), "php-cgi {} holds {leaked:?}", p.pid);
     }
 }
+
+/// The path of the unix socket that is fd 0 of process `pid` (a child's
+/// listening socket), from `/proc/net/unix`.
+fn fd0_socket_path(pid: i32) -> Option<PathBuf> {
+    let link = std::fs::read_link(format!("/proc/{pid}/fd/0")).ok()?;
+    let inode = link
+        .to_str()?
+        .strip_prefix("socket:[")?
+        .strip_suffix(']')?
+        .to_string();
+    let table = std::fs::read_to_string("/proc/net/unix").ok()?;
+    table.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.get(6) == Some(&inode.as_str()))
+            .then(|| f.get(7).map(PathBuf::from))
+            .flatten()
+    })
+}
+
+/// In a chroot without a `tmp/` of the site: `sys_getloadavg()` works
+/// (glibc reads it with `sysinfo()`, not from `/proc`), the pool's private
+/// `/tmp` is writable by the pool's user, and fpmd's runtime directory,
+/// which holds the children's sockets and that private `/tmp`, is 0700
+/// and root's.
+#[test]
+fn chroot_loadavg_private_tmp_and_a_0700_runtime_directory() {
+    let dir = TestDir::new();
+    let www = ids("www-data");
+    let site = make_site(dir.path(), "site", www, 0o755);
+    std::fs::remove_dir(site.join("tmp")).unwrap();
+    let fpmd = Fpmd::start(
+        &dir,
+        FpmdConfig::new().pool(chroot_pool("www", ("www-data", "www-data"), &site)),
+    );
+    let s = start_nginx(&dir, &fpmd, 0, &site);
+
+    let la = s.get("t=loadavg");
+    let la = la
+        .as_array()
+        .unwrap_or_else(|| panic!("sys_getloadavg(): {la}"));
+    assert_eq!(la.len(), 3, "{la:?}");
+    assert!(
+        la.iter().all(|v| v.as_f64().is_some_and(|x| x >= 0.0)),
+        "{la:?}"
+    );
+    assert_eq!(s.get("t=proc&f=status"), false, "/proc is absent");
+
+    assert_eq!(s.get("t=write&path=/tmp/sess&data=abc"), 3);
+    assert_eq!(s.get("t=read&path=/tmp/sess"), "abc");
+
+    let workers = fpmd.wait_workers(2, Duration::from_secs(60));
+    let sock = fd0_socket_path(workers[0]).expect("a child's fd 0 is a named unix socket");
+    let runtime = sock.parent().unwrap();
+    let md = std::fs::metadata(runtime).unwrap();
+    assert_eq!(md.mode() & 0o7777, 0o700, "{}", runtime.display());
+    assert_eq!(md.uid(), 0, "{}", runtime.display());
+    // The private /tmp is in it, and is what the script wrote to.
+    assert_eq!(
+        std::fs::read_to_string(runtime.join("tmp/www/sess")).unwrap(),
+        "abc"
+    );
+}

@@ -168,7 +168,16 @@ pub async fn run(
     if let Err(e) = crate::proc_events::start() {
         info!("no process events ({e}): the exit status of pre-forked children will not be known");
     }
-    let runtime_dir = tempfile::Builder::new().prefix("fpmd.").tempdir()?;
+    // 0700: only fpmd reaches the children's sockets (php-cgi never opens
+    // the path: its socket is its fd 0) and the pools' private /tmp (bind
+    // mounted by the child while still root).
+    let runtime_dir = {
+        use std::os::unix::fs::PermissionsExt;
+        tempfile::Builder::new()
+            .prefix("fpmd.")
+            .permissions(std::fs::Permissions::from_mode(0o700))
+            .tempdir()?
+    };
     // As php-fpm: an access log that cannot be opened stops the start.
     open_access_logs(&config).map_err(anyhow::Error::msg)?;
     let pid_file = write_pid_file(&config)?;

@@ -16,7 +16,11 @@
 //! 2. With `chroot`: `unshare(CLONE_NEWNS)` → `/` made `MS_PRIVATE|MS_REC`
 //!    → a tmpfs on the staging directory → the mount steps (directories,
 //!    empty files and symlinks made in the tmpfs; the site's top-level
-//!    entries bind-mounted read-write, `nosuid,nodev`; PHP's runtime
+//!    entries bind-mounted read-write, `nosuid,nodev`, each attached
+//!    (`move_mount`) from a detached copy of its mount made before the fork
+//!    (`open_tree` on an `O_PATH|O_NOFOLLOW` fd opened relative to an fd of
+//!    the site's directory: nothing of the site is looked up by path in
+//!    the child, so an entry swapped for a symlink is not followed); PHP's runtime
 //!    bind-mounted then remounted read-only, `nosuid`, `nodev` except for
 //!    the device nodes) → `pivot_root` into the tmpfs, the old root
 //!    detached → the tmpfs itself remounted read-only.
@@ -42,7 +46,7 @@
 use std::ffi::{CString, OsStr, OsString};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Component, Path, PathBuf};
 
 use crate::config::{Isolation, Landlock};
@@ -408,25 +412,127 @@ pub fn host_runtime(program: &Path) -> Vec<RuntimePath> {
     out
 }
 
-/// The top-level entries of the site's directory `root`, sorted by name.
-pub fn read_site(root: &Path) -> io::Result<Vec<SiteEntry>> {
+/// A top-level entry of the site's directory, opened before the fork.
+pub struct OpenEntry {
+    /// Its name and what `fstat` on `fd` says it is.
+    pub entry: SiteEntry,
+    /// `O_PATH|O_NOFOLLOW|O_CLOEXEC`, opened relative to the site's
+    /// directory fd: the entry itself (a symlink is the link, never what
+    /// it names). A bind mount is made from this fd, never from the
+    /// entry's path, so an entry swapped for a symlink after it was read
+    /// (a customer with SFTP access replacing `data/` by `data -> /`)
+    /// cannot get the host's `/` mounted in the chroot.
+    pub fd: OwnedFd,
+}
+
+/// `fd` moved above the standard descriptors (std's `Command` `dup2`s the
+/// child's stdio onto 0, 1 and 2 before `pre_exec`, which would replace
+/// an fd of ours that happened to be one of them), close-on-exec.
+fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
+    if fd.as_raw_fd() > 2 {
+        return Ok(fd);
+    }
+    // SAFETY: fcntl on a valid fd; the result is a new fd we own.
+    let n = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `n` is a fresh fd nobody else owns.
+    Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(n) })
+}
+
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const AT_RECURSIVE: libc::c_uint = 0x8000;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+
+/// A detached copy of the mount tree at `fd` (`open_tree(fd, "",
+/// OPEN_TREE_CLONE|AT_RECURSIVE|AT_EMPTY_PATH)`, close-on-exec): a bind
+/// mount waiting to be attached with `move_mount`.
+fn open_tree(fd: &OwnedFd) -> io::Result<OwnedFd> {
+    let flags = OPEN_TREE_CLONE
+        | libc::O_CLOEXEC as libc::c_uint
+        | AT_RECURSIVE
+        | libc::AT_EMPTY_PATH as libc::c_uint;
+    // SAFETY: a valid fd and an empty C string; the result is a new fd.
+    let n = unsafe { libc::syscall(libc::SYS_open_tree, fd.as_raw_fd(), c"".as_ptr(), flags) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `n` is a fresh fd nobody else owns.
+    above_stdio(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(n as RawFd) })
+}
+
+/// `openat(dir, name, flags)` as an owned fd (close-on-exec added).
+fn open_at(dir: RawFd, name: &CString, flags: libc::c_int) -> io::Result<OwnedFd> {
+    // SAFETY: a valid dirfd and C string; the result is a new fd we own.
+    let fd = unsafe { libc::openat(dir, name.as_ptr(), flags | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh fd nobody else owns.
+    above_stdio(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+}
+
+/// The top-level entries of the site's directory `root`, sorted by name,
+/// each opened (see [`OpenEntry`]). `root` is opened once
+/// (`O_PATH|O_DIRECTORY|O_NOFOLLOW`: a `chroot` that is a symlink is
+/// refused with `ELOOP`/`ENOTDIR`), listed through that fd, and every entry
+/// is opened relative to it: nothing below is looked up by path again.
+/// What an entry is comes from `fstat` on its fd, not from `readdir`
+/// (which may be stale by then): what is mounted is what was checked.
+pub fn open_site(root: &Path) -> io::Result<Vec<OpenEntry>> {
+    let dir = open_at(
+        libc::AT_FDCWD,
+        &cstr(root)?,
+        libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+    )?;
     let mut out = Vec::new();
-    for e in std::fs::read_dir(root)? {
-        let e = e?;
-        let ft = e.file_type()?;
-        let kind = if ft.is_symlink() {
-            Kind::Symlink(std::fs::read_link(e.path())?)
-        } else if ft.is_dir() {
-            Kind::Dir
-        } else {
-            Kind::File
+    // Listed through the fd (the magic link names the directory opened
+    // above, whatever `root` names by now).
+    for e in std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))? {
+        let name = e?.file_name();
+        let cname = CString::new(name.as_bytes())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "NUL in a file name"))?;
+        let fd = match open_at(dir.as_raw_fd(), &cname, libc::O_PATH | libc::O_NOFOLLOW) {
+            Ok(fd) => fd,
+            // Removed since it was listed: not there.
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+            Err(e) => return Err(e),
         };
-        out.push(SiteEntry {
-            name: e.file_name(),
-            kind,
+        // SAFETY: fstat on a valid fd into a valid out pointer.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let kind = match st.st_mode & libc::S_IFMT {
+            libc::S_IFLNK => {
+                // The target of the very link opened (readlinkat with an
+                // empty path reads an O_PATH fd's link).
+                let mut buf = vec![0u8; libc::PATH_MAX as usize + 1];
+                // SAFETY: a valid fd, an empty C string, a buffer of that size.
+                let n = unsafe {
+                    libc::readlinkat(
+                        fd.as_raw_fd(),
+                        c"".as_ptr(),
+                        buf.as_mut_ptr().cast(),
+                        buf.len(),
+                    )
+                };
+                if n < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                buf.truncate(n as usize);
+                Kind::Symlink(PathBuf::from(OsString::from_vec(buf)))
+            }
+            libc::S_IFDIR => Kind::Dir,
+            _ => Kind::File,
+        };
+        out.push(OpenEntry {
+            entry: SiteEntry { name, kind },
+            fd,
         });
     }
-    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out.sort_by(|a, b| a.entry.name.cmp(&b.entry.name));
     Ok(out)
 }
 
@@ -436,9 +542,18 @@ enum Op {
     Touch(CString),
     Symlink(CString, CString),
     Bind {
+        /// A host path (the runtime, the private `/tmp`); unused for a
+        /// site entry, which is attached from `fd`.
         source: CString,
         target: CString,
         remount: libc::c_ulong,
+        /// For a site entry: a detached copy of its mount tree
+        /// (`open_tree(OPEN_TREE_CLONE)` on [`OpenEntry::fd`], made before
+        /// the fork), which the child attaches with `move_mount` and
+        /// closes; close-on-exec, so php-cgi never has it.
+        fd: Option<OwnedFd>,
+        /// The source's host path, for the report of a failure.
+        shown: CString,
     },
 }
 
@@ -477,11 +592,15 @@ fn cstr(p: &Path) -> io::Result<CString> {
 
 /// `MS_*` flags that a bind remount must keep from its source's mount
 /// (else remounting would clear, say, `noexec`).
-fn kept_flags(source: &Path) -> io::Result<libc::c_ulong> {
+fn kept_flags(source: &Path, fd: Option<&OwnedFd>) -> io::Result<libc::c_ulong> {
     let c = cstr(source)?;
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid C string and a valid out pointer.
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+    // SAFETY: a valid C string or fd and a valid out pointer.
+    let r = match fd {
+        Some(fd) => unsafe { libc::fstatvfs(fd.as_raw_fd(), &mut st) },
+        None => unsafe { libc::statvfs(c.as_ptr(), &mut st) },
+    };
+    if r != 0 {
         return Err(io::Error::new(
             io::Error::last_os_error().kind(),
             format!(
@@ -559,8 +678,9 @@ pub fn prepare(
             if (md.uid(), md.gid()) != (uid, gid) {
                 std::os::unix::fs::chown(&private_tmp, Some(uid), Some(gid))?;
             }
-            let entries = read_site(site)
+            let mut opened = open_site(site)
                 .map_err(|e| io::Error::new(e.kind(), format!("chroot {}: {e}", site.display())))?;
+            let entries: Vec<SiteEntry> = opened.iter().map(|o| o.entry.clone()).collect();
             steps = mount_steps(&entries, site, &runtime, &private_tmp);
             let mut ops = Vec::with_capacity(steps.len());
             for s in &steps {
@@ -575,20 +695,38 @@ pub fn prepare(
                         read_only,
                         device,
                     } => {
+                        // A site entry: mounted from its fd, never by path.
+                        let fd = match source.parent() == Some(site.as_path()) && !*read_only {
+                            true => opened
+                                .iter()
+                                .position(|o| Some(o.entry.name.as_os_str()) == source.file_name())
+                                .map(|i| opened.swap_remove(i).fd),
+                            false => None,
+                        };
                         let mut remount = libc::MS_BIND
                             | libc::MS_REMOUNT
                             | libc::MS_NOSUID
-                            | kept_flags(source)?;
+                            | kept_flags(source, fd.as_ref())?;
                         if !device {
                             remount |= libc::MS_NODEV;
                         }
                         if *read_only {
                             remount |= libc::MS_RDONLY;
                         }
+                        // The site entry's mount, cloned now in fpmd's own
+                        // namespace (a bind from an fd of another namespace
+                        // is refused with EINVAL once the child unshared),
+                        // attached by the child with move_mount.
+                        let fd = fd.map(|fd| open_tree(&fd)).transpose().map_err(|e| {
+                            io::Error::new(e.kind(), format!("open_tree {}: {e}", source.display()))
+                        })?;
+                        let bind_source = cstr(source)?;
                         Op::Bind {
-                            source: cstr(source)?,
+                            source: bind_source,
                             target: inside(target)?,
                             remount,
+                            fd,
+                            shown: cstr(source)?,
                         }
                     }
                 });
@@ -831,8 +969,39 @@ impl Prepared {
                     source,
                     target,
                     remount,
+                    fd,
+                    shown,
                 } => {
-                    if libc::mount(
+                    if let Some(fd) = fd {
+                        // A site entry: the tree cloned from the fd opened
+                        // before the fork, never a path looked up now.
+                        if libc::syscall(
+                            libc::SYS_move_mount,
+                            fd.as_raw_fd(),
+                            c"".as_ptr(),
+                            libc::AT_FDCWD,
+                            target.as_ptr(),
+                            MOVE_MOUNT_F_EMPTY_PATH,
+                        ) != 0
+                        {
+                            return Err(fail(report, b"bind mount", Some(shown)));
+                        }
+                        // Close-on-exec anyway; the parent's copy is closed
+                        // when the spawn is done.
+                        libc::close(fd.as_raw_fd());
+                        // Private like the rest of the namespace (the clone
+                        // kept its source's propagation).
+                        if libc::mount(
+                            null,
+                            target.as_ptr(),
+                            null,
+                            libc::MS_REC | libc::MS_PRIVATE,
+                            std::ptr::null(),
+                        ) != 0
+                        {
+                            return Err(fail(report, b"make private", Some(target)));
+                        }
+                    } else if libc::mount(
                         source.as_ptr(),
                         target.as_ptr(),
                         null,
@@ -840,7 +1009,7 @@ impl Prepared {
                         std::ptr::null(),
                     ) != 0
                     {
-                        return Err(fail(report, b"bind mount", Some(source)));
+                        return Err(fail(report, b"bind mount", Some(shown)));
                     }
                     if libc::mount(null, target.as_ptr(), null, *remount, std::ptr::null()) != 0 {
                         return Err(fail(report, b"remount", Some(target)));
@@ -1050,5 +1219,119 @@ mod tests {
             Some("/usr/lib/php".into())
         );
         assert_eq!(host_of(&steps, Path::new("/nothing")), None);
+    }
+
+    /// A scratch directory under the system's temporary directory.
+    fn scratch(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("fpmd-sandbox-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn a_chroot_that_is_a_symlink_is_refused() {
+        let d = scratch("link");
+        std::fs::create_dir(d.join("site")).unwrap();
+        std::os::unix::fs::symlink(d.join("site"), d.join("link")).unwrap();
+        let e = open_site(&d.join("link"))
+            .err()
+            .expect("a symlink was opened");
+        // O_NOFOLLOW|O_DIRECTORY on a symlink: ENOTDIR (ELOOP without
+        // O_DIRECTORY).
+        assert!(
+            matches!(e.raw_os_error(), Some(libc::ENOTDIR | libc::ELOOP)),
+            "{e}"
+        );
+        assert_eq!(open_site(&d.join("site")).unwrap().len(), 0);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// The symlink race: the site's `data/` is read as a directory, then
+    /// swapped for `data -> /` before the child mounts it (what a customer
+    /// with SFTP access could time). The child mounts what was opened, the
+    /// site's directory, never the host's root; a symlink the site had
+    /// from the start is recreated and resolves inside the new root.
+    #[test]
+    fn a_site_entry_swapped_for_a_symlink_after_prepare_mounts_what_was_opened() {
+        if !nix::unistd::Uid::effective().is_root() {
+            eprintln!("skipped: needs root (mount namespace)");
+            return;
+        }
+        let d = scratch("swap");
+        let site = d.join("site");
+        std::fs::create_dir_all(site.join("data")).unwrap();
+        std::fs::write(site.join("data/marker"), "site").unwrap();
+        std::fs::write(site.join("index.php"), "<?php").unwrap();
+        std::os::unix::fs::symlink("/", site.join("hostroot")).unwrap();
+        let plan = SandboxPlan {
+            pool: "t".into(),
+            root: Some(site.clone()),
+            cwd: "/".into(),
+            rlimit_files: None,
+            rlimit_core: None,
+            priority: None,
+            dumpable: false,
+            no_new_privs: false,
+            landlock: None,
+        };
+        let program = std::fs::canonicalize("/bin/true").unwrap();
+        let (prepared, report) = prepare(&plan, &program, &d.join("run"), 0, 0).unwrap();
+        // Site entries are bound from their fds, not their paths.
+        let root = prepared.root.as_ref().unwrap();
+        let binds: Vec<String> = root
+            .ops
+            .iter()
+            .filter_map(|o| match o {
+                Op::Bind { source, fd, .. } if fd.is_some() => {
+                    Some(source.to_string_lossy().into_owned())
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(binds.len(), 2, "data and index.php: {binds:?}");
+        assert!(
+            binds
+                .iter()
+                .all(|b| b.ends_with("/data") || b.ends_with("/index.php")),
+            "{binds:?}"
+        );
+
+        // The swap, after the listing and before the mount.
+        std::fs::rename(site.join("data"), site.join("data.old")).unwrap();
+        std::os::unix::fs::symlink("/", site.join("data")).unwrap();
+
+        let exists = |p: &std::ffi::CStr| unsafe { libc::access(p.as_ptr(), libc::F_OK) == 0 };
+        // SAFETY: the child makes only raw system calls, then _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            let code = unsafe {
+                if prepared.apply().is_err() {
+                    10
+                } else if !exists(c"/data/marker") {
+                    11 // data/ is not the site's directory
+                } else if exists(c"/data/proc") || exists(c"/data/root") {
+                    12 // the host's root is mounted
+                } else if !exists(c"/hostroot/index.php") || exists(c"/hostroot/proc") {
+                    13 // the site's symlink does not resolve inside
+                } else {
+                    0
+                }
+            };
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status), "status {status}");
+        drop(prepared);
+        let mut step = String::new();
+        let _ = std::io::Read::read_to_string(&mut std::fs::File::from(report), &mut step);
+        assert_eq!(
+            libc::WEXITSTATUS(status),
+            0,
+            "see the codes in the child; failed step: {step}"
+        );
+        std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -692,3 +692,146 @@ fn reload_changing_process_priority_of_a_chrooted_pool() {
     assert_eq!(w[0], "/index.php", "{w}");
     assert!(new.contains(&(s.get("t=pid").as_i64().unwrap() as i32)));
 }
+
+/// The descriptors of process `pid` that fpmd's sandbox could have leaked
+/// into it: `O_PATH` ones (the site's entries, their mount trees) and
+/// directories (the site's directory), as `(fd, flags, target)`.
+fn leaked_fds(pid: i32) -> Vec<(String, String, String)> {
+    const O_PATH: u32 = 0o10000000;
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let fd = e.file_name().to_string_lossy().into_owned();
+        let Ok(info) = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")) else {
+            continue;
+        };
+        let flags = info
+            .lines()
+            .find_map(|l| l.strip_prefix("flags:"))
+            .map(|f| f.trim().to_string())
+            .unwrap_or_default();
+        let o_path = u32::from_str_radix(&flags, 8).unwrap_or(0) & O_PATH != 0;
+        let is_dir = std::fs::metadata(e.path())
+            .map(|m| m.is_dir())
+            .unwrap_or(false);
+        if o_path || is_dir {
+            let target = std::fs::read_link(e.path())
+                .map(|p| p.display().to_string())
+                .unwrap_or_default();
+            out.push((fd, flags, target));
+        }
+    }
+    out
+}
+
+/// The site's top-level entries are mounted from descriptors fpmd opened
+/// before the fork (see `sandbox::open_site`): a top-level symlink to `/`
+/// is recreated as a symlink and resolves inside the chroot, never to the
+/// host's root; a top-level directory is the site's; and none of those
+/// descriptors reaches php-cgi (every php-cgi of the pool, the pre-fork
+/// parent too, has no `O_PATH` and no directory descriptor).
+#[test]
+fn chroot_symlink_to_root_stays_inside_and_no_sandbox_fd_reaches_php_cgi() {
+    let dir = TestDir::new();
+    let www = ids("www-data");
+    let site = make_site(dir.path(), "site", www, 0o755);
+    std::fs::create_dir(site.join("data")).unwrap();
+    std::fs::write(site.join("data/marker"), "site data").unwrap();
+    std::os::unix::fs::symlink("/", site.join("hostroot")).unwrap();
+    let fpmd = Fpmd::start(
+        &dir,
+        FpmdConfig::new().pool(chroot_pool("www", ("www-data", "www-data"), &site)),
+    );
+    let s = start_nginx(&dir, &fpmd, 0, &site);
+
+    // /hostroot -> / is the chroot's own root.
+    let ls: Vec<String> = serde_json::from_value(s.get("t=ls&path=/hostroot/")).unwrap();
+    for name in ["index.php", "data", "hostroot", "usr", "tmp"] {
+        assert!(
+            ls.contains(&name.to_string()),
+            "/hostroot lacks {name}: {ls:?}"
+        );
+    }
+    for name in ["root", "home", "proc", "var", "srv"] {
+        assert!(
+            !ls.contains(&name.to_string()),
+            "/hostroot has {name}: {ls:?}"
+        );
+    }
+    assert_eq!(s.get("t=read&path=/hostroot/data/marker"), "site data");
+    assert_eq!(s.get("t=read&path=/data/marker"), "site data");
+    assert_eq!(s.get("t=read&path=/hostroot/etc/shadow"), false);
+
+    // No sandbox descriptor in any php-cgi of the pool.
+    fpmd.wait_workers(2, Duration::from_secs(60));
+    let procs = fpmd.children();
+    assert!(!procs.is_empty());
+    for p in &procs {
+        let leaked = leaked_fds(p.pid);
+        assert!(leaked.is_empty(), "php-cgi {} holds {leaked:?}", p.pid);
+    }
+}
+
+/// The path of the unix socket that is fd 0 of process `pid` (a child's
+/// listening socket), from `/proc/net/unix`.
+fn fd0_socket_path(pid: i32) -> Option<PathBuf> {
+    let link = std::fs::read_link(format!("/proc/{pid}/fd/0")).ok()?;
+    let inode = link
+        .to_str()?
+        .strip_prefix("socket:[")?
+        .strip_suffix(']')?
+        .to_string();
+    let table = std::fs::read_to_string("/proc/net/unix").ok()?;
+    table.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.get(6) == Some(&inode.as_str()))
+            .then(|| f.get(7).map(PathBuf::from))
+            .flatten()
+    })
+}
+
+/// In a chroot without a `tmp/` of the site: `sys_getloadavg()` works
+/// (glibc reads it with `sysinfo()`, not from `/proc`), the pool's private
+/// `/tmp` is writable by the pool's user, and fpmd's runtime directory,
+/// which holds the children's sockets and that private `/tmp`, is 0700
+/// and root's.
+#[test]
+fn chroot_loadavg_private_tmp_and_a_0700_runtime_directory() {
+    let dir = TestDir::new();
+    let www = ids("www-data");
+    let site = make_site(dir.path(), "site", www, 0o755);
+    std::fs::remove_dir(site.join("tmp")).unwrap();
+    let fpmd = Fpmd::start(
+        &dir,
+        FpmdConfig::new().pool(chroot_pool("www", ("www-data", "www-data"), &site)),
+    );
+    let s = start_nginx(&dir, &fpmd, 0, &site);
+
+    let la = s.get("t=loadavg");
+    let la = la
+        .as_array()
+        .unwrap_or_else(|| panic!("sys_getloadavg(): {la}"));
+    assert_eq!(la.len(), 3, "{la:?}");
+    assert!(
+        la.iter().all(|v| v.as_f64().is_some_and(|x| x >= 0.0)),
+        "{la:?}"
+    );
+    assert_eq!(s.get("t=proc&f=status"), false, "/proc is absent");
+
+    assert_eq!(s.get("t=write&path=/tmp/sess&data=abc"), 3);
+    assert_eq!(s.get("t=read&path=/tmp/sess"), "abc");
+
+    let workers = fpmd.wait_workers(2, Duration::from_secs(60));
+    let sock = fd0_socket_path(workers[0]).expect("a child's fd 0 is a named unix socket");
+    let runtime = sock.parent().unwrap();
+    let md = std::fs::metadata(runtime).unwrap();
+    assert_eq!(md.mode() & 0o7777, 0o700, "{}", runtime.display());
+    assert_eq!(md.uid(), 0, "{}", runtime.display());
+    // The private /tmp is in it, and is what the script wrote to.
+    assert_eq!(
+        std::fs::read_to_string(runtime.join("tmp/www/sess")).unwrap(),
+        "abc"
+    );
+}

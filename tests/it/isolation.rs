@@ -615,7 +615,11 @@ fn failing_sandbox_step_is_logged_with_its_name() {
     let log = fpmd.log_since(mark);
     let line = log.lines().find(|l| l.contains(want)).unwrap();
     assert!(line.contains("pool=www"), "{line}");
-    assert!(fpmd.workers().iter().all(|p| !first.contains(p)));
+    wait_for(
+        Duration::from_secs(60),
+        "the killed children to be gone",
+        || fpmd.workers().iter().all(|p| !first.contains(p)),
+    );
 }
 
 /// `fpmd` and `fpmd -t` refuse bad isolation keys with exit 78 and a

@@ -880,7 +880,9 @@ fn crash_loop_logs_each_back_off_step_once() {
     for (i, g) in gaps.iter().enumerate() {
         let said = attempts[i].first_next_in;
         assert!(
-            *g >= said - 0.01 && *g <= said + 0.1,
+            // The gap also holds php-cgi's start until it crashes, which a
+            // loaded machine stretches: the back-off is the lower bound.
+            *g >= said - 0.01 && *g <= said + 0.5,
             "attempt {i} announced the next in {said} s, it came after {g:.3} s"
         );
     }

@@ -795,6 +795,16 @@ impl Daemon {
                     summary.push(format!(
                         "pool {name}: FAILED, its old children serve on: {e}"
                     ));
+                    // The pool runs its old settings: keep them as the
+                    // running configuration, so that the next reload of
+                    // the same file tries the change again rather than
+                    // finding it "unchanged".
+                    if let (Some(i), Some(o)) = (
+                        self.config.pools.iter().position(|p| p.name == name),
+                        old.pool(&name),
+                    ) {
+                        self.config.pools[i] = o.clone();
+                    }
                 }
             }
         }

@@ -776,6 +776,36 @@ fn reload_to_a_php_cgi_that_dies(script: &str) {
     assert_eq!(s.fpmd.workers(), before, "the old children were replaced");
 }
 
+/// Found by a new user's trial: a reload whose new generation failed to
+/// start left the new settings recorded as running, so the next reload of
+/// the same file, once the cause was gone, said "unchanged" while the old
+/// children went on. It tries the change again.
+#[test]
+fn reload_after_a_failed_generation_tries_it_again() {
+    let dir = TestDir::new();
+    let php = dir.join("php-cgi-wrapper");
+    write_script(&php, "#!/bin/sh\necho 'cannot start' >&2\nexit 1\n");
+    let fpmd = Fpmd::start(&dir, FpmdConfig::new().pool(pool("www", "64M")));
+    let nginx = Nginx::start(&dir, NginxOpts::default().upstream(fpmd.upstream(0)));
+    let mut s = Stack { nginx, fpmd, dir };
+    s.fpmd.wait_workers(4, LONG);
+    s.fpmd
+        .rewrite(&FpmdConfig::new().pool(pool("www", "96M").php_cgi(&php)));
+    let line = s.fpmd.reload();
+    assert!(!line.contains("reload done"), "{line}");
+    assert_eq!(memory_limit(&s.nginx), "64M");
+    // The cause goes away; the configuration file stays as it is.
+    write_script(&php, "#!/bin/sh\nexec /usr/bin/php-cgi \"$@\"\n");
+    let line = s.fpmd.reload();
+    assert!(
+        line.contains("reload done") && line.contains("new children"),
+        "{line}"
+    );
+    wait_for(LONG, "the new generation to serve", || {
+        memory_limit(&s.nginx) == "96M"
+    });
+}
+
 #[test]
 fn reload_whose_php_cgi_dies_at_start_keeps_the_old_children_serving() {
     reload_to_a_php_cgi_that_dies("#!/bin/sh\necho 'cannot start' >&2\nexit 1\n");

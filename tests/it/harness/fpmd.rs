@@ -462,6 +462,23 @@ impl Fpmd {
                 std::thread::sleep(Duration::from_millis(10));
             }
         }
+        // Its sockets accept before it logs that it is ready: a test that
+        // marks the log now must not find that line after its mark.
+        while !self.log().contains("ready to handle connections") {
+            if let Some(st) = self.try_wait() {
+                panic!(
+                    "fpmd exited ({st}) before it was ready; its log:\n{}",
+                    self.log()
+                );
+            }
+            if t0.elapsed() > timeout {
+                panic!(
+                    "fpmd did not log \"ready to handle connections\" within {timeout:?}; its log:\n{}",
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     pub fn pid(&self) -> i32 {

@@ -48,6 +48,9 @@ impl Arena {
             .pool(Pool::new("a").max_children(3).lines(lines))
             .pool(Pool::new("b").max_children(2));
         let fpmd = Fpmd::start(&dir, cfg);
+        // Every child of both pools is up before the attack (a script that
+        // counts its siblings must find them all).
+        fpmd.wait_workers(5, LONG);
         let a = Nginx::start(
             &dir,
             NginxOpts::default().upstream(fpmd.upstream(0)).name("na"),

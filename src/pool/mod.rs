@@ -215,11 +215,45 @@ impl Lease<'_> {
         &self.config
     }
 
-    /// The slot's [`slots::Death`] and its epoch when leased: the
-    /// exchange ends when the child dies, even if a process the script
-    /// left behind keeps the connection open.
-    pub fn death(&self) -> Option<(Arc<slots::Death>, u64)> {
-        self.death.clone()
+    /// The borrowed child, with the slot's [`slots::Death`] and its epoch
+    /// when leased: the exchange ends when the child dies, even if a
+    /// process the script left behind keeps the connection open.
+    pub fn worker_and_death(&mut self) -> (&mut Worker, Option<(&slots::Death, u64)>) {
+        let w = self
+            .worker
+            .as_mut()
+            .expect("a lease holds its worker until given back");
+        (w, self.death.as_ref().map(|(d, e)| (&**d, *e)))
+    }
+
+    /// `security.pcntl`: the fate of a child whose request ended cleanly
+    /// (`Fate::Keep`), unless a `pcntl_fork` copy of it is still there. A
+    /// copy shares the child's connection and may go on in php-cgi's
+    /// FastCGI loop on it, so its records must never reach another
+    /// request: the child is replaced (`Fate::Kill`), its plain copies are
+    /// SIGKILLed, and a copy that called `setsid()` (a daemon the script
+    /// meant to start) is left to the pool's cgroup. `uri` is for the log.
+    pub fn keep_unless_forked(&mut self, uri: &[u8]) -> Fate {
+        if !self.config.pcntl {
+            return Fate::Keep;
+        }
+        let pool = &self.pool.name;
+        let w = self.worker();
+        w.learn_pid();
+        let copies = w.pid.and_then(crate::procfs::children).unwrap_or_default();
+        if copies.is_empty() {
+            return Fate::Keep;
+        }
+        let (daemons, plain): (Vec<i32>, Vec<i32>) = copies
+            .into_iter()
+            .partition(|c| crate::procfs::session_of(*c) == Some(*c));
+        warn!(pool = %pool, pid = w.log_pid(), uri = %crate::log::escape_controls(uri),
+            "child forked during the request (security.pcntl) and its copies are still there: they share the child's connection, so the child is replaced; copies killed: {plain:?}, left running after setsid(): {daemons:?}");
+        for c in plain {
+            // Not reaped by php-cgi, so the pid is not reused.
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(c), Signal::SIGKILL);
+        }
+        Fate::Kill
     }
 
     /// Notes what request the child runs (status page, graceful_timeout):

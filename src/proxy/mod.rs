@@ -608,8 +608,7 @@ where
             slowlog: limits.request_slowlog_timeout,
             terminate: limits.request_terminate_timeout,
         };
-        let death = lease.death();
-        let w = lease.worker();
+        let (w, death) = lease.worker_and_death();
         let probe = w.pid_probe();
         let known = w.log_pid();
         let Some(conn) = w.conn.as_mut() else {
@@ -632,7 +631,7 @@ where
         let report = exchange::run(
             conn,
             probe,
-            death.as_ref().map(|(d, e)| (&**d, *e)),
+            death,
             timers,
             client,
             req,
@@ -650,35 +649,10 @@ where
             // child, not its parent (looked up once per connection).
             lease.worker().learn_pid();
         }
-        let mut fate = v.child;
-        if limits.pcntl && fate == Fate::Keep {
-            // security.pcntl: a pcntl_fork copy still there shares this
-            // connection and may go on in php-cgi's FastCGI loop on it;
-            // its records must never reach another request.
-            let w = lease.worker();
-            w.learn_pid();
-            let copies = w.pid.and_then(crate::procfs::children).unwrap_or_default();
-            if !copies.is_empty() {
-                // A copy that called setsid() was made to outlive the
-                // request (a daemon the script started): it stays, in the
-                // pool's cgroup. The others are killed. Either way the
-                // child is replaced, so that fpmd's end of the shared
-                // connection is closed and never carries another request.
-                let (daemons, plain): (Vec<i32>, Vec<i32>) = copies
-                    .into_iter()
-                    .partition(|c| crate::procfs::session_of(*c) == Some(*c));
-                warn!(pool = %ctx.pool, pid = w.log_pid(), uri = %field(req.param(b"REQUEST_URI").unwrap_or_default()),
-                    "child forked during the request (security.pcntl) and its copies are still there: they share the child's connection, so the child is replaced; copies killed: {plain:?}, left running after setsid(): {daemons:?}");
-                for c in plain {
-                    // Not reaped by php-cgi, so the pid is not reused.
-                    let _ = nix::sys::signal::kill(
-                        nix::unistd::Pid::from_raw(c),
-                        nix::sys::signal::Signal::SIGKILL,
-                    );
-                }
-                fate = Fate::Kill;
-            }
-        }
+        let fate = match v.child {
+            Fate::Keep => lease.keep_unless_forked(req.param(b"REQUEST_URI").unwrap_or_default()),
+            f => f,
+        };
         let pid = lease.worker().log_pid();
         log_report(pool, ctx, pid, req, &report);
         lease.give_back(fate);

@@ -182,7 +182,7 @@ fn chunked_upload_runs_once(keepalive: bool) {
     // body (fcgi_close races nginx's write): now and then nginx answers 502
     // for php-fpm. The reference is then asked again, under a new id.
     let mut theirs = None;
-    for attempt in 0..3 {
+    for attempt in 0..10 {
         let id = format!("fpm{attempt}");
         let r = try_post_chunked_with(
             &a,

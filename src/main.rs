@@ -9,6 +9,9 @@ use clap::{Args, Parser, Subcommand};
 use fpmd::ctl::Request;
 use fpmd::{config, control, daemon, log, EXIT_CONFIG};
 
+#[cfg(test)]
+mod man_pages;
+
 /// FastCGI process manager for PHP: runs stock php-cgi children behind
 /// nginx or Apache, configured with php-fpm's directive names.
 #[derive(Parser, Debug)]

@@ -137,6 +137,28 @@ pub(super) const KEYS: &[Key] = &[
     map("php_admin_flag"),
 ];
 
+/// A key of the registry as documentation sees it ([`registry`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegistryKey {
+    /// Dotted, relative to `[global]` or the pool (`pm.max_children`); for
+    /// a table of free names, the table (`env`).
+    pub name: &'static str,
+    /// In `[global]` (else in a pool).
+    pub global: bool,
+    /// A table of free names (`env.NAME`, `php_value.NAME`).
+    pub map: bool,
+}
+
+/// Every key the parser knows, in registry order: what the man page
+/// `fpmd.toml(5)` must describe (its test, `src/man_pages.rs`, compares).
+pub fn registry() -> impl Iterator<Item = RegistryKey> {
+    KEYS.iter().map(|k| RegistryKey {
+        name: k.name,
+        global: k.scope == Scope::Global,
+        map: k.status == Status::Map,
+    })
+}
+
 /// php-fpm's bare directives that fpmd writes as a dotted key.
 pub(super) const PHP_FPM_RENAMES: &[(&str, &str)] =
     &[("listen", "listen.address"), ("pm", "pm.mode")];

@@ -69,6 +69,7 @@ pub use diff::{
     changed_fields, pool_change, Change, ConfigDiff, GlobalChanges, ListenChange, ListenerChanges,
     PoolChange,
 };
+pub use keys::{registry, RegistryKey};
 pub use model::{
     Config, Credentials, Global, Isolation, Landlock, Listen, ListenAddress, LocalEndpoints,
     LogLevel, LogTarget, Origins, PmMode, PoolConfig, ProcessManager, Sources, Spawn,

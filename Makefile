@@ -1,7 +1,7 @@
 # fpmd: the two commands of the README, and the rest.
 #   make demo   install what is missing, build, run fpmd + nginx, print the URL
 #   make test   install what is missing, run every test
-.PHONY: all deps test-deps build demo test bench clean
+.PHONY: all deps test-deps build demo test bench clean deb deb-deps
 
 all: build
 
@@ -15,18 +15,36 @@ demo: deps build
 	scripts/demo.sh
 
 # deps, tmux (the terminal the tests run `fpmd status` in) and lighttpd
-# (the third web server of tests/it/script_checks.rs).
+# (the third web server of tests/it/script_checks.rs); cargo-deb and the
+# tools of the packaging checks (scripts/deps-deb.sh --checks).
 test-deps:
 	scripts/deps.sh tmux lighttpd
+	scripts/deps-deb.sh --checks
+
+# The Debian package, with cargo-deb ([package.metadata.deb] in Cargo.toml;
+# what it installs: packaging/README.md): $(DEB_DIR)/fpmd_VERSION-1_ARCH.deb.
+DEB_DIR ?= $(or $(CARGO_TARGET_DIR),target)/debian
+
+deb-deps:
+	scripts/deps-deb.sh
+
+# (Older packages are removed first, so that $(DEB_DIR)/fpmd_*.deb is this one.)
+deb: deb-deps
+	rm -f $(DEB_DIR)/fpmd_*.deb $(DEB_DIR)/fpmd-dbgsym_*.ddeb
+	cargo deb --output $(DEB_DIR)/
 
 # The integration tests run once per spawn strategy (pm.spawn); then the
 # packaging files are verified (packaging/check.sh, on the binary cargo test
-# built); then a one-round smoke run of the benchmark, so that it cannot
-# rot; then each cargo fuzz target for FUZZ_SECS.
+# built), the Debian package is built and checked (contents, installed into
+# a throw-away root: packaging/check-deb.sh); then a one-round smoke run of
+# the benchmark, so that it cannot rot; then each cargo fuzz target for
+# FUZZ_SECS.
 test: test-deps
 	cargo test
 	FPMD_TEST_SPAWN=exec cargo test --test it
 	packaging/check.sh
+	$(MAKE) deb
+	packaging/check-deb.sh $(DEB_DIR)/fpmd_*.deb
 	$(MAKE) bench-smoke
 	$(MAKE) fuzz-smoke
 

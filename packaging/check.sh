@@ -3,8 +3,10 @@
 #   packaging/check.sh [FPMD_BINARY]     (default: target/debug/fpmd)
 # `systemd-analyze verify` wants ExecStart='s binary to exist, so the unit is
 # verified inside a scratch root holding the binary as /usr/sbin/fpmd and a
-# copy of this machine's systemd units. Any warning counts as a failure
-# (systemd-analyze itself exits 0 on unknown keys or types).
+# copy of this machine's systemd units; the unit's Documentation= pages are
+# looked up (systemd-analyze runs man) among the repository's man/ pages.
+# Any warning counts as a failure (systemd-analyze itself exits 0 on
+# unknown keys or types).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 bin=${1:-${CARGO_TARGET_DIR:-$here/../target}/debug/fpmd}
@@ -19,13 +21,17 @@ if command -v systemd-analyze >/dev/null; then
 	cp /bin/kill "$root/bin/kill"
 	cp -a /usr/lib/systemd "$root/usr/lib/"
 	cp "$here/systemd/fpmd.service" "$root/etc/systemd/system/"
+	mkdir -p "$root/usr/share/man/man8" "$root/usr/share/man/man5"
+	cp "$here/../man/fpmd.8" "$root/usr/share/man/man8/"
+	cp "$here/../man/fpmd.toml.5" "$root/usr/share/man/man5/"
 	ok=ok
-	out=$(systemd-analyze verify --root="$root" fpmd.service 2>&1) || ok=FAILED
+	out=$(MANPATH="$root/usr/share/man" systemd-analyze verify --root="$root" fpmd.service 2>&1) || ok=FAILED
 	[ -z "$out" ] || { printf '%s\n' "$out"; ok=FAILED; }
 	echo "systemd-analyze verify ($(systemctl --version | head -n1)): $ok"
 	[ $ok = ok ] || status=1
 else
-	echo "systemd-analyze not installed: unit not verified"
+	echo "FAILED: systemd-analyze not installed, unit not verified: apt-get install systemd (make test-deps does)"
+	status=1
 fi
 
 if command -v logrotate >/dev/null; then
@@ -36,6 +42,7 @@ if command -v logrotate >/dev/null; then
 	echo "logrotate -d: $ok"
 	[ $ok = ok ] || status=1
 else
-	echo "logrotate not installed: rotation not checked"
+	echo "FAILED: logrotate not installed, rotation not checked: apt-get install logrotate (make test-deps does)"
+	status=1
 fi
 exit $status

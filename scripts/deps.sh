@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Installs, on Debian, whatever fpmd's demo, tests and benchmark need and is
 # missing. No-op when everything is there. Usage: scripts/deps.sh [extra packages]
+# (DEPS_ONLY=1: only the extra packages, not the demo's and tests' set.)
 set -euo pipefail
 need=()
 have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for pkg in php-cgi php-fpm nginx apache2 dokuwiki logrotate prometheus "$@"; do
+base=(php-cgi php-fpm nginx apache2 dokuwiki logrotate prometheus)
+[ "${DEPS_ONLY:-}" != 1 ] || base=()
+for pkg in "${base[@]}" "$@"; do
     have "$pkg" || need+=("$pkg")
 done
 if ((${#need[@]})); then

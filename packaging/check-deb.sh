@@ -1,0 +1,175 @@
+#!/bin/sh
+# Checks the Debian package `make deb` built, without installing it on
+# this machine:
+#   packaging/check-deb.sh target/debian/fpmd_VERSION-1_ARCH.deb
+# 1. its control fields, its contents (every path, its mode and owner:
+#    exactly the expected list), its conffiles and maintainer scripts, and
+#    a few of lintian's checks that are cheap (stripped binary, gzipped man
+#    pages, a copyright file; lintian itself runs too when it is installed);
+# 2. unpacked into a throw-away root (dpkg -x: no maintainer script runs,
+#    so nothing is enabled or started), that root's unit passes
+#    `systemd-analyze verify` (its Documentation= man pages looked up among
+#    the packaged ones), its tmpfiles.d entry makes /run/fpmd, its man pages
+#    render without a warning, and its fpmd runs `fpmd -t` on its packaged
+#    configuration (in a mount namespace where /run is the root's, made by
+#    that tmpfiles.d entry, as at boot).
+# Any failure is reported and makes the exit status 1.
+set -eu
+[ $# -eq 1 ] && [ -f "$1" ] || { echo "usage: $0 PACKAGE.deb (one file; make deb builds it)" >&2; exit 1; }
+deb=$1
+install_hint="scripts/deps-deb.sh --checks (make test-deps) installs it"
+for tool in dpkg-deb systemd-analyze systemd-tmpfiles man groff readelf unshare gzip; do
+	command -v "$tool" >/dev/null || { echo "check-deb.sh: $tool not found: $install_hint" >&2; exit 1; }
+done
+work=$(mktemp -d /tmp/fpmd-check-deb.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+root=$work/root
+status=0
+fail() { echo "FAILED: $*"; status=1; }
+ok() { echo "ok: $*"; }
+
+# --- 1. The package itself -------------------------------------------------
+field() { dpkg-deb -f "$deb" "$1"; }
+[ "$(field Package)" = fpmd ] || fail "Package is '$(field Package)', not fpmd"
+case "$(field Depends)" in
+*libc6*php-cgi* | *php-cgi*libc6*) ok "Depends: $(field Depends)" ;;
+*) fail "Depends lacks libc6 or php-cgi: $(field Depends)" ;;
+esac
+synopsis=$(field Description | head -n 1)
+[ ${#synopsis} -le 80 ] || fail "the Description's first line is longer than 80 characters: $synopsis"
+field Maintainer | grep -q '<.*@.*>' || fail "Maintainer has no address: $(field Maintainer)"
+
+# Every entry: mode, owner, path (directories and files; no size, no date).
+dpkg-deb -c "$deb" | awk '{ print $1, $2, $6 }' | sort >"$work/contents"
+sort >"$work/expected" <<'EOF'
+drwxr-xr-x 0/0 ./
+drwxr-xr-x 0/0 ./etc/
+drwxr-xr-x 0/0 ./etc/fpmd/
+-rw-r--r-- 0/0 ./etc/fpmd/fpmd.toml
+drwxr-xr-x 0/0 ./etc/fpmd/pool.d/
+-rw-r--r-- 0/0 ./etc/fpmd/pool.d/www.toml
+drwxr-xr-x 0/0 ./etc/logrotate.d/
+-rw-r--r-- 0/0 ./etc/logrotate.d/fpmd
+drwxr-xr-x 0/0 ./usr/
+drwxr-xr-x 0/0 ./usr/lib/
+drwxr-xr-x 0/0 ./usr/lib/systemd/
+drwxr-xr-x 0/0 ./usr/lib/systemd/system/
+-rw-r--r-- 0/0 ./usr/lib/systemd/system/fpmd.service
+drwxr-xr-x 0/0 ./usr/lib/tmpfiles.d/
+-rw-r--r-- 0/0 ./usr/lib/tmpfiles.d/fpmd.conf
+drwxr-xr-x 0/0 ./usr/sbin/
+-rwxr-xr-x 0/0 ./usr/sbin/fpmd
+drwxr-xr-x 0/0 ./usr/share/
+drwxr-xr-x 0/0 ./usr/share/doc/
+drwxr-xr-x 0/0 ./usr/share/doc/fpmd/
+-rw-r--r-- 0/0 ./usr/share/doc/fpmd/README.md
+-rw-r--r-- 0/0 ./usr/share/doc/fpmd/README.packaging.md
+-rw-r--r-- 0/0 ./usr/share/doc/fpmd/copyright
+drwxr-xr-x 0/0 ./usr/share/man/
+drwxr-xr-x 0/0 ./usr/share/man/man5/
+-rw-r--r-- 0/0 ./usr/share/man/man5/fpmd.toml.5.gz
+drwxr-xr-x 0/0 ./usr/share/man/man8/
+-rw-r--r-- 0/0 ./usr/share/man/man8/fpmd.8.gz
+EOF
+# dpkg-deb lists "./" only for some builders: compare without it.
+sed -i '\#^drwxr-xr-x 0/0 \./$#d' "$work/contents" "$work/expected"
+if diff -u "$work/expected" "$work/contents" >"$work/contents.diff"; then
+	ok "contents: $(wc -l <"$work/expected") entries, modes and owners as expected"
+else
+	fail "contents differ from the expected list (- expected, + in the package):"
+	sed -n '3,$p' "$work/contents.diff"
+fi
+
+mkdir "$work/control"
+dpkg-deb -e "$deb" "$work/control"
+printf '%s\n' /etc/fpmd/fpmd.toml /etc/fpmd/pool.d/www.toml /etc/logrotate.d/fpmd >"$work/conffiles"
+if diff -u "$work/conffiles" "$work/control/conffiles"; then ok "conffiles"; else fail "conffiles"; fi
+for script in preinst postinst prerm postrm; do
+	[ -f "$work/control/$script" ] || continue
+	sh -n "$work/control/$script" || fail "$script is not valid sh"
+done
+# The service is started only where systemd runs, so a package unpacked
+# or installed into a root without it starts nothing.
+if grep -q 'deb-systemd-invoke' "$work/control/postinst" &&
+	! awk '/deb-systemd-invoke/ && !guarded { bad = 1 } /if \[ -d \/run\/systemd\/system \]/ { guarded = 1 } /^\tfi$/ { guarded = 0 } END { exit bad }' "$work/control/postinst"; then
+	fail "postinst starts the unit outside an 'if [ -d /run/systemd/system ]'"
+else
+	ok "postinst enables fpmd.service and starts it only under a running systemd"
+fi
+
+mkdir "$root"
+dpkg -x "$deb" "$root"
+# (.debug_gdb_scripts is loaded with the program: not debug information.)
+if readelf -S -W "$root/usr/sbin/fpmd" | grep -qE ' \.(symtab|debug_info|debug_line) '; then
+	fail "/usr/sbin/fpmd is not stripped (its symbols belong in fpmd-dbgsym)"
+else
+	ok "/usr/sbin/fpmd is stripped"
+fi
+for page in usr/share/man/man8/fpmd.8.gz usr/share/man/man5/fpmd.toml.5.gz; do
+	gzip -t "$root/$page" || fail "$page is not a valid gzip file"
+done
+
+if command -v lintian >/dev/null; then
+	# Errors only: a package built outside a Debian source tree draws
+	# warnings (no changelog) that say nothing about this one.
+	if lintian --no-tag-display-limit "$deb" >"$work/lintian" 2>&1 && ! grep -q '^E:' "$work/lintian"; then
+		ok "lintian: no error"
+	else
+		fail "lintian:"
+		cat "$work/lintian"
+	fi
+else
+	echo "lintian is not installed: its full checks did not run (optional; apt-get install lintian)"
+fi
+
+# --- 2. Unpacked into a throw-away root ------------------------------------
+for page in man8/fpmd.8.gz man5/fpmd.toml.5.gz; do
+	out=$(zcat "$root/usr/share/man/$page" | groff -man -Tutf8 -ww -z 2>&1) || fail "groff cannot render $page"
+	[ -z "$out" ] || fail "groff warns about $page: $out"
+	MANPATH=$root/usr/share/man man -l "$root/usr/share/man/$page" >/dev/null 2>&1 || fail "man -l $page"
+done
+for page in fpmd.8 fpmd.toml.5; do
+	MANPATH=$root/usr/share/man man -w "${page%.*}" >/dev/null 2>&1 || fail "man does not find ${page%.*} among the packaged pages"
+done
+ok "man pages render (groff -ww) and man finds them"
+
+# systemd-analyze verify wants the unit's binaries and systemd's own units
+# in the root; Documentation= is checked by running man, which looks in
+# MANPATH: the packaged pages.
+mkdir -p "$root/usr/lib/systemd"
+cp -an /usr/lib/systemd/. "$root/usr/lib/systemd/"
+out=$(MANPATH=$root/usr/share/man systemd-analyze verify --root="$root" fpmd.service 2>&1) && [ -z "$out" ] &&
+	ok "systemd-analyze verify ($(systemctl --version | head -n 1))" ||
+	{
+		fail "systemd-analyze verify:"
+		printf '%s\n' "$out"
+	}
+grep -qx 'ExecStart=/usr/sbin/fpmd -c /etc/fpmd/fpmd.toml' "$root/usr/lib/systemd/system/fpmd.service" || fail "ExecStart= is not the packaged binary and configuration"
+grep -qx 'Type=notify' "$root/usr/lib/systemd/system/fpmd.service" || fail "the unit is not Type=notify"
+grep -qx 'ExecReload=/usr/sbin/fpmd -c /etc/fpmd/fpmd.toml reload' "$root/usr/lib/systemd/system/fpmd.service" || fail "ExecReload= is not fpmd reload"
+
+systemd-tmpfiles --root="$root" --create fpmd.conf || fail "systemd-tmpfiles --create fpmd.conf"
+[ "$(stat -c '%F %a %U:%G' "$root/run/fpmd" 2>/dev/null)" = "directory 755 root:root" ] &&
+	ok "tmpfiles.d makes /run/fpmd 0755 root:root" ||
+	fail "tmpfiles.d did not make /run/fpmd as a 0755 directory of root: $(stat -c '%F %a %U:%G' "$root/run/fpmd" 2>&1)"
+
+# fpmd -t on the packaged configuration, /run being the root's (with the
+# runtime directory tmpfiles.d made), the rest this machine's (php-cgi,
+# www-data).
+if unshare --mount --propagation private sh -c 'mount --bind "$1/run" /run && exec "$1/usr/sbin/fpmd" -t -c "$1/etc/fpmd/fpmd.toml"' sh "$root" >"$work/t.out" 2>"$work/t.err"; then
+	missing=""
+	for line in 'pid = "/run/fpmd/fpmd.pid"' 'error_log = "/var/log/fpmd.log"' '[www]' 'user = "www-data"' 'group = "www-data"' 'listen.address = "/run/fpmd/www.sock"' 'control_socket = "/run/fpmd/fpmd.sock"'; do
+		grep -qF "$line" "$work/t.out" || missing="$missing '$line'"
+	done
+	[ -z "$missing" ] && ok "fpmd -t accepts the packaged configuration" ||
+		{
+			fail "fpmd -t does not print:$missing"
+			cat "$work/t.out"
+		}
+else
+	fail "fpmd -t -c $root/etc/fpmd/fpmd.toml refused the packaged configuration:"
+	cat "$work/t.err" "$work/t.out"
+fi
+
+[ $status = 0 ] && echo "check-deb.sh: $deb: all checks passed" || echo "check-deb.sh: $deb: FAILED"
+exit $status

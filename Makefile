@@ -36,15 +36,18 @@ deb: deb-deps
 # The integration tests run once per spawn strategy (pm.spawn); then the
 # packaging files are verified (packaging/check.sh, on the binary cargo test
 # built), the Debian package is built and checked (contents, installed into
-# a throw-away root: packaging/check-deb.sh); then a one-round smoke run of
-# the benchmark, so that it cannot rot; then each cargo fuzz target for
-# FUZZ_SECS.
+# a throw-away root: packaging/check-deb.sh), the Dockerfile and the
+# Kubernetes manifests are linted, validated and cross-checked
+# (packaging/check-manifests.sh, on the release binary make deb built); then
+# a one-round smoke run of the benchmark, so that it cannot rot; then each
+# cargo fuzz target for FUZZ_SECS.
 test: test-deps
 	cargo test
 	FPMD_TEST_SPAWN=exec cargo test --test it
 	packaging/check.sh
 	$(MAKE) deb
 	packaging/check-deb.sh $(DEB_DIR)/fpmd_*.deb
+	packaging/check-manifests.sh
 	$(MAKE) bench-smoke
 	$(MAKE) fuzz-smoke
 

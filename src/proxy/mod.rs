@@ -306,9 +306,12 @@ async fn serve<R, W>(
                         Answered::Fpmd(answer.code()),
                     );
                 }
-                let keep = req.keep_conn;
+                let (keep, unread) = (req.keep_conn, !req.client_stdin_done);
                 client.recycle(req);
                 if !keep {
+                    if unread {
+                        drain_and_close(&mut client).await;
+                    }
                     return;
                 }
                 continue;

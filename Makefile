@@ -14,11 +14,13 @@ build:
 demo: deps build
 	scripts/demo.sh
 
-# deps, tmux (the terminal the tests run `fpmd status` in) and lighttpd
-# (the third web server of tests/it/script_checks.rs); cargo-deb and the
-# tools of the packaging checks (scripts/deps-deb.sh --checks).
+# deps, tmux (the terminal the tests run `fpmd status` in), and lighttpd,
+# Caddy and h2o (with nginx and Apache, the web servers of
+# tests/it/webservers.rs; lighttpd also of tests/it/script_checks.rs);
+# cargo-deb and the tools of the packaging checks (scripts/deps-deb.sh
+# --checks).
 test-deps:
-	scripts/deps.sh tmux lighttpd
+	scripts/deps.sh tmux lighttpd caddy h2o
 	scripts/deps-deb.sh --checks
 
 # The Debian package, with cargo-deb ([package.metadata.deb] in Cargo.toml;

@@ -14,6 +14,17 @@ if ((${#need[@]})); then
     SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
     echo "installing: ${need[*]}"
     $SUDO apt-get update -qq
+    # The web servers' packages would start their services on port 80 (one
+    # of them then fails to install when another holds it); the tests start
+    # their own. policy-rc.d exit 101 ("action forbidden") stops
+    # invoke-rc.d and deb-systemd-invoke from starting any, for this
+    # install only, and only when no policy is in place already.
+    policy=/usr/sbin/policy-rc.d
+    if [ ! -e "$policy" ]; then
+        printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null
+        $SUDO chmod 755 "$policy"
+        trap '$SUDO rm -f "$policy"' EXIT
+    fi
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 command -v cargo >/dev/null || { echo "cargo not found: install Rust from https://rustup.rs" >&2; exit 1; }

@@ -13,6 +13,10 @@ pub struct Scan {
     pub forwardable: usize,
     /// The END_REQUEST record was among them, with this body.
     pub ended: Option<EndRequest>,
+    /// Some of those records are STDERR records with content (PHP logged
+    /// a message): the span is reframed before it is forwarded
+    /// (`proxy::php_message`).
+    pub stderr: bool,
     /// The child broke the protocol at `forwardable`: why. Nothing after
     /// that point may be forwarded, and the connection must not be reused.
     pub bad: Option<String>,
@@ -25,6 +29,7 @@ pub struct Scan {
 /// record type, a malformed END_REQUEST, bytes after the END_REQUEST).
 pub fn scan_response(buf: &[u8], id: u16) -> Scan {
     let mut at = 0;
+    let mut stderr = false;
     loop {
         let rec = match decode_record(&buf[at..]) {
             Ok(Some(rec)) => rec,
@@ -32,6 +37,7 @@ pub fn scan_response(buf: &[u8], id: u16) -> Scan {
                 return Scan {
                     forwardable: at,
                     ended: None,
+                    stderr,
                     bad: None,
                 }
             }
@@ -39,6 +45,7 @@ pub fn scan_response(buf: &[u8], id: u16) -> Scan {
                 return Scan {
                     forwardable: at,
                     ended: None,
+                    stderr,
                     bad: Some(e.to_string()),
                 }
             }
@@ -51,11 +58,16 @@ pub fn scan_response(buf: &[u8], id: u16) -> Scan {
             return Scan {
                 forwardable: at,
                 ended: None,
+                stderr,
                 bad: Some(why),
             };
         }
         match rec.header.record_type() {
-            Some(RecordType::Stdout | RecordType::Stderr) => at += rec.header.record_len(),
+            Some(RecordType::Stdout) => at += rec.header.record_len(),
+            Some(RecordType::Stderr) => {
+                stderr |= rec.header.content_length > 0;
+                at += rec.header.record_len();
+            }
             Some(RecordType::EndRequest) => {
                 let end = match EndRequest::decode(rec.content) {
                     Ok(e) => e,
@@ -63,6 +75,7 @@ pub fn scan_response(buf: &[u8], id: u16) -> Scan {
                         return Scan {
                             forwardable: at,
                             ended: None,
+                            stderr,
                             bad: Some(e.to_string()),
                         }
                     }
@@ -73,6 +86,7 @@ pub fn scan_response(buf: &[u8], id: u16) -> Scan {
                 return Scan {
                     forwardable: at,
                     ended: Some(end),
+                    stderr,
                     bad,
                 };
             }
@@ -81,6 +95,7 @@ pub fn scan_response(buf: &[u8], id: u16) -> Scan {
                 return Scan {
                     forwardable: at,
                     ended: None,
+                    stderr,
                     bad: Some(why),
                 };
             }
@@ -111,8 +126,15 @@ mod tests {
             Scan {
                 forwardable: b.len(),
                 ended: Some(EndRequest::COMPLETE),
+                stderr: true,
                 bad: None
             }
+        );
+        let mut quiet = Vec::new();
+        encode_empty(&mut quiet, RecordType::Stderr, 3);
+        assert!(
+            !scan_response(&quiet, 3).stderr,
+            "an empty STDERR is no message"
         );
     }
 

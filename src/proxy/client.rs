@@ -93,7 +93,10 @@ pub enum Next {
     Request(Request),
     /// A request fpmd answered itself while reading it (`answer`), returned
     /// only to a pool that writes an access log (its line); the caller
-    /// recycles it, and closes the connection unless it is `keep_conn`.
+    /// recycles it, and closes the connection unless it is `keep_conn`
+    /// (after the rest of the request, as [`super::drain_and_close`]).
+    /// Without an access log, `read_request` closes such a connection
+    /// itself the same way and says `Closed`.
     Answered(Request, Local),
     /// The connection closed (or fpmd is stopping, or it was idle too
     /// long) between requests.
@@ -276,12 +279,16 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> ClientConn<R, W> {
                             self.st.spare_params = raw;
                             return Ok(Next::Answered(r, answer));
                         }
+                        let unread = !r.client_stdin_done;
                         self.recycle(r);
                         raw.clear();
                         dropped = 0;
                         head_deadline = None;
                         state = State::Idle;
                         if !keep {
+                            if unread {
+                                super::drain_and_close(self).await;
+                            }
                             return Ok(Next::Closed);
                         }
                     }

@@ -23,6 +23,7 @@ use bytes::Buf;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::client::{management, ClientConn, ClientError};
+use super::php_message::PhpMessages;
 use super::request::{Owed, Request};
 use super::verdict::{BodyEnd, ChildEnd, ClientEnd, Outcome, Sent};
 use crate::fastcgi::cgi::Head;
@@ -96,6 +97,9 @@ pub enum Notice {
     Learned(i32),
     /// `request_slowlog_timeout` passed (once per request).
     Slow { pid: Option<i32>, elapsed: Duration },
+    /// The script called `fastcgi_finish_request()`, which php-cgi does
+    /// not have (its fatal error was on STDERR).
+    FinishRequestMissing,
 }
 
 /// The request's timers, from its pool's configuration.
@@ -292,6 +296,8 @@ where
         }
     };
 
+    let mut messages = PhpMessages::default();
+    let mut reframed = Vec::new();
     let down = async {
         loop {
             let scan = scan_response(child_buf, id);
@@ -299,12 +305,15 @@ where
                 if let Some(h) = head.as_deref_mut().filter(|h| !h.done()) {
                     h.feed_records(&child_buf[..scan.forwardable], id);
                 }
+                let span = if scan.stderr || messages.holding() {
+                    reframed.clear();
+                    messages.rewrite(&child_buf[..scan.forwardable], id, &mut reframed);
+                    &reframed[..]
+                } else {
+                    &child_buf[..scan.forwardable]
+                };
                 if !client_gone.load(Ordering::Relaxed) {
-                    if writer
-                        .write_all(&child_buf[..scan.forwardable])
-                        .await
-                        .is_err()
-                    {
+                    if writer.write_all(span).await.is_err() {
                         client_gone.store(true, Ordering::Relaxed);
                     } else {
                         sent.store(
@@ -407,6 +416,9 @@ where
         };
         (child, why, up_end)
     };
+    if messages.finish_request_missing {
+        on(Notice::FinishRequestMissing);
+    }
     let short = matches!(up_end, Some(UpEnd::Short | UpEnd::Broke(_)));
     let cut = matches!(up_end, Some(UpEnd::Cut));
     let mut client_error = None;

@@ -21,6 +21,7 @@
 pub mod client;
 pub mod exchange;
 pub mod local;
+pub mod php_message;
 pub mod request;
 pub mod request_info;
 pub mod script;
@@ -305,9 +306,12 @@ async fn serve<R, W>(
                         Answered::Fpmd(answer.code()),
                     );
                 }
-                let keep = req.keep_conn;
+                let (keep, unread) = (req.keep_conn, !req.client_stdin_done);
                 client.recycle(req);
                 if !keep {
+                    if unread {
+                        drain_and_close(&mut client).await;
+                    }
                     return;
                 }
                 continue;
@@ -617,6 +621,7 @@ where
             continue;
         };
         let slot = w.slot;
+        let finish_request_missing = std::sync::atomic::AtomicBool::new(false);
         let on = |notice| match notice {
             // The slot table names the child (status page, graceful_timeout).
             exchange::Notice::Learned(pid) => pool.note_pid(slot, pid),
@@ -625,6 +630,9 @@ where
                 if let Some(info) = &slow {
                     write_slowlog(&limits, pid.unwrap_or(known), info, elapsed);
                 }
+            }
+            exchange::Notice::FinishRequestMissing => {
+                finish_request_missing.store(true, Ordering::Relaxed)
             }
         };
         let started = std::time::Instant::now();
@@ -640,6 +648,12 @@ where
         )
         .await;
         pool.stats.service.observe(started.elapsed());
+        if finish_request_missing.load(Ordering::Relaxed) {
+            php_message::log_finish_request_missing(
+                ctx.pool,
+                req.param(b"SCRIPT_FILENAME").unwrap_or_default(),
+            );
+        }
         if let Some(pid) = report.learned {
             lease.worker().set_pid(pid);
         }

@@ -64,7 +64,6 @@
 use crate::harness::fcgi::noise;
 use crate::harness::phpfpm::{PhpFpm, PhpFpmOpts};
 use crate::harness::*;
-use md5::{Digest, Md5};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -81,10 +80,6 @@ const SERVER_VARS_URLS: [&str; 5] = [
     "/server%5Fvars.php/caf%C3%A9/a%20b?q=%20x",
     "/server_vars.php//double//slash/",
 ];
-
-fn md5_hex(b: &[u8]) -> String {
-    Md5::digest(b).iter().map(|x| format!("{x:02x}")).collect()
-}
 
 /// One backend (php-fpm or fpmd) behind its two Apaches with the same
 /// style: one on the test's docroot, one on DokuWiki's.

@@ -98,16 +98,22 @@ fn several_set_cookie_headers() {
     assert_eq!(cookies[2], "c=3");
 }
 
-#[test]
-fn fatal_error_looks_like_php_fpm() {
-    let s = Stack::start(pool());
+/// php-fpm with its own nginx, beside the stack, on the same docroot.
+fn php_fpm_beside(s: &Stack) -> (PhpFpm, Nginx) {
     let fpm = PhpFpm::start(&s.dir);
-    let fpm_nginx = Nginx::start(
+    let nginx = Nginx::start(
         &s.dir,
         NginxOpts::default()
             .upstream(fpm.upstream())
             .name("nginx-php-fpm"),
     );
+    (fpm, nginx)
+}
+
+#[test]
+fn fatal_error_looks_like_php_fpm() {
+    let s = Stack::start(pool());
+    let (fpm, fpm_nginx) = php_fpm_beside(&s);
 
     let ours = get(&s.url("/fatal.php"));
     let theirs = get(&fpm_nginx.url("/fatal.php"));
@@ -131,4 +137,75 @@ fn fatal_error_looks_like_php_fpm() {
             l.contains("FastCGI sent in stderr") && l.contains("fpmd_this_function_does_not_exist")
         },
     );
+}
+
+/// The texts nginx logged as `FastCGI sent in stderr: "…"` (in order; a
+/// text may span lines).
+fn stderr_texts(error_log: &str) -> Vec<String> {
+    const START: &str = "FastCGI sent in stderr: \"";
+    let mut out = Vec::new();
+    let mut rest = error_log;
+    while let Some(at) = rest.find(START) {
+        rest = &rest[at + START.len()..];
+        let Some(end) = rest.find("\" while") else {
+            break;
+        };
+        out.push(rest[..end].to_string());
+        rest = &rest[end..];
+    }
+    out
+}
+
+#[test]
+fn php_messages_reach_nginx_framed_as_php_fpm_frames_them() {
+    let s = Stack::start(pool());
+    let (fpm, fpm_nginx) = php_fpm_beside(&s);
+    let ours = get(&s.url("/messages.php"));
+    let theirs = get(&fpm_nginx.url("/messages.php"));
+    assert_eq!(ours.status, theirs.status, "status differs from php-fpm's");
+    let mut texts = (Vec::new(), Vec::new());
+    wait_for(
+        std::time::Duration::from_secs(5),
+        "both nginx logs hold the three messages",
+        || {
+            texts = (
+                stderr_texts(&s.nginx.error_log()),
+                stderr_texts(&fpm_nginx.error_log()),
+            );
+            [&texts.0, &texts.1]
+                .iter()
+                .all(|t| t.concat().contains("third fpmd_msg"))
+        },
+    );
+    eprintln!("fpmd: {:#?}\nphp-fpm: {:#?}", texts.0, texts.1);
+    assert!(
+        texts
+            .1
+            .concat()
+            .starts_with("PHP message: PHP Warning:  first fpmd_msg"),
+        "php-fpm itself: {:?}",
+        texts.1
+    );
+    assert_eq!(texts.0, texts.1, "the STDERR text differs from php-fpm's");
+}
+
+#[test]
+fn unguarded_fastcgi_finish_request_fails_and_fpmd_says_why_once() {
+    let s = Stack::start(pool());
+    for _ in 0..2 {
+        let r = get(&s.url("/finish_request.php"));
+        assert_eq!(r.status, 500, "{}", r.text());
+    }
+    let needle = "called fastcgi_finish_request(), which php-cgi does not have";
+    wait_for(
+        std::time::Duration::from_secs(5),
+        "fpmd logs the missing SAPI function",
+        || s.fpmd.log().contains(needle),
+    );
+    assert_eq!(
+        s.fpmd.log().matches(needle).count(),
+        1,
+        "logged once per pool"
+    );
+    assert!(s.fpmd.log().contains("finish_request.php"));
 }

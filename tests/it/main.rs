@@ -29,3 +29,4 @@ mod status;
 mod status_cli;
 mod strict;
 mod systemd;
+mod webservers;

@@ -1,18 +1,17 @@
 //! A real Apache 2.4 (Debian's apache2, event MPM, mod_proxy_fcgi) in the
 //! foreground, with its config, logs, pid, scoreboard, mutexes and runtime
-//! files inside the test dir, on a free port. The parent runs as root (the
+//! files inside the test dir, on a free port (run by [`WebServer`]). The parent runs as root (the
 //! tests do), its children as www-data, as on a Debian server.
 //!
 //! The FastCGI side is configured in one of the ways Debian users write it
 //! ([`FcgiStyle`]); the test gives the address of the FastCGI server.
 
 use super::fpmd::Addr;
-use super::{chmod, free_port, tcp_connectable, TestDir, DOKUWIKI_ROOT};
+use super::webserver::{ConfigFn, Launch, Site, Stop, WebServer};
+use super::{chmod, free_port, TestDir, DOKUWIKI_ROOT};
 use std::fmt::Write as _;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
 
 pub const APACHE_BIN: &str = "/usr/sbin/apache2";
 pub const APACHE_MODULES: &str = "/usr/lib/apache2/modules";
@@ -99,8 +98,9 @@ impl ApacheOpts {
     }
 }
 
+/// A running Apache (see [`ApacheOpts`]).
 pub struct Apache {
-    child: Option<Child>,
+    server: WebServer,
     pub port: u16,
     pub dir: PathBuf,
 }
@@ -136,69 +136,83 @@ const MODULES: [&str; 12] = [
     "slotmem_shm",
 ];
 
+/// How Apache is run: `-DFOREGROUND -f CONF`, in a clean environment.
+fn launch<'a>(config: ConfigFn<'a>, ports: usize) -> Launch<'a> {
+    Launch {
+        name: "apache2",
+        bin: APACHE_BIN,
+        hint: APACHE_HINT,
+        conf_file: "httpd.conf",
+        ports,
+        config,
+        args: &|_, conf| vec!["-DFOREGROUND".into(), "-f".into(), conf.into()],
+        env: Some(&|_| {
+            vec![
+                ("PATH".into(), "/usr/sbin:/usr/bin:/sbin:/bin".into()),
+                ("LANG".into(), "C".into()),
+            ]
+        }),
+        // Apache appends to its logs: each attempt starts with empty ones.
+        logs: &["error.log", "access.log"],
+        // The parent stops its www-data children and removes its shared
+        // memory, semaphores and pid file.
+        stop: Stop::TermThenTree,
+    }
+}
+
+/// Makes `<test dir>/<name>/run/`, where Apache keeps its runtime files.
+fn make_dir(t: &TestDir, name: &str) {
+    let dir = t.join(name);
+    std::fs::create_dir_all(dir.join("run")).unwrap();
+    chmod(&dir, 0o755);
+}
+
+/// Apache in front of each site on a port of its own (a `<VirtualHost>`
+/// each), PHP handed on as Debian's `conf-available/php8.2-fpm.conf`
+/// does: `<FilesMatch ".+\.ph(?:ar|p|tml)$"> SetHandler
+/// "proxy:unix:SOCK|fcgi://localhost" </FilesMatch>` (not the commented-out
+/// variant that first checks that the file exists), with the snippet's
+/// `Authorization` pass-through and its two denying FilesMatch.
+pub fn start_sites(t: &TestDir, sites: &[Site]) -> WebServer {
+    require_apache();
+    make_dir(t, "apache-sites");
+    let config = |dir: &Path, ports: &[u16]| {
+        let mut s = preamble(dir, ports);
+        for (port, site) in ports.iter().zip(sites) {
+            let r = site.root.display();
+            writeln!(s, "<VirtualHost 127.0.0.1:{port}>\n  DocumentRoot \"{r}\"").unwrap();
+            writeln!(s, "  <Directory \"{r}\">\n    Options FollowSymLinks\n    AllowOverride None\n    Require all granted\n  </Directory>").unwrap();
+            writeln!(
+                s,
+                "  <FilesMatch \"{PHP_FILES}\">\n    SetHandler \"proxy:unix:{}|fcgi://localhost\"\n  </FilesMatch>",
+                site.socket().display()
+            )
+            .unwrap();
+            writeln!(s, "</VirtualHost>").unwrap();
+        }
+        denials(&mut s);
+        s
+    };
+    WebServer::start(t, "apache-sites", &launch(&config, sites.len()))
+}
+
 impl Apache {
     /// Writes `<test dir>/<name>/httpd.conf`, runs `apache2 -DFOREGROUND -f`
     /// it and waits until it accepts on its port.
     pub fn start(t: &TestDir, opts: ApacheOpts) -> Apache {
         require_apache();
         let name = opts.name.clone().unwrap_or_else(|| "apache".into());
-        let dir = t.join(&name);
-        std::fs::create_dir_all(dir.join("run")).unwrap();
-        chmod(&dir, 0o755);
-        let mut last_err = String::new();
-        // A free port can be taken by a parallel test between our probe and
-        // Apache's bind: try a few.
-        for _ in 0..5 {
-            let port = free_port();
-            let conf_path = dir.join("httpd.conf");
-            std::fs::write(&conf_path, config(&dir, port, t, &opts)).unwrap();
-            // Apache appends to its logs: start each attempt with empty ones.
-            for f in ["error.log", "access.log"] {
-                let _ = std::fs::remove_file(dir.join(f));
-            }
-            let out = std::fs::File::create(dir.join("apache.out")).unwrap();
-            let child = Command::new(APACHE_BIN)
-                .arg("-DFOREGROUND")
-                .arg("-f")
-                .arg(&conf_path)
-                .env_clear()
-                .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-                .env("LANG", "C")
-                .stdin(Stdio::null())
-                .stdout(out.try_clone().unwrap())
-                .stderr(out)
-                .spawn()
-                .unwrap_or_else(|e| panic!("cannot run {APACHE_BIN}: {e}; {APACHE_HINT}"));
-            let mut a = Apache {
-                child: Some(child),
-                port,
-                dir: dir.clone(),
-            };
-            let addr = SocketAddr::from(([127, 0, 0, 1], port));
-            let t0 = Instant::now();
-            loop {
-                if let Some(st) = a.child.as_mut().unwrap().try_wait().unwrap() {
-                    a.child = None;
-                    last_err = format!("apache2 exited ({st}):\n{}\n{}", a.output(), a.error_log());
-                    break;
-                }
-                if tcp_connectable(addr) {
-                    return a;
-                }
-                if t0.elapsed() > Duration::from_secs(20) {
-                    panic!(
-                        "apache2 does not answer on {addr} after 20 s:\n{}\n{}",
-                        a.output(),
-                        a.error_log()
-                    );
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            if !last_err.contains("Address already in use") {
-                break;
-            }
+        make_dir(t, &name);
+        let server = WebServer::start(
+            t,
+            &name,
+            &launch(&|dir, ports| config(dir, ports[0], t, &opts), 1),
+        );
+        Apache {
+            port: server.port(),
+            dir: server.dir.clone(),
+            server,
         }
-        panic!("cannot start apache2: {last_err}");
     }
 
     /// Writes the config as `start` would and has `apache2 -t` check it,
@@ -236,52 +250,20 @@ impl Apache {
     }
 
     pub fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{}", self.port, path)
+        self.server.url(path)
     }
 
     /// What apache2 itself printed (config errors end up here).
     pub fn output(&self) -> String {
-        std::fs::read_to_string(self.dir.join("apache.out")).unwrap_or_default()
+        self.server.output()
     }
 
     pub fn error_log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("error.log")).unwrap_or_default()
+        self.server.read("error.log")
     }
 
     pub fn access_log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("access.log")).unwrap_or_default()
-    }
-}
-
-impl Drop for Apache {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            // SIGTERM: the parent stops its www-data children and removes
-            // its shared memory, semaphores and pid file; SIGKILL if it hangs.
-            let pid = nix::unistd::Pid::from_raw(c.id() as i32);
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-            let kids = super::procs::descendants(c.id() as i32);
-            if !super::wait_until(Duration::from_secs(10), || {
-                c.try_wait().ok().flatten().is_some()
-            }) {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-            for k in kids {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(k.pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
-        }
-        if std::thread::panicking() {
-            eprintln!(
-                "---- apache error log ({}) ----\n{}{}",
-                self.dir.display(),
-                self.output(),
-                self.error_log()
-            );
-        }
+        self.server.read("access.log")
     }
 }
 
@@ -294,16 +276,16 @@ fn handler_url(a: &Addr) -> String {
     }
 }
 
-fn config(dir: &Path, port: u16, t: &TestDir, o: &ApacheOpts) -> String {
+/// Everything but the sites: server root, ports, modules, one event-MPM
+/// child, logs, `<Directory />` denied, and Debian's `Authorization`
+/// pass-through.
+fn preamble(dir: &Path, ports: &[u16]) -> String {
     let d = dir.display();
-    let root = o.root.clone().unwrap_or_else(|| t.docroot());
-    let r = root.display();
     let mut s = String::new();
-    writeln!(
-        s,
-        "ServerRoot \"{d}\"\nServerName 127.0.0.1\nListen 127.0.0.1:{port}"
-    )
-    .unwrap();
+    writeln!(s, "ServerRoot \"{d}\"\nServerName 127.0.0.1").unwrap();
+    for port in ports {
+        writeln!(s, "Listen 127.0.0.1:{port}").unwrap();
+    }
     writeln!(s, "PidFile \"{d}/run/httpd.pid\"\nDefaultRuntimeDir \"{d}/run\"\nScoreBoardFile \"{d}/run/scoreboard\"")
         .unwrap();
     writeln!(s, "Mutex \"file:{d}/run\" default").unwrap();
@@ -335,15 +317,9 @@ fn config(dir: &Path, port: u16, t: &TestDir, o: &ApacheOpts) -> String {
         "LogFormat \"%h \\\"%r\\\" %>s %b %D\" short\nCustomLog \"{d}/access.log\" short"
     )
     .unwrap();
-    writeln!(s, "DocumentRoot \"{r}\"").unwrap();
     writeln!(
         s,
         "<Directory />\n  AllowOverride None\n  Require all denied\n</Directory>"
-    )
-    .unwrap();
-    writeln!(
-        s,
-        "<Directory \"{r}\">\n  Options FollowSymLinks\n  AllowOverride None\n  Require all granted\n</Directory>"
     )
     .unwrap();
     writeln!(s, "DirectoryIndex index.php doku.php").unwrap();
@@ -351,6 +327,33 @@ fn config(dir: &Path, port: u16, t: &TestDir, o: &ApacheOpts) -> String {
     writeln!(
         s,
         "SetEnvIfNoCase ^Authorization$ \"(.+)\" HTTP_AUTHORIZATION=$1"
+    )
+    .unwrap();
+    s
+}
+
+/// As Debian's snippet: no raw PHP sources, no nameless `.php`.
+fn denials(s: &mut String) {
+    writeln!(
+        s,
+        "<FilesMatch \".+\\.phps$\">\n  Require all denied\n</FilesMatch>"
+    )
+    .unwrap();
+    writeln!(
+        s,
+        "<FilesMatch \"^\\.ph(?:ar|p|ps|tml)$\">\n  Require all denied\n</FilesMatch>"
+    )
+    .unwrap();
+}
+
+fn config(dir: &Path, port: u16, t: &TestDir, o: &ApacheOpts) -> String {
+    let root = o.root.clone().unwrap_or_else(|| t.docroot());
+    let r = root.display();
+    let mut s = preamble(dir, &[port]);
+    writeln!(s, "DocumentRoot \"{r}\"").unwrap();
+    writeln!(
+        s,
+        "<Directory \"{r}\">\n  Options FollowSymLinks\n  AllowOverride None\n  Require all granted\n</Directory>"
     )
     .unwrap();
     let up = &o.upstream;
@@ -399,17 +402,7 @@ fn config(dir: &Path, port: u16, t: &TestDir, o: &ApacheOpts) -> String {
             .unwrap();
         }
     }
-    // As Debian's snippet: no raw PHP sources, no nameless `.php`.
-    writeln!(
-        s,
-        "<FilesMatch \".+\\.phps$\">\n  Require all denied\n</FilesMatch>"
-    )
-    .unwrap();
-    writeln!(
-        s,
-        "<FilesMatch \"^\\.ph(?:ar|p|ps|tml)$\">\n  Require all denied\n</FilesMatch>"
-    )
-    .unwrap();
+    denials(&mut s);
     for l in &o.lines {
         writeln!(s, "{l}").unwrap();
     }

@@ -1,17 +1,15 @@
 //! A real lighttpd 1.4 (Debian's lighttpd, its built-in mod_fastcgi) in the
 //! foreground (`-D`), with its config and logs inside the test dir, on a
-//! free port. `.php` goes to the FastCGI server as the lighttpd manual
+//! free port (run by [`WebServer`]). `.php` goes to the FastCGI server as the lighttpd manual
 //! writes it, with `check-local` enabled (lighttpd's default: it serves
 //! only scripts that exist, and splits PATH_INFO itself) or disabled (it
 //! hands on whatever path ends in `.php`).
 
 use super::fpmd::Addr;
-use super::{free_port, tcp_connectable, TestDir};
+use super::webserver::{Launch, Site, Stop, WebServer};
+use super::TestDir;
 use std::fmt::Write as _;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 pub const LIGHTTPD_BIN: &str = "/usr/sbin/lighttpd";
 const LIGHTTPD_HINT: &str =
@@ -45,8 +43,9 @@ impl LighttpdOpts {
     }
 }
 
+/// A running lighttpd (see [`LighttpdOpts`]).
 pub struct Lighttpd {
-    child: Option<Child>,
+    server: WebServer,
     pub port: u16,
     pub dir: PathBuf,
 }
@@ -58,113 +57,94 @@ pub fn require_lighttpd() {
     }
 }
 
+/// Writes `<test dir>/<name>/lighttpd.conf` with one port per site, runs
+/// `lighttpd -D -f` it and waits until it accepts on every port.
+fn start_in(t: &TestDir, name: &str, sites: &[Site], check_local: bool) -> WebServer {
+    let config = |dir: &Path, ports: &[u16]| config(dir, ports, sites, check_local);
+    WebServer::start(
+        t,
+        name,
+        &Launch {
+            name: "lighttpd",
+            bin: LIGHTTPD_BIN,
+            hint: LIGHTTPD_HINT,
+            conf_file: "lighttpd.conf",
+            ports: sites.len(),
+            config: &config,
+            args: &|_, conf| vec!["-D".into(), "-f".into(), conf.into()],
+            env: None,
+            logs: &["error.log"],
+            stop: Stop::Kill,
+        },
+    )
+}
+
+/// lighttpd in front of each site on a port of its own, `.php` handed to
+/// the site's FastCGI server as the lighttpd manual writes it, with the
+/// given `check-local`.
+pub fn start_sites(t: &TestDir, sites: &[Site], check_local: bool) -> WebServer {
+    start_in(t, "lighttpd-sites", sites, check_local)
+}
+
 impl Lighttpd {
-    /// Writes `<test dir>/<name>/lighttpd.conf`, runs `lighttpd -D -f` it
-    /// and waits until it accepts on its port.
+    /// Runs lighttpd on the test's docroot in front of `opts.upstream`.
     pub fn start(t: &TestDir, opts: LighttpdOpts) -> Lighttpd {
-        require_lighttpd();
         let name = opts.name.clone().unwrap_or_else(|| "lighttpd".into());
-        let dir = t.join(&name);
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut last_err = String::new();
-        // A free port can be taken by a parallel test between our probe and
-        // lighttpd's bind: try a few.
-        for _ in 0..5 {
-            let port = free_port();
-            let conf_path = dir.join("lighttpd.conf");
-            std::fs::write(&conf_path, config(&dir, port, t, &opts)).unwrap();
-            let out = std::fs::File::create(dir.join("lighttpd.out")).unwrap();
-            let child = Command::new(LIGHTTPD_BIN)
-                .arg("-D")
-                .arg("-f")
-                .arg(&conf_path)
-                .stdin(Stdio::null())
-                .stdout(out.try_clone().unwrap())
-                .stderr(out)
-                .spawn()
-                .unwrap_or_else(|e| panic!("cannot run {LIGHTTPD_BIN}: {e}; {LIGHTTPD_HINT}"));
-            let mut l = Lighttpd {
-                child: Some(child),
-                port,
-                dir: dir.clone(),
-            };
-            let addr = SocketAddr::from(([127, 0, 0, 1], port));
-            let t0 = Instant::now();
-            loop {
-                if let Some(st) = l.child.as_mut().unwrap().try_wait().unwrap() {
-                    l.child = None;
-                    last_err =
-                        format!("lighttpd exited ({st}):\n{}\n{}", l.output(), l.error_log());
-                    break;
-                }
-                if tcp_connectable(addr) {
-                    return l;
-                }
-                if t0.elapsed() > Duration::from_secs(20) {
-                    panic!(
-                        "lighttpd does not answer on {addr} after 20 s:\n{}\n{}",
-                        l.output(),
-                        l.error_log()
-                    );
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            if !last_err.contains("Address already in use") {
-                break;
-            }
+        let site = Site::new(t.docroot(), opts.upstream.clone());
+        let server = start_in(t, &name, &[site], opts.check_local);
+        Lighttpd {
+            port: server.port(),
+            dir: server.dir.clone(),
+            server,
         }
-        panic!("cannot start lighttpd: {last_err}");
     }
 
     pub fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{}", self.port, path)
+        self.server.url(path)
     }
 
     /// What lighttpd itself printed (config errors end up here).
     pub fn output(&self) -> String {
-        std::fs::read_to_string(self.dir.join("lighttpd.out")).unwrap_or_default()
+        self.server.output()
     }
 
     pub fn error_log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("error.log")).unwrap_or_default()
+        self.server.read("error.log")
     }
 }
 
-impl Drop for Lighttpd {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        if std::thread::panicking() {
-            eprintln!(
-                "---- lighttpd error log ({}) ----\n{}{}",
-                self.dir.display(),
-                self.output(),
-                self.error_log()
-            );
-        }
-    }
-}
-
-fn config(dir: &Path, port: u16, t: &TestDir, o: &LighttpdOpts) -> String {
+/// The first site is the server's main one; each other is a
+/// `$SERVER["socket"]` block of its own with its root and FastCGI server.
+fn config(dir: &Path, ports: &[u16], sites: &[Site], check_local: bool) -> String {
     let d = dir.display();
     let mut s = String::new();
-    writeln!(s, "server.document-root = \"{}\"", t.docroot().display()).unwrap();
-    writeln!(s, "server.bind = \"127.0.0.1\"\nserver.port = {port}").unwrap();
+    writeln!(s, "server.bind = \"127.0.0.1\"\nserver.port = {}", ports[0]).unwrap();
     writeln!(s, "server.errorlog = \"{d}/error.log\"").unwrap();
     writeln!(s, "server.modules = ( \"mod_fastcgi\" )").unwrap();
     writeln!(s, "index-file.names = ( \"index.php\" )").unwrap();
     writeln!(s, "mimetype.assign = ( \".txt\" => \"text/plain\" )").unwrap();
-    let target = match &o.upstream {
-        Addr::Unix(p) => format!("\"socket\" => \"{}\"", p.display()),
-        Addr::Tcp(a) => format!("\"host\" => \"{}\", \"port\" => {}", a.ip(), a.port()),
-    };
-    let check = if o.check_local { "enable" } else { "disable" };
-    writeln!(
-        s,
-        "fastcgi.server = ( \".php\" => (( {target}, \"check-local\" => \"{check}\" )) )"
-    )
-    .unwrap();
+    let check = if check_local { "enable" } else { "disable" };
+    for (i, (port, site)) in ports.iter().zip(sites).enumerate() {
+        let target = match &site.upstream {
+            Addr::Unix(p) => format!("\"socket\" => \"{}\"", p.display()),
+            Addr::Tcp(a) => format!("\"host\" => \"{}\", \"port\" => {}", a.ip(), a.port()),
+        };
+        let (open, close) = if i == 0 {
+            (String::new(), "")
+        } else {
+            (
+                format!("$SERVER[\"socket\"] == \"127.0.0.1:{port}\" {{\n"),
+                "}\n",
+            )
+        };
+        write!(s, "{open}").unwrap();
+        writeln!(s, "server.document-root = \"{}\"", site.root.display()).unwrap();
+        writeln!(
+            s,
+            "fastcgi.server = ( \".php\" => (( {target}, \"check-local\" => \"{check}\" )) )"
+        )
+        .unwrap();
+        write!(s, "{close}").unwrap();
+    }
     s
 }

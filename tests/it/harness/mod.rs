@@ -1,5 +1,5 @@
 //! Shared fixtures of the integration tests: temporary directories, free ports,
-//! real nginx and Apache, real php-cgi behind the real fpmd binary, php-fpm for
+//! real web servers (nginx, Apache, lighttpd, Caddy, h2o), real php-cgi behind the real fpmd binary, php-fpm for
 //! comparisons, HTTP and raw FastCGI clients, /proc helpers, a stand-in for
 //! systemd's notification socket, and tmux as a terminal.
 //!
@@ -12,8 +12,10 @@
 #![allow(dead_code)]
 
 pub mod apache;
+pub mod caddy;
 pub mod fcgi;
 pub mod fpmd;
+pub mod h2o;
 pub mod http;
 pub mod lighttpd;
 pub mod nginx;
@@ -22,6 +24,7 @@ pub mod procs;
 pub mod prometheus;
 pub mod systemd;
 pub mod tmux;
+pub mod webserver;
 
 use std::net::{SocketAddr, TcpListener};
 use std::os::unix::fs::PermissionsExt;
@@ -34,6 +37,7 @@ pub use http::{get, post, Resp};
 pub use lighttpd::{Lighttpd, LighttpdOpts};
 pub use nginx::{Nginx, NginxOpts};
 pub use systemd::{start_notified, NotifySocket};
+pub use webserver::{Kind, Site, WebServer};
 
 /// The fpmd binary under test. Cargo builds it for integration tests.
 pub const FPMD_BIN: &str = env!("CARGO_BIN_EXE_fpmd");
@@ -190,6 +194,12 @@ impl Drop for TestDir {
 pub fn chmod(p: &Path, mode: u32) {
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
         .unwrap_or_else(|e| panic!("chmod {}: {e}", p.display()));
+}
+
+/// The MD5 of `b` in lower-case hex, as PHP's `md5()` prints it.
+pub fn md5_hex(b: &[u8]) -> String {
+    use md5::{Digest, Md5};
+    Md5::digest(b).iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// A TCP port that was free a moment ago on 127.0.0.1.

@@ -1,12 +1,18 @@
 //! A real nginx in the foreground (`daemon off; master_process off;`) with
-//! its config, logs and temp paths inside the test dir, on a free port.
+//! its config, logs and temp paths inside the test dir, on a free port
+//! (run by [`WebServer`]): configured by [`NginxOpts`] for most tests, or
+//! with Debian's own PHP snippet for the web-server matrix ([`start_sites`]).
 
-use super::{free_port, tcp_connectable, TestDir, DOKUWIKI_ROOT, NGINX_BIN};
+use super::webserver::{ConfigFn, Launch, Site, Stop, WebServer};
+use super::{TestDir, DOKUWIKI_ROOT, NGINX_BIN};
 use std::fmt::Write as _;
-use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::{Path, PathBuf};
+
+const NGINX_HINT: &str =
+    "install it with `apt-get install nginx` (or run `make test`, which does it)";
+/// Debian's PHP snippet for nginx.
+pub const DEBIAN_SNIPPET: &str = "/etc/nginx/snippets/fastcgi-php.conf";
+const DEBIAN_FASTCGI_CONF: &str = "/etc/nginx/fastcgi.conf";
 
 #[derive(Clone, Debug, Default)]
 pub struct NginxOpts {
@@ -97,103 +103,112 @@ impl NginxOpts {
     }
 }
 
+/// A running nginx (see [`NginxOpts`]).
 pub struct Nginx {
-    child: Option<Child>,
+    server: WebServer,
     pub port: u16,
     pub dir: PathBuf,
+}
+
+/// How nginx is run: `-p DIR -c CONF`, its logs in DIR.
+fn launch<'a>(config: ConfigFn<'a>, ports: usize) -> Launch<'a> {
+    Launch {
+        name: "nginx",
+        bin: NGINX_BIN,
+        hint: NGINX_HINT,
+        conf_file: "nginx.conf",
+        ports,
+        config,
+        args: &|dir, conf| vec!["-p".into(), dir.into(), "-c".into(), conf.into()],
+        env: None,
+        logs: &["error.log", "access.log"],
+        stop: Stop::Kill,
+    }
 }
 
 impl Nginx {
     pub fn start(t: &TestDir, opts: NginxOpts) -> Nginx {
         let name = opts.name.clone().unwrap_or_else(|| "nginx".into());
-        let dir = t.join(&name);
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut last_err = String::new();
-        // A free port can be taken by a parallel test between our probe and
-        // nginx's bind: try a few.
-        for _ in 0..5 {
-            let port = free_port();
-            let conf = config(&dir, port, t, &opts);
-            let conf_path = dir.join("nginx.conf");
-            std::fs::write(&conf_path, conf).unwrap();
-            let out = std::fs::File::create(dir.join("nginx.out")).unwrap();
-            let child = Command::new(NGINX_BIN)
-                .arg("-p")
-                .arg(&dir)
-                .arg("-c")
-                .arg(&conf_path)
-                .stdin(Stdio::null())
-                .stdout(out.try_clone().unwrap())
-                .stderr(out)
-                .spawn()
-                .unwrap_or_else(|e| {
-                    panic!("cannot run {NGINX_BIN}: {e}; install it with `apt-get install nginx`")
-                });
-            let mut n = Nginx {
-                child: Some(child),
-                port,
-                dir: dir.clone(),
-            };
-            let addr = SocketAddr::from(([127, 0, 0, 1], port));
-            let t0 = Instant::now();
-            loop {
-                if let Some(st) = n.child.as_mut().unwrap().try_wait().unwrap() {
-                    n.child = None;
-                    last_err = format!(
-                        "nginx exited ({st}):\n{}\n{}",
-                        std::fs::read_to_string(dir.join("nginx.out")).unwrap_or_default(),
-                        n.error_log()
-                    );
-                    break;
-                }
-                if tcp_connectable(addr) {
-                    return n;
-                }
-                if t0.elapsed() > Duration::from_secs(20) {
-                    panic!(
-                        "nginx does not answer on {addr} after 20 s:\n{}",
-                        n.error_log()
-                    );
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            if !last_err.contains("Address already in use") {
-                break;
-            }
+        let server = WebServer::start(
+            t,
+            &name,
+            &launch(&|dir, ports| config(dir, ports[0], t, &opts), 1),
+        );
+        Nginx {
+            port: server.port(),
+            dir: server.dir.clone(),
+            server,
         }
-        panic!("cannot start nginx: {last_err}");
     }
 
     pub fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{}", self.port, path)
+        self.server.url(path)
     }
 
     pub fn error_log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("error.log")).unwrap_or_default()
+        self.server.read("error.log")
     }
 
     pub fn access_log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("access.log")).unwrap_or_default()
+        self.server.read("access.log")
     }
 }
 
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        if std::thread::panicking() {
-            eprintln!(
-                "---- nginx error log ({}) ----\n{}",
-                self.dir.display(),
-                self.error_log()
-            );
+/// nginx in front of each site on a port of its own, each `server` as
+/// Debian's default site enables PHP, with the `location` of nginx's PHP
+/// FastCGI example so that `/script.php/extra/path` reaches PHP too:
+///
+/// ```text
+/// location ~ [^/]\.php(/|$) {
+///     include snippets/fastcgi-php.conf;
+///     fastcgi_pass unix:SOCK;
+/// }
+/// ```
+///
+/// Debian's own files are included (the snippet splits PATH_INFO, answers
+/// 404 itself for a missing script with `try_files`, and includes
+/// `fastcgi.conf`, found beside nginx.conf through a link); only
+/// `client_max_body_size` is raised (to 100m) for the 20 MiB upload.
+pub fn start_sites(t: &TestDir, sites: &[Site]) -> WebServer {
+    for f in [DEBIAN_SNIPPET, DEBIAN_FASTCGI_CONF] {
+        if !Path::new(f).is_file() {
+            panic!("{f} is missing: Debian's nginx-common ships it; {NGINX_HINT}");
         }
     }
+    let dir = t.join("nginx-sites");
+    std::fs::create_dir_all(&dir).unwrap();
+    // `include fastcgi.conf;` in the snippet is relative to nginx.conf's directory.
+    let _ = std::os::unix::fs::symlink(DEBIAN_FASTCGI_CONF, dir.join("fastcgi.conf"));
+    let config = |dir: &Path, ports: &[u16]| {
+        let d = dir.display();
+        let mut s = String::new();
+        writeln!(s, "daemon off;\nmaster_process off;\nworker_processes 1;").unwrap();
+        writeln!(s, "pid {d}/nginx.pid;\nerror_log {d}/error.log info;").unwrap();
+        writeln!(s, "events {{ worker_connections 1024; }}\nhttp {{").unwrap();
+        writeln!(
+            s,
+            "  include /etc/nginx/mime.types;\n  access_log {d}/access.log;"
+        )
+        .unwrap();
+        for p in ["client_body", "fastcgi", "proxy", "uwsgi", "scgi"] {
+            writeln!(s, "  {p}_temp_path {d}/{p}_temp;").unwrap();
+        }
+        writeln!(s, "  client_max_body_size 100m;").unwrap();
+        for (port, site) in ports.iter().zip(sites) {
+            writeln!(s, "  server {{\n    listen 127.0.0.1:{port};").unwrap();
+            writeln!(s, "    root {};\n    index index.php;", site.root.display()).unwrap();
+            writeln!(s, "    location ~ [^/]\\.php(/|$) {{").unwrap();
+            writeln!(s, "      include {DEBIAN_SNIPPET};").unwrap();
+            writeln!(s, "      fastcgi_pass {};", site.upstream.nginx()).unwrap();
+            writeln!(s, "    }}\n  }}").unwrap();
+        }
+        writeln!(s, "}}").unwrap();
+        s
+    };
+    WebServer::start(t, "nginx-sites", &launch(&config, sites.len()))
 }
 
-fn config(dir: &std::path::Path, port: u16, t: &TestDir, o: &NginxOpts) -> String {
+fn config(dir: &Path, port: u16, t: &TestDir, o: &NginxOpts) -> String {
     let d = dir.display();
     let root = o.root.clone().unwrap_or_else(|| t.docroot());
     let upstream = o

@@ -155,12 +155,7 @@ impl Drop for PhpFpm {
             let kids = super::procs::descendants(c.id() as i32);
             let _ = c.kill();
             let _ = c.wait();
-            for k in kids {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(k.pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
+            super::procs::kill_all(&kids);
         }
         super::procs::kill_tagged(&self.tag);
     }

@@ -152,13 +152,19 @@ pub fn kill_tagged(tag: &str) {
         if left.is_empty() {
             return;
         }
-        for p in left {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(p.pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
+        kill_all(&left);
         std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// SIGKILLs each of `procs` (those already gone are no error: the point
+/// is that none is left).
+pub fn kill_all(procs: &[ProcInfo]) {
+    for p in procs {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(p.pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
     }
 }
 

@@ -1,0 +1,311 @@
+//! php-fpm's framing of PHP's log messages on FastCGI STDERR, rebuilt from
+//! php-cgi's.
+//!
+//! php-fpm's child sends each message PHP logs during a request (with no
+//! `error_log` set) as `PHP message: TEXT`, the messages of one request
+//! joined by `; `, with no newline (`sapi_cgi_log_message` → `zlog_msg`
+//! with the prefix `"PHP message: "` → `sapi_cgi_log_fastcgi`, in
+//! php-src `sapi/fpm/fpm/fpm_main.c`). nginx then logs
+//! `FastCGI sent in stderr: "PHP message: PHP Warning:  … on line 3"`, and
+//! log parsers (fail2ban filters, log shippers' php-fpm patterns) key on
+//! that prefix. php-cgi sends the bare `TEXT\n` for each message
+//! (`sapi/cgi/cgi_main.c`, same function), so fpmd rewrites the STDERR
+//! records it relays.
+//!
+//! php-cgi's records do not keep message boundaries (its output buffer
+//! packs and splits writes), so a message is a line, except that a line
+//! PHP writes inside an uncaught exception's message (`Stack trace:`,
+//! `#0 …`, `  thrown in …`, `Next …` of a chained exception) continues
+//! the message before it, newline kept, as in php-fpm. The rewrite is only
+//! done for spans that hold STDERR content ([`crate::fastcgi::Scan::stderr`]):
+//! an answer with no log message is forwarded untouched.
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+
+use tracing::warn;
+
+use crate::fastcgi::{decode_record, encode_empty, RecordType, StreamWriter};
+
+/// php-fpm's prefix of each message.
+pub const PREFIX: &[u8] = b"PHP message: ";
+/// php-fpm's separator between the messages of one request.
+const SEPARATOR: &[u8] = b"; ";
+/// Line starts that continue the message before them (PHP's text of an
+/// uncaught exception, `zend_exceptions.c`).
+const CONTINUATIONS: &[&[u8]] = &[b"Stack trace:", b"#", b"  thrown in ", b"Next "];
+/// Longest of [`CONTINUATIONS`]: bytes held back at a line start at most.
+const HOLD_MAX: usize = 12;
+/// The fatal error of a script that calls php-fpm's SAPI function, which
+/// php-cgi does not have.
+const FINISH_REQUEST_MISSING: &[u8] = b"Call to undefined function fastcgi_finish_request()";
+
+/// The rewrite state of one request's STDERR stream.
+#[derive(Debug, Default)]
+pub struct PhpMessages {
+    /// A message was already written (the next one is preceded by `; `).
+    started: bool,
+    /// Inside a line (its prefix decided and written).
+    in_line: bool,
+    /// Bytes at the start of a line, held back until they tell whether the
+    /// line continues a message (at most [`HOLD_MAX`]).
+    held: Vec<u8>,
+    /// Tail of the content seen, to find [`FINISH_REQUEST_MISSING`] across
+    /// records.
+    tail: Vec<u8>,
+    /// The script called `fastcgi_finish_request()` and php-cgi has none.
+    pub finish_request_missing: bool,
+}
+
+impl PhpMessages {
+    /// Rewrites `span` (whole, valid records for request `id`, as
+    /// [`crate::fastcgi::scan_response`] passed them) into `out`: STDOUT and
+    /// END_REQUEST records are copied as they are, STDERR content is
+    /// reframed as php-fpm frames it, and the empty STDERR record (the end
+    /// of the stream) is written after what was held back.
+    pub fn rewrite(&mut self, span: &[u8], id: u16, out: &mut Vec<u8>) {
+        let mut at = 0;
+        while let Ok(Some(rec)) = decode_record(&span[at..]) {
+            let len = rec.header.record_len();
+            if rec.header.record_type() != Some(RecordType::Stderr) {
+                if rec.header.record_type() == Some(RecordType::EndRequest) {
+                    self.flush_into(id, out);
+                }
+                out.extend_from_slice(&span[at..at + len]);
+            } else if rec.content.is_empty() {
+                self.flush_into(id, out);
+                encode_empty(out, RecordType::Stderr, id);
+            } else {
+                self.note_finish_request(rec.content);
+                let mut w = StreamWriter::new(RecordType::Stderr, id);
+                let mut text = Vec::with_capacity(rec.content.len() + PREFIX.len() + 2);
+                self.feed(rec.content, &mut text);
+                w.write(out, &text);
+            }
+            at += len;
+        }
+        debug_assert_eq!(at, span.len(), "span holds whole records only");
+    }
+
+    /// Bytes of a line start are held back: the next span must go through
+    /// [`PhpMessages::rewrite`] even if it holds no STDERR content, so that
+    /// they are written before the stream's end.
+    pub fn holding(&self) -> bool {
+        !self.held.is_empty()
+    }
+
+    /// Writes what is held back (the start of a last line) as a record.
+    fn flush_into(&mut self, id: u16, out: &mut Vec<u8>) {
+        if self.held.is_empty() {
+            return;
+        }
+        let mut text = Vec::new();
+        self.start_line(&mut text);
+        StreamWriter::new(RecordType::Stderr, id).write(out, &text);
+    }
+
+    /// Reframes `content` into `text`.
+    fn feed(&mut self, mut content: &[u8], text: &mut Vec<u8>) {
+        while !content.is_empty() {
+            if self.in_line {
+                match content.iter().position(|&b| b == b'\n') {
+                    Some(nl) => {
+                        text.extend_from_slice(&content[..nl]);
+                        // The newline is written only when the next line
+                        // continues the message.
+                        self.in_line = false;
+                        content = &content[nl + 1..];
+                    }
+                    None => {
+                        text.extend_from_slice(content);
+                        return;
+                    }
+                }
+                continue;
+            }
+            // At a line start: hold bytes until the line's kind is known.
+            let room = HOLD_MAX - self.held.len();
+            let take = content
+                .iter()
+                .take(room)
+                .position(|&b| b == b'\n')
+                .map_or(content.len().min(room), |nl| nl);
+            self.held.extend_from_slice(&content[..take]);
+            content = &content[take..];
+            let line_ended = content.first() == Some(&b'\n');
+            if line_ended || !self.undecided() {
+                self.start_line(text);
+            }
+        }
+    }
+
+    /// The held bytes could still begin a continuation line.
+    fn undecided(&self) -> bool {
+        self.held.len() < HOLD_MAX
+            && CONTINUATIONS
+                .iter()
+                .any(|c| c.len() > self.held.len() && c.starts_with(&self.held))
+    }
+
+    /// Writes the frame of the line whose start is held, then the held
+    /// bytes; the line is then open.
+    fn start_line(&mut self, text: &mut Vec<u8>) {
+        let continues = self.started && CONTINUATIONS.iter().any(|c| self.held.starts_with(c));
+        if continues {
+            text.push(b'\n');
+        } else {
+            if self.started {
+                text.extend_from_slice(SEPARATOR);
+            }
+            text.extend_from_slice(PREFIX);
+            self.started = true;
+        }
+        text.extend_from_slice(&self.held);
+        self.held.clear();
+        self.in_line = true;
+    }
+
+    fn note_finish_request(&mut self, content: &[u8]) {
+        if self.finish_request_missing {
+            return;
+        }
+        let keep = FINISH_REQUEST_MISSING.len() - 1;
+        self.tail.extend_from_slice(content);
+        if self
+            .tail
+            .windows(FINISH_REQUEST_MISSING.len())
+            .any(|w| w == FINISH_REQUEST_MISSING)
+        {
+            self.finish_request_missing = true;
+        }
+        if self.tail.len() > keep {
+            self.tail.drain(..self.tail.len() - keep);
+        }
+    }
+}
+
+/// The pools whose `fastcgi_finish_request()` call was logged.
+static FINISH_REQUEST_LOGGED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
+/// Logs, once per pool, that a script of `pool` (`script`, client text,
+/// escaped by the log formatter) called `fastcgi_finish_request()`, which
+/// only php-fpm's SAPI has: under php-cgi the call is a fatal error (500),
+/// and a call guarded by `function_exists()` runs the rest of the script
+/// before the response ends. README "fastcgi_finish_request" says what to
+/// do.
+pub fn log_finish_request_missing(pool: &str, script: &[u8]) {
+    let mut logged = FINISH_REQUEST_LOGGED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if logged.contains(pool) {
+        return;
+    }
+    logged.insert(pool.to_string());
+    warn!(pool = %pool, script = %String::from_utf8_lossy(script),
+        "the script called fastcgi_finish_request(), which php-cgi does not have (it exists only in php-fpm's SAPI): the request failed with a fatal error; guard the call with function_exists() and expect the response to end when the script does (README: fastcgi_finish_request). Logged once per pool");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fastcgi::{encode_end_request, encode_record, EndRequest};
+
+    /// The STDERR text of `out`, and its other records in order.
+    fn stderr_of(out: &[u8]) -> (Vec<u8>, Vec<RecordType>) {
+        let mut text = Vec::new();
+        let mut kinds = Vec::new();
+        let mut at = 0;
+        while let Ok(Some(r)) = decode_record(&out[at..]) {
+            let kind = r.header.record_type().unwrap();
+            if kind == RecordType::Stderr {
+                text.extend_from_slice(r.content);
+            }
+            kinds.push(kind);
+            at += r.header.record_len();
+        }
+        (text, kinds)
+    }
+
+    /// Feeds `pieces` as separate STDERR records (one span each), then the
+    /// stream's end.
+    fn run(pieces: &[&[u8]]) -> (Vec<u8>, PhpMessages) {
+        let mut m = PhpMessages::default();
+        let mut out = Vec::new();
+        // An empty record would end the stream: a cut there sends none.
+        for p in pieces.iter().filter(|p| !p.is_empty()) {
+            let mut span = Vec::new();
+            encode_record(&mut span, RecordType::Stderr, 1, p).unwrap();
+            m.rewrite(&span, 1, &mut out);
+        }
+        let mut end = Vec::new();
+        encode_empty(&mut end, RecordType::Stderr, 1);
+        encode_end_request(&mut end, 1, EndRequest::COMPLETE);
+        m.rewrite(&end, 1, &mut out);
+        let (text, kinds) = stderr_of(&out);
+        assert_eq!(kinds.last(), Some(&RecordType::EndRequest));
+        (text, m)
+    }
+
+    #[test]
+    fn messages_are_prefixed_and_joined_as_php_fpm_does() {
+        let (text, _) = run(&[
+            b"PHP Warning:  Undefined variable $x in /a.php on line 3\nPHP Notice:  n in /a.php on line 4\n",
+        ]);
+        assert_eq!(
+            text,
+            b"PHP message: PHP Warning:  Undefined variable $x in /a.php on line 3; PHP message: PHP Notice:  n in /a.php on line 4"
+        );
+    }
+
+    #[test]
+    fn the_same_text_whatever_the_record_boundaries() {
+        let whole: &[u8] = b"PHP Fatal error:  Uncaught Exception: boom in /a.php:3\nStack trace:\n#0 {main}\n  thrown in /a.php on line 3\nuser line\nStack\n";
+        let want = b"PHP message: PHP Fatal error:  Uncaught Exception: boom in /a.php:3\nStack trace:\n#0 {main}\n  thrown in /a.php on line 3; PHP message: user line; PHP message: Stack".to_vec();
+        for cut in 0..whole.len() {
+            for cut2 in cut..whole.len() {
+                let (text, _) = run(&[&whole[..cut], &whole[cut..cut2], &whole[cut2..]]);
+                assert_eq!(
+                    String::from_utf8_lossy(&text),
+                    String::from_utf8_lossy(&want),
+                    "cuts at {cut}, {cut2}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn stdout_is_copied_and_order_kept() {
+        let mut span = Vec::new();
+        encode_record(&mut span, RecordType::Stdout, 1, b"Status: 200\r\n\r\nA").unwrap();
+        encode_record(&mut span, RecordType::Stderr, 1, b"one\n").unwrap();
+        encode_record(&mut span, RecordType::Stdout, 1, b"B").unwrap();
+        encode_empty(&mut span, RecordType::Stdout, 1);
+        encode_end_request(&mut span, 1, EndRequest::COMPLETE);
+        let mut out = Vec::new();
+        PhpMessages::default().rewrite(&span, 1, &mut out);
+        let mut want = Vec::new();
+        encode_record(&mut want, RecordType::Stdout, 1, b"Status: 200\r\n\r\nA").unwrap();
+        encode_record(&mut want, RecordType::Stderr, 1, b"PHP message: one").unwrap();
+        encode_record(&mut want, RecordType::Stdout, 1, b"B").unwrap();
+        encode_empty(&mut want, RecordType::Stdout, 1);
+        encode_end_request(&mut want, 1, EndRequest::COMPLETE);
+        assert_eq!(out, want);
+    }
+
+    #[test]
+    fn a_last_line_without_newline_is_written_before_the_end() {
+        let (text, _) = run(&[b"first\nSta"]);
+        assert_eq!(text, b"PHP message: first; PHP message: Sta");
+    }
+
+    #[test]
+    fn a_missing_fastcgi_finish_request_is_noticed_across_records() {
+        let (_, m) = run(&[
+            b"PHP Fatal error:  Uncaught Error: Call to undefined function fastcgi_fin",
+            b"ish_request() in /a.php:2\n",
+        ]);
+        assert!(m.finish_request_missing);
+        let (_, m) = run(&[b"PHP Warning: something else\n"]);
+        assert!(!m.finish_request_missing);
+    }
+}

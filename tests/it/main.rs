@@ -25,6 +25,7 @@ mod pool_settings;
 mod reload;
 mod script_checks;
 mod signals;
+mod socket_activation;
 mod status;
 mod status_cli;
 mod strict;

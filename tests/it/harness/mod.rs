@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 pub use apache::{Apache, ApacheOpts, FcgiStyle};
-pub use fpmd::{Addr, Fpmd, FpmdConfig, Pool};
+pub use fpmd::{Addr, Fpmd, FpmdConfig, Launch, Pool};
 pub use http::{get, post, Resp};
 pub use lighttpd::{Lighttpd, LighttpdOpts};
 pub use nginx::{Nginx, NginxOpts};

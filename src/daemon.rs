@@ -382,6 +382,7 @@ pub async fn run(
         pid_file,
         removed,
         metrics,
+        shutdown,
         ..
     } = d;
     // Nothing to scrape from a stopping daemon (and after an upgrade the
@@ -389,7 +390,6 @@ pub async fn run(
     if let Some(m) = metrics {
         m.stop().await;
     }
-    drop(in_flight);
     if upgraded {
         // The sockets, their files, the control socket and the pid file are
         // the new fpmd's now.
@@ -400,11 +400,27 @@ pub async fn run(
     let pid_file = if upgraded { None } else { pid_file };
     // The accept loops end at once; then the sockets close and their files
     // go, so that a web server connecting during the drain is refused at
-    // once instead of waiting in a queue nobody accepts from.
-    for (_, a) in accepting {
+    // once instead of waiting in a queue nobody accepts from. In a
+    // graceful stop the connections already in a socket's queue are served
+    // first (closing would reset them), right before the close.
+    let mut routes = Vec::new();
+    for (key, a) in accepting {
+        let route = a.route.borrow().clone();
         let _ = a.task.await;
+        if let Some(route) = route {
+            routes.push((key, route));
+        }
+    }
+    if mode == StopMode::Graceful {
+        for (key, route) in &routes {
+            let n = listen::serve_queued(&listeners, key, route, &shutdown, &in_flight);
+            if n > 0 {
+                debug!(pool = %route.pool.name(), "{n} connections were waiting on {key} at the stop: served");
+            }
+        }
     }
     drop(listeners);
+    drop(in_flight);
     if mode == StopMode::Graceful {
         info!("graceful stop: no new connections; waiting for in-flight requests");
         loop {

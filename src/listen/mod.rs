@@ -23,7 +23,7 @@ mod bind;
 pub mod table;
 pub mod transfer;
 
-pub use accept::{accept_loop, raise_nofile, Listener, Route, RouteWatch};
+pub use accept::{accept_loop, raise_nofile, serve_queued, Listener, Route, RouteWatch};
 pub use activation::{Activated, Activation, ActivationError};
 pub(crate) use bind::{bind as bind_socket, SocketFile};
 pub use bind::{effective_backlog, somaxconn, BindError};

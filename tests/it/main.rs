@@ -12,6 +12,7 @@ mod bad_fastcgi;
 mod children;
 mod config_errors;
 mod dokuwiki;
+mod drain;
 mod emergency;
 mod fuzz_live;
 mod http;

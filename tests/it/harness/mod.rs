@@ -16,6 +16,7 @@ pub mod fcgi;
 pub mod fpmd;
 pub mod http;
 pub mod lighttpd;
+pub mod netns;
 pub mod nginx;
 pub mod phpfpm;
 pub mod procs;

@@ -248,7 +248,9 @@ fn raw_launch(sockets: Vec<OwnedFd>, names: Option<&str>, addrs: Vec<Addr>) -> L
 }
 
 /// Unnamed sockets (`LISTEN_FDNAMES` unset) bound by the test, a unix and
-/// a TCP one, are matched by address; fpmd serves on exactly them.
+/// a TCP one, are matched by address; fpmd serves on exactly them. A third
+/// pool no socket was passed for binds its own (and removes its file at
+/// the stop, unlike the passed one's).
 #[test]
 fn listen_fds_matched_by_address() {
     let dir = TestDir::new();
@@ -259,11 +261,17 @@ fn listen_fds_matched_by_address() {
     let (unix_ino, tcp_ino) = (fstat_inode(unix.as_fd()), fstat_inode(tcp.as_fd()));
     let cfg = FpmdConfig::new()
         .pool(Pool::www().unix_at(&path).max_children(2))
-        .pool(Pool::new("api").tcp(addr.to_string()).max_children(1));
+        .pool(Pool::new("api").tcp(addr.to_string()).max_children(1))
+        .pool(Pool::new("own").max_children(1));
+    let own = dir.join("own.sock");
     let launch = raw_launch(
         vec![OwnedFd::from(unix), OwnedFd::from(tcp)],
         None,
-        vec![Addr::Unix(path.clone()), Addr::Tcp(addr)],
+        vec![
+            Addr::Unix(path.clone()),
+            Addr::Tcp(addr),
+            Addr::Unix(own.clone()),
+        ],
     );
     let mut fpmd = Fpmd::spawn_launched(&dir, &cfg, &[], launch);
     fpmd.wait_ready(LONG);
@@ -275,9 +283,16 @@ fn listen_fds_matched_by_address() {
         "{held:?}"
     );
 
-    for (i, upstream) in [format!("unix:{}", path.display()), addr.to_string()]
-        .into_iter()
-        .enumerate()
+    let own_ino = unix_listeners_at(&own);
+    assert_eq!(own_ino.len(), 1, "pool own has no socket of its own");
+    assert!(held.contains(&own_ino[0]));
+    for (i, upstream) in [
+        format!("unix:{}", path.display()),
+        addr.to_string(),
+        format!("unix:{}", own.display()),
+    ]
+    .into_iter()
+    .enumerate()
     {
         let n = Nginx::start(
             &dir,
@@ -297,6 +312,7 @@ fn listen_fds_matched_by_address() {
         path.exists(),
         "fpmd unlinked a socket file it did not create"
     );
+    assert!(!own.exists(), "fpmd left the socket file it bound");
 }
 
 /// A passed socket no pool matches is kept open (warned); a reload that

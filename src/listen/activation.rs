@@ -170,3 +170,91 @@ impl Activation {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ListenAddress;
+    use std::path::Path;
+
+    fn config(dir: &Path, tcp: std::net::SocketAddr) -> Config {
+        let main = dir.join("fpmd.toml");
+        let pool = |name: &str, address: &str| {
+            format!("[{name}]\nuser = \"nobody\"\ngroup = \"nogroup\"\nphp_cgi = \"/bin/sh\"\nlisten.address = {address:?}\npm.max_children = 1\n")
+        };
+        let text = format!(
+            "{}{}",
+            pool("www", &dir.join("configured.sock").display().to_string()),
+            pool("api", &tcp.to_string())
+        );
+        std::fs::write(&main, text).unwrap();
+        crate::config::load(&main).unwrap()
+    }
+
+    fn unix(path: &Path) -> OwnedFd {
+        OwnedFd::from(std::os::unix::net::UnixListener::bind(path).unwrap())
+    }
+
+    /// By name (wherever bound), by address, none (kept), unusable and
+    /// unnamed (closed); the named pool's address is replaced.
+    #[test]
+    fn sockets_are_matched_by_name_then_address() {
+        let dir = tempfile::tempdir().unwrap();
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let tcp_addr = tcp.local_addr().unwrap();
+        let mut config = config(dir.path(), tcp_addr);
+        let www = dir.path().join("www.sock");
+        let late = dir.path().join("late.sock");
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let passed = vec![
+            ("www".to_string(), unix(&www)),
+            ("unknown".to_string(), OwnedFd::from(tcp)),
+            ("late".to_string(), unix(&late)),
+            ("unknown".to_string(), OwnedFd::from(udp)),
+        ];
+        let mut table = ListenerTable::new();
+        let activation = Activation::adopt(passed, &config, &mut table).unwrap();
+        let names: Vec<(&str, String)> = activation
+            .sockets()
+            .iter()
+            .map(|s| (s.name.as_str(), s.key.to_string()))
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                ("www", www.display().to_string()),
+                ("unknown", tcp_addr.to_string()),
+                ("late", late.display().to_string()),
+            ]
+        );
+        assert_eq!(table.len(), 3, "the UDP socket was kept");
+        for s in activation.sockets() {
+            assert_eq!(table.inherited(&s.key), Some(Inherited::Systemd));
+        }
+
+        activation.apply(&mut config);
+        let address = |name: &str| config.pool(name).unwrap().listen.address.clone();
+        assert_eq!(address("www"), ListenAddress::Unix(www.clone()));
+        assert_eq!(address("api"), ListenAddress::Tcp(tcp_addr));
+    }
+
+    /// A socket named after a pool that fpmd cannot accept on is an error
+    /// naming the fd and the pool.
+    #[test]
+    fn a_named_unusable_socket_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = config(dir.path(), "127.0.0.1:9".parse().unwrap());
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&udp);
+        let mut table = ListenerTable::new();
+        let e = Activation::adopt(
+            vec![("api".into(), OwnedFd::from(udp))],
+            &config,
+            &mut table,
+        )
+        .unwrap_err();
+        assert_eq!((e.fd, e.name.as_str()), (fd, "api"));
+        assert!(e.what.contains("not a stream socket"), "{e}");
+        assert!(table.is_empty());
+    }
+}

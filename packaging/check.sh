@@ -18,12 +18,14 @@ if command -v systemd-analyze >/dev/null; then
 	cp "$bin" "$root/usr/sbin/fpmd"
 	cp /bin/kill "$root/bin/kill"
 	cp -a /usr/lib/systemd "$root/usr/lib/"
-	cp "$here/systemd/fpmd.service" "$root/etc/systemd/system/"
-	ok=ok
-	out=$(systemd-analyze verify --root="$root" fpmd.service 2>&1) || ok=FAILED
-	[ -z "$out" ] || { printf '%s\n' "$out"; ok=FAILED; }
-	echo "systemd-analyze verify ($(systemctl --version | head -n1)): $ok"
-	[ $ok = ok ] || status=1
+	cp "$here/systemd/fpmd.service" "$here/systemd/fpmd.socket" "$root/etc/systemd/system/"
+	for unit in fpmd.service fpmd.socket; do
+		ok=ok
+		out=$(systemd-analyze verify --root="$root" "$unit" 2>&1) || ok=FAILED
+		[ -z "$out" ] || { printf '%s\n' "$out"; ok=FAILED; }
+		echo "systemd-analyze verify $unit ($(systemctl --version | head -n1)): $ok"
+		[ $ok = ok ] || status=1
+	done
 else
 	echo "systemd-analyze not installed: unit not verified"
 fi

@@ -52,6 +52,10 @@ drwxr-xr-x 0/0 ./etc/fpmd/pool.d/
 -rw-r--r-- 0/0 ./etc/fpmd/pool.d/www.toml
 drwxr-xr-x 0/0 ./etc/logrotate.d/
 -rw-r--r-- 0/0 ./etc/logrotate.d/fpmd
+drwxr-xr-x 0/0 ./lib/
+drwxr-xr-x 0/0 ./lib/systemd/
+drwxr-xr-x 0/0 ./lib/systemd/system/
+-rw-r--r-- 0/0 ./lib/systemd/system/fpmd.socket
 drwxr-xr-x 0/0 ./usr/
 drwxr-xr-x 0/0 ./usr/lib/
 drwxr-xr-x 0/0 ./usr/lib/systemd/
@@ -134,8 +138,9 @@ scenario() {
 	ok "$what"
 }
 run_script yes 1 0 postinst configure && st=0 || st=$?
-scenario "postinst, first install under systemd: enables and starts fpmd" '[ $st = 0 ]' \
+scenario "postinst, first install under systemd: enables and starts fpmd.service (not the opt-in fpmd.socket)" '[ $st = 0 ]' \
 	'called "deb-systemd-helper enable fpmd.service"' 'called "deb-systemd-invoke start fpmd.service"' \
+	'! grep -q "fpmd.socket" "$work/stub.log"' \
 	'called "systemd-tmpfiles --create fpmd.conf"' '! called "fpmd -c /etc/fpmd/fpmd.toml upgrade"'
 run_script yes 0 0 postinst configure 0.0.9-1 && st=0 || st=$?
 scenario "postinst, upgrade of a running fpmd: fpmd upgrade, no restart" '[ $st = 0 ]' \
@@ -199,12 +204,14 @@ ok "man pages render (groff -ww) and man finds them"
 # MANPATH: the packaged pages.
 mkdir -p "$root/usr/lib/systemd"
 cp -an /usr/lib/systemd/. "$root/usr/lib/systemd/"
-out=$(MANPATH=$root/usr/share/man systemd-analyze verify --root="$root" fpmd.service 2>&1) && [ -z "$out" ] &&
-	ok "systemd-analyze verify ($(systemctl --version | head -n 1))" ||
-	{
-		fail "systemd-analyze verify:"
-		printf '%s\n' "$out"
-	}
+for unit in fpmd.service fpmd.socket; do
+	out=$(MANPATH=$root/usr/share/man systemd-analyze verify --root="$root" "$unit" 2>&1) && [ -z "$out" ] &&
+		ok "systemd-analyze verify $unit ($(systemctl --version | head -n 1))" ||
+		{
+			fail "systemd-analyze verify $unit:"
+			printf '%s\n' "$out"
+		}
+done
 grep -qx 'ExecStart=/usr/sbin/fpmd -c /etc/fpmd/fpmd.toml' "$root/usr/lib/systemd/system/fpmd.service" || fail "ExecStart= is not the packaged binary and configuration"
 grep -qx 'Type=notify' "$root/usr/lib/systemd/system/fpmd.service" || fail "the unit is not Type=notify"
 grep -qx 'ExecReload=/usr/sbin/fpmd -c /etc/fpmd/fpmd.toml reload' "$root/usr/lib/systemd/system/fpmd.service" || fail "ExecReload= is not fpmd reload"

@@ -20,15 +20,18 @@ if command -v systemd-analyze >/dev/null; then
 	cp "$bin" "$root/usr/sbin/fpmd"
 	cp /bin/kill "$root/bin/kill"
 	cp -a /usr/lib/systemd "$root/usr/lib/"
-	cp "$here/systemd/fpmd.service" "$root/etc/systemd/system/"
+	cp "$here/systemd/fpmd.service" "$here/systemd/fpmd.socket" "$root/etc/systemd/system/"
 	mkdir -p "$root/usr/share/man/man8" "$root/usr/share/man/man5"
 	cp "$here/../man/fpmd.8" "$root/usr/share/man/man8/"
 	cp "$here/../man/fpmd.toml.5" "$root/usr/share/man/man5/"
-	ok=ok
-	out=$(MANPATH="$root/usr/share/man" systemd-analyze verify --root="$root" fpmd.service 2>&1) || ok=FAILED
-	[ -z "$out" ] || { printf '%s\n' "$out"; ok=FAILED; }
-	echo "systemd-analyze verify ($(systemctl --version | head -n1)): $ok"
-	[ $ok = ok ] || status=1
+	for unit in fpmd.service fpmd.socket; do
+		ok=ok
+		out=$(MANPATH="$root/usr/share/man" systemd-analyze verify --root="$root" "$unit" 2>&1) || ok=FAILED
+		[ -z "$out" ] || { printf '%s
+' "$out"; ok=FAILED; }
+		echo "systemd-analyze verify $unit ($(systemctl --version | head -n1)): $ok"
+		[ $ok = ok ] || status=1
+	done
 else
 	echo "FAILED: systemd-analyze not installed, unit not verified: apt-get install systemd (make test-deps does)"
 	status=1

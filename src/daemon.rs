@@ -26,7 +26,9 @@ use tracing::{debug, error, info, warn};
 use crate::config::{Config, PoolConfig};
 use crate::control::Intent;
 use crate::ctl::{self, Answer, Call, Request};
-use crate::listen::{self, BindError, ListenKey, Listener, ListenerTable, Obtained, Route};
+use crate::listen::{
+    self, Activation, BindError, ListenKey, Listener, ListenerTable, Obtained, Route,
+};
 use crate::log::LogWriter;
 use crate::observe::board::{Board, Phase};
 use crate::observe::metrics::MetricsServer;
@@ -44,28 +46,50 @@ const STOP_GRACE: Duration = Duration::from_secs(3);
 pub struct Prepared {
     config: Config,
     listeners: ListenerTable,
+    activation: Activation,
+}
+
+/// Why [`prepare_inherited`] failed: nothing is left running.
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    #[error(transparent)]
+    Bind(#[from] BindError),
+    #[error(transparent)]
+    Activation(#[from] crate::listen::ActivationError),
 }
 
 /// Binds every pool's listening socket. Errors: the first address that
 /// cannot be bound (in use, permission); sockets bound before it are closed
 /// (and their files removed).
-pub fn prepare(config: Config) -> Result<Prepared, BindError> {
-    prepare_inherited(config, Vec::new())
+pub fn prepare(config: Config) -> Result<Prepared, PrepareError> {
+    prepare_inherited(config, Vec::new(), Vec::new())
 }
 
-/// [`prepare`] with the listening sockets an upgrading fpmd handed over:
-/// they are adopted (the same sockets: connections waiting in their queues
-/// stay), addresses no longer configured are closed, new ones bound.
+/// [`prepare`] with inherited listening sockets: those an upgrading fpmd
+/// handed over (`inherited`, by address) and those systemd passed
+/// (`activated`, by `FileDescriptorName=` and fd; matched to pools as
+/// [`crate::listen::activation`] says). They are adopted (the same
+/// sockets: connections waiting in their queues stay); a pool that got
+/// none binds its own; fpmd's own sockets for addresses no longer
+/// configured are closed. Errors: an address that cannot be bound, or a
+/// socket systemd passed for a pool that fpmd cannot accept on.
 pub fn prepare_inherited(
-    config: Config,
+    mut config: Config,
     inherited: Vec<(ListenKey, std::os::fd::OwnedFd)>,
-) -> Result<Prepared, BindError> {
+    activated: Vec<(String, std::os::fd::OwnedFd)>,
+) -> Result<Prepared, PrepareError> {
     let mut listeners = ListenerTable::new();
     for (key, fd) in inherited {
         if let Err(e) = listeners.adopt(key, fd, listen::Inherited::Upgrade) {
             warn!("cannot take over a listening socket: {e}");
         }
     }
+    let activation = if activated.is_empty() {
+        Activation::none()
+    } else {
+        Activation::adopt(activated, &config, &mut listeners)?
+    };
+    activation.apply(&mut config);
     bind_all(&mut listeners, &config)?;
     let keep: Vec<ListenKey> = config
         .pools
@@ -74,7 +98,11 @@ pub fn prepare_inherited(
         .map(|(l, _)| ListenKey::new(&l.address))
         .collect();
     listeners.retain(&keep);
-    Ok(Prepared { config, listeners })
+    Ok(Prepared {
+        config,
+        listeners,
+        activation,
+    })
 }
 
 /// `obtain` for every pool of `config`, refusing two pools on one address.
@@ -114,6 +142,9 @@ struct Accepting {
 struct Daemon {
     config: Config,
     listeners: ListenerTable,
+    /// The sockets systemd passed: pools named like one serve on it, in
+    /// every configuration a reload loads.
+    activation: Activation,
     pools: BTreeMap<String, PoolHandle>,
     accepting: BTreeMap<ListenKey, Accepting>,
     spawner: Spawner,
@@ -153,7 +184,11 @@ pub async fn run(
     log: LogWriter,
     handover: Option<crate::upgrade::Handover>,
 ) -> anyhow::Result<()> {
-    let Prepared { config, listeners } = prepared;
+    let Prepared {
+        config,
+        listeners,
+        activation,
+    } = prepared;
     let config_file = std::path::absolute(&config.file).unwrap_or_else(|_| config.file.clone());
     // Orphans of our children (a pre-fork parent's children, processes a
     // script started) are reparented to fpmd and reaped here, not left as
@@ -190,6 +225,7 @@ pub async fn run(
     let mut d = Daemon {
         config,
         listeners,
+        activation,
         pools: BTreeMap::new(),
         accepting: BTreeMap::new(),
         spawner,
@@ -346,6 +382,7 @@ pub async fn run(
         pid_file,
         removed,
         metrics,
+        shutdown,
         ..
     } = d;
     // Nothing to scrape from a stopping daemon (and after an upgrade the
@@ -353,7 +390,6 @@ pub async fn run(
     if let Some(m) = metrics {
         m.stop().await;
     }
-    drop(in_flight);
     if upgraded {
         // The sockets, their files, the control socket and the pid file are
         // the new fpmd's now.
@@ -364,11 +400,27 @@ pub async fn run(
     let pid_file = if upgraded { None } else { pid_file };
     // The accept loops end at once; then the sockets close and their files
     // go, so that a web server connecting during the drain is refused at
-    // once instead of waiting in a queue nobody accepts from.
-    for (_, a) in accepting {
+    // once instead of waiting in a queue nobody accepts from. In a
+    // graceful stop the connections already in a socket's queue are served
+    // first (closing would reset them), right before the close.
+    let mut routes = Vec::new();
+    for (key, a) in accepting {
+        let route = a.route.borrow().clone();
         let _ = a.task.await;
+        if let Some(route) = route {
+            routes.push((key, route));
+        }
+    }
+    if mode == StopMode::Graceful {
+        for (key, route) in &routes {
+            let n = listen::serve_queued(&listeners, key, route, &shutdown, &in_flight);
+            if n > 0 {
+                debug!(pool = %route.pool.name(), "{n} connections were waiting on {key} at the stop: served");
+            }
+        }
     }
     drop(listeners);
+    drop(in_flight);
     if mode == StopMode::Graceful {
         info!("graceful stop: no new connections; waiting for in-flight requests");
         loop {
@@ -556,7 +608,7 @@ impl Daemon {
         let Some(exe) = self.exe.clone() else {
             return Answer::Error("cannot tell which fpmd binary runs".into());
         };
-        let listeners = match crate::upgrade::listeners_of(&self.listeners) {
+        let listeners = match crate::upgrade::listeners_of(&self.listeners, &self.activation) {
             Ok(l) => l,
             Err(e) => return Answer::Error(format!("cannot hand over the listening sockets: {e}")),
         };
@@ -659,7 +711,11 @@ impl Daemon {
         self.sd.send(&[Notify::Reloading]);
         self.board.set_phase(Phase::Reloading);
         info!("reloading {}", self.config.file.display());
-        let answer = self.apply(crate::config::load(&self.config.file)).await;
+        let loaded = crate::config::load(&self.config.file).map(|mut c| {
+            self.activation.apply(&mut c);
+            c
+        });
+        let answer = self.apply(loaded).await;
         self.post_pools();
         self.board.set_phase(Phase::Ready);
         // The set of files may have changed (a pool file added or removed).

@@ -191,6 +191,11 @@ fn control_socket_of(path: &std::path::Path) -> Result<PathBuf, String> {
 }
 
 fn main() -> ExitCode {
+    // Socket activation, before anything opens a file or starts a thread:
+    // the fds from 3 are still systemd's, and the LISTEN_* variables are
+    // removed from the environment (so no php-cgi child sees them). Every
+    // other use of fpmd (-t, reload, status ...) closes them.
+    let mut activated = fpmd::listen::transfer::systemd_listen_fds();
     let cli = Cli::parse();
     let Some(path) = cli.config.clone().or_else(config::find_default_config) else {
         eprintln!("fpmd: no configuration file: give one with -c, or create ./fpmd.toml or /etc/fpmd/fpmd.toml");
@@ -223,7 +228,12 @@ fn main() -> ExitCode {
     };
     let inherited = match handover.as_mut().map(|h| h.accept()) {
         None => Vec::new(),
-        Some(Ok(fds)) => fds,
+        Some(Ok(handed)) => {
+            // systemd's sockets, as if systemd had passed them here.
+            let (own, systemd) = fpmd::upgrade::split_handed(handed);
+            activated.extend(systemd);
+            own
+        }
         Some(Err(e)) => {
             eprintln!("fpmd: cannot take the listening sockets over: {e}");
             return ExitCode::FAILURE;
@@ -267,7 +277,7 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async {
-        let prepared = match daemon::prepare_inherited(config, inherited) {
+        let prepared = match daemon::prepare_inherited(config, inherited, activated) {
             Ok(p) => p,
             Err(e) => {
                 tracing::error!("{e}");

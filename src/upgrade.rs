@@ -11,7 +11,9 @@
 //! The conversation, one text line each way, then the sockets:
 //! 1. new → old: `ok` (its configuration validates) or `error config MSG`
 //!    (it exits 78; the old one serves on);
-//! 2. old → new: every listener ([`crate::listen::transfer`]);
+//! 2. old → new: every listener ([`crate::listen::transfer`]), those
+//!    systemd passed tagged `systemd:NAME` (their `FileDescriptorName=`):
+//!    the new process adopts them as systemd's, as if passed to it;
 //! 3. new → old: `ready PID` once its pools have started; the old one then
 //!    stops accepting (without unlinking a socket file), drains its
 //!    requests, stops its children and exits.
@@ -22,7 +24,7 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::listen::{transfer, ListenKey, ListenerTable};
+use crate::listen::{transfer, Activation, Inherited, ListenKey, ListenerTable};
 
 /// How long the old process waits for each step of the new one.
 const STEP_TIMEOUT: Duration = Duration::from_secs(60);
@@ -38,31 +40,66 @@ pub enum Outcome {
     Failed(String),
 }
 
+/// The tag of a socket systemd passed (`SYSTEMD_TAG` + its
+/// `FileDescriptorName=`): the new process adopts it as systemd's, and
+/// matches it to pools by that name, as if systemd had passed it there.
+const SYSTEMD_TAG: &str = "systemd:";
+
+/// One listener to hand over: its key, its tag (empty, or systemd's name
+/// of the socket) and a duplicate of its fd.
+pub type Handed = (ListenKey, String, OwnedFd);
+
 /// Old process: duplicates of every listener of `table`, to hand over from
-/// a blocking thread.
-pub fn listeners_of(table: &ListenerTable) -> io::Result<Vec<(ListenKey, OwnedFd)>> {
+/// a blocking thread; those systemd passed (`activation`) are tagged as
+/// systemd's, with their names.
+pub fn listeners_of(table: &ListenerTable, activation: &Activation) -> io::Result<Vec<Handed>> {
     table
         .fds()
         .into_iter()
-        .map(|(k, fd)| Ok((k, fd.try_clone_to_owned()?)))
+        .map(|(k, fd)| {
+            let tag = match table.inherited(&k) {
+                Some(Inherited::Systemd) => {
+                    let name = activation
+                        .sockets()
+                        .iter()
+                        .find(|s| s.key == k)
+                        .map_or("unknown", |s| s.name.as_str());
+                    format!("{SYSTEMD_TAG}{name}")
+                }
+                _ => String::new(),
+            };
+            Ok((k, tag, fd.try_clone_to_owned()?))
+        })
         .collect()
+}
+
+/// New process: splits what arrived into fpmd's own sockets (by key) and
+/// systemd's (by `FileDescriptorName=`, to be adopted as systemd passed
+/// them).
+#[allow(clippy::type_complexity)]
+pub fn split_handed(handed: Vec<Handed>) -> (Vec<(ListenKey, OwnedFd)>, Vec<(String, OwnedFd)>) {
+    let mut own = Vec::new();
+    let mut systemd = Vec::new();
+    for (key, tag, fd) in handed {
+        match tag.strip_prefix(SYSTEMD_TAG) {
+            Some(name) => systemd.push((name.to_string(), fd)),
+            None => own.push((key, fd)),
+        }
+    }
+    (own, systemd)
 }
 
 /// Old process: starts `exe` on `config` with the other end of a socket
 /// pair, hands it `listeners` when it validated its configuration, and
 /// waits until it serves. Blocking: run it off the runtime thread.
-pub fn start_new(exe: &Path, config: &Path, listeners: Vec<(ListenKey, OwnedFd)>) -> Outcome {
+pub fn start_new(exe: &Path, config: &Path, listeners: Vec<Handed>) -> Outcome {
     match start_new_inner(exe, config, listeners) {
         Ok(o) => o,
         Err(e) => Outcome::Failed(e.to_string()),
     }
 }
 
-fn start_new_inner(
-    exe: &Path,
-    config: &Path,
-    listeners: Vec<(ListenKey, OwnedFd)>,
-) -> io::Result<Outcome> {
+fn start_new_inner(exe: &Path, config: &Path, listeners: Vec<Handed>) -> io::Result<Outcome> {
     let (ours, theirs) = UnixStream::pair()?;
     // The new process's end must survive its exec.
     nix::fcntl::fcntl(
@@ -101,9 +138,9 @@ fn start_new_inner(
     }
     let borrowed: Vec<_> = listeners
         .iter()
-        .map(|(k, fd)| (k.clone(), fd.as_fd()))
+        .map(|(k, tag, fd)| (k.clone(), tag.as_str(), fd.as_fd()))
         .collect();
-    transfer::send_listeners(&ours, &borrowed).map_err(io::Error::other)?;
+    transfer::send_tagged(&ours, &borrowed).map_err(io::Error::other)?;
     line.clear();
     if lines.read_line(&mut line)? == 0 {
         let _ = child.wait();
@@ -151,10 +188,10 @@ impl Handover {
     }
 
     /// Tells the old process the configuration validates and receives its
-    /// listeners.
-    pub fn accept(&mut self) -> io::Result<Vec<(ListenKey, OwnedFd)>> {
+    /// listeners (split them with [`split_handed`]).
+    pub fn accept(&mut self) -> io::Result<Vec<Handed>> {
         writeln!(self.stream, "ok")?;
-        transfer::recv_listeners(&self.stream).map_err(io::Error::other)
+        transfer::recv_tagged(&self.stream).map_err(io::Error::other)
     }
 
     /// Tells the old process this one serves: it stops accepting and

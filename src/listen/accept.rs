@@ -155,35 +155,105 @@ pub async fn accept_loop(
         // The route as it is now; a connection accepted as the route was
         // withdrawn still goes to the pool it was accepted for.
         let current = route.borrow().clone().unwrap_or(current);
-        let name = current.pool.name();
-        let pool = current.pool.clone();
-        let status_only = current.status_only;
-        let shutdown = shutdown.clone();
-        let guard = (in_flight.clone(), Open::new());
-        match conn {
-            Conn::Tcp(stream, peer) => {
-                if !client_allowed(&current.allowed_clients, &peer) {
-                    warn!(pool = %name, peer = %peer, "connection refused: {} is not in listen.allowed_clients", peer.ip());
-                    drop(stream);
-                    continue;
-                }
-                let _ = stream.set_nodelay(true);
-                let (r, w) = stream.into_split();
-                tokio::spawn(async move {
-                    serve_connection(pool, r, w, peer.to_string(), status_only, shutdown).await;
-                    drop(guard);
-                });
-            }
-            Conn::Unix(stream) => {
-                let (r, w) = stream.into_split();
-                tokio::spawn(async move {
-                    serve_connection(pool, r, w, "unix".to_string(), status_only, shutdown).await;
-                    drop(guard);
-                });
-            }
-        }
+        serve(conn, &current, &shutdown, &in_flight);
     }
     debug!(pool = %last_pool, "stopped accepting on {key}");
+}
+
+/// At a graceful stop, just before the daemon closes the socket of `key`
+/// (its accept loop has ended): accepts every connection waiting in its
+/// queue, without waiting, and serves each on `route` as the accept loop
+/// would have. Closing the socket would reset them, each with a request
+/// the web server has sent or is sending. Call it and close the socket
+/// with no `.await` in between: a connection that arrives after the last
+/// accept and before the close is still reset (for a socket of systemd's,
+/// or one handed to a new fpmd, it waits in the socket for the process
+/// that serves on). Returns how many were taken.
+pub fn serve_queued(
+    table: &ListenerTable,
+    key: &ListenKey,
+    route: &Route,
+    shutdown: &watch::Receiver<bool>,
+    in_flight: &mpsc::Sender<()>,
+) -> usize {
+    let Ok(socket) = table.clone_socket(key) else {
+        return 0;
+    };
+    let mut n = 0;
+    loop {
+        let conn = match socket.accept() {
+            Ok((s, _)) => {
+                let conn = match key.address() {
+                    ListenAddress::Tcp(_) => {
+                        let s = std::net::TcpStream::from(s);
+                        s.peer_addr().and_then(|peer| {
+                            s.set_nonblocking(true)?;
+                            Ok(Conn::Tcp(tokio::net::TcpStream::from_std(s)?, peer))
+                        })
+                    }
+                    ListenAddress::Unix(_) => {
+                        let s = std::os::unix::net::UnixStream::from(s);
+                        s.set_nonblocking(true)
+                            .and_then(|()| tokio::net::UnixStream::from_std(s))
+                            .map(Conn::Unix)
+                    }
+                };
+                match conn {
+                    Ok(c) => c,
+                    Err(e) => {
+                        warn!(pool = %route.pool.name(), "a connection waiting on {key} at the stop: {e}");
+                        continue;
+                    }
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                warn!(pool = %route.pool.name(), "accept on {key} at the stop failed: {e}");
+                break;
+            }
+        };
+        serve(conn, route, shutdown, in_flight);
+        n += 1;
+    }
+    n
+}
+
+/// Spawns the proxy task of one accepted connection (after the
+/// `allowed_clients` check), counted in `in_flight` and the open
+/// connections.
+fn serve(
+    conn: Conn,
+    route: &Route,
+    shutdown: &watch::Receiver<bool>,
+    in_flight: &mpsc::Sender<()>,
+) {
+    let name = route.pool.name();
+    let pool = route.pool.clone();
+    let status_only = route.status_only;
+    let shutdown = shutdown.clone();
+    let guard = (in_flight.clone(), Open::new());
+    match conn {
+        Conn::Tcp(stream, peer) => {
+            if !client_allowed(&route.allowed_clients, &peer) {
+                warn!(pool = %name, peer = %peer, "connection refused: {} is not in listen.allowed_clients", peer.ip());
+                return;
+            }
+            let _ = stream.set_nodelay(true);
+            let (r, w) = stream.into_split();
+            tokio::spawn(async move {
+                serve_connection(pool, r, w, peer.to_string(), status_only, shutdown).await;
+                drop(guard);
+            });
+        }
+        Conn::Unix(stream) => {
+            let (r, w) = stream.into_split();
+            tokio::spawn(async move {
+                serve_connection(pool, r, w, "unix".to_string(), status_only, shutdown).await;
+                drop(guard);
+            });
+        }
+    }
 }
 
 /// Web server connections open, across all listeners.

@@ -165,9 +165,12 @@ pub enum Inherited {
     /// From the fpmd this one replaces (binary upgrade): its file is fpmd's,
     /// its options are re-applied, and it is unlinked as if bound here.
     Upgrade,
-    /// From systemd socket activation: the socket unit owns the file
-    /// (`SocketUser=`, `SocketMode=`, removal); fpmd re-applies only
-    /// `listen.backlog` and never unlinks it.
+    /// From systemd socket activation (directly, or through the fpmd this
+    /// one replaces): the socket unit owns the socket and its file
+    /// (`SocketUser=`, `SocketMode=`, `Backlog=`, removal). fpmd changes
+    /// none of them, never binds another in its place, never unlinks its
+    /// file and keeps it open when no pool uses it
+    /// ([`ListenerTable::retain`]).
     Systemd,
 }
 
@@ -245,6 +248,11 @@ impl ListenerTable {
         let key = ListenKey::new(&listen.address);
         let mut obtained = Obtained::Bound;
         if let Some(entry) = self.entries.get(&key) {
+            if matches!(entry.origin, Origin::Adopted(Inherited::Systemd)) {
+                // The socket unit's: left as it made it (owner, mode,
+                // backlog), never replaced by one of fpmd's.
+                return Ok(Obtained::Kept);
+            }
             match &entry.file {
                 Some(file) if !file.is_current() => {
                     warn!(pool = %pool, "the socket file {} was removed or replaced: binding it again", file.path.display());
@@ -336,15 +344,19 @@ impl ListenerTable {
     }
 
     /// Closes every socket whose key is not in `keep` and unlinks its file
-    /// (see the unlink rule). Returns the keys closed. An accept loop on a
-    /// closed socket holds its own clone: stop it first (its route to
-    /// `None`), or the kernel keeps the socket listening until it ends.
+    /// (see the unlink rule), except the sockets from systemd, which stay
+    /// open (unused until a configuration uses them again: the socket unit
+    /// owns them). Returns the keys closed. An accept loop on a closed
+    /// socket holds its own clone: stop it first (its route to `None`), or
+    /// the kernel keeps the socket listening until it ends.
     pub fn retain(&mut self, keep: &[ListenKey]) -> Vec<ListenKey> {
         let gone: Vec<ListenKey> = self
             .entries
-            .keys()
-            .filter(|k| !keep.contains(k))
-            .cloned()
+            .iter()
+            .filter(|(k, e)| {
+                !keep.contains(k) && !matches!(e.origin, Origin::Adopted(Inherited::Systemd))
+            })
+            .map(|(k, _)| k.clone())
             .collect();
         for key in &gone {
             if let Some(entry) = self.entries.remove(key) {
@@ -359,6 +371,15 @@ impl ListenerTable {
     /// a new fpmd, which owns their files from then on.
     pub fn disown_files(&mut self) {
         self.owns_files = false;
+    }
+
+    /// Where the socket of `key` came from: `None` when fpmd bound it, or
+    /// for a key not in the table.
+    pub fn inherited(&self, key: &ListenKey) -> Option<Inherited> {
+        match self.entries.get(key)?.origin {
+            Origin::Bound => None,
+            Origin::Adopted(from) => Some(from),
+        }
     }
 
     /// Every socket, in key order, for the hand-over to another process.
@@ -725,6 +746,53 @@ mod tests {
             )
             .unwrap_err();
         assert!(matches!(e, AdoptError::Duplicate { .. }), "{e}");
+    }
+
+    /// A socket from systemd is the socket unit's: its mode stays, a
+    /// retain without it keeps it open, a removed file is not replaced by
+    /// a socket of fpmd's, and its file is never unlinked.
+    #[test]
+    fn a_systemd_socket_is_left_as_systemd_made_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("www.sock");
+        let outside = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let ino = fstat_ino(outside.as_fd());
+        let key = ListenKey::new(&ListenAddress::Unix(path.clone()));
+        let mut table = ListenerTable::new();
+        table
+            .adopt(key.clone(), OwnedFd::from(outside), Inherited::Systemd)
+            .unwrap();
+        assert_eq!(table.inherited(&key), Some(Inherited::Systemd));
+        assert_eq!(
+            table.obtain("www", &unix_listen(&path, 0o600, 8)).unwrap(),
+            Obtained::Kept
+        );
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o666, "fpmd changed the socket unit's SocketMode=");
+
+        assert!(
+            table.retain(&[]).is_empty(),
+            "retain closed systemd's socket"
+        );
+        assert_eq!(fd_of(&table, &key).1, ino);
+        let client = std::os::unix::net::UnixStream::connect(&path);
+        assert!(client.is_ok(), "the kept socket no longer listens");
+
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(
+            table.obtain("www", &unix_listen(&path, 0o600, 8)).unwrap(),
+            Obtained::Kept
+        );
+        assert!(
+            !path.exists(),
+            "fpmd bound a socket of its own in its place"
+        );
+
+        let again = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        drop(table);
+        assert!(path.exists(), "a file fpmd did not create was unlinked");
+        drop(again);
     }
 
     #[test]

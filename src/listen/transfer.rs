@@ -6,13 +6,20 @@
 //! The hand-over, on a connected `SOCK_STREAM` unix socket:
 //!
 //! ```text
-//! header   "FPMDLFD1"                      8 bytes: magic and version
+//! header   "FPMDLFD2"                      8 bytes: magic and version
 //!          count                           u32, little-endian
 //!          count × key length              u32, little-endian each
+//!          count × tag length              u32, little-endian each
 //!          keys                            UTF-8, concatenated, no separator
+//!          tags                            UTF-8, concatenated, no separator
 //! batches  1 byte each = n, the number of fds in its SCM_RIGHTS message
 //!          (1 ≤ n ≤ FDS_PER_MESSAGE), until count fds, in key order
 //! ```
+//!
+//! A tag is the sender's note on one socket (empty for most; the upgrade
+//! marks systemd's sockets with it). Version 1 (`"FPMDLFD1"`, from an fpmd
+//! before tags) has no tag lengths and no tags, and is still received: its
+//! tags are empty.
 //!
 //! The header is plain data, so it has no size limit of its own; the fds
 //! travel in messages of at most [`FDS_PER_MESSAGE`] (Linux refuses more
@@ -32,7 +39,9 @@ use nix::sys::socket::{self, ControlMessage, ControlMessageOwned, MsgFlags};
 
 use super::{KeyError, ListenKey};
 
-const MAGIC: &[u8; 8] = b"FPMDLFD1";
+const MAGIC: &[u8; 8] = b"FPMDLFD2";
+/// The version before tags, still received.
+const MAGIC_V1: &[u8; 8] = b"FPMDLFD1";
 /// Fds in one `SCM_RIGHTS` message.
 pub const FDS_PER_MESSAGE: usize = 64;
 /// Bounds on what a receiver accepts (a garbled header must not make it
@@ -62,6 +71,19 @@ pub fn send_listeners(
     stream: &UnixStream,
     listeners: &[(ListenKey, BorrowedFd<'_>)],
 ) -> Result<(), TransferError> {
+    let tagged: Vec<_> = listeners
+        .iter()
+        .map(|(k, fd)| (k.clone(), "", *fd))
+        .collect();
+    send_tagged(stream, &tagged)
+}
+
+/// [`send_listeners`] with a tag (at most 4096 bytes of text) on each
+/// listener, which [`recv_tagged`] returns with it.
+pub fn send_tagged(
+    stream: &UnixStream,
+    listeners: &[(ListenKey, &str, BorrowedFd<'_>)],
+) -> Result<(), TransferError> {
     if listeners.len() > MAX_COUNT {
         return Err(TransferError::Malformed(format!(
             "{} listeners, at most {MAX_COUNT}",
@@ -71,14 +93,26 @@ pub fn send_listeners(
     let mut header = Vec::with_capacity(12 + listeners.len() * 64);
     header.extend_from_slice(MAGIC);
     header.extend_from_slice(&(listeners.len() as u32).to_le_bytes());
-    for (key, _) in listeners {
+    if let Some((_, tag, _)) = listeners.iter().find(|(_, t, _)| t.len() > MAX_KEY_LEN) {
+        return Err(TransferError::Malformed(format!(
+            "a tag of {} bytes, at most {MAX_KEY_LEN}",
+            tag.len()
+        )));
+    }
+    for (key, _, _) in listeners {
         header.extend_from_slice(&(key.as_str().len() as u32).to_le_bytes());
     }
-    for (key, _) in listeners {
+    for (_, tag, _) in listeners {
+        header.extend_from_slice(&(tag.len() as u32).to_le_bytes());
+    }
+    for (key, _, _) in listeners {
         header.extend_from_slice(key.as_str().as_bytes());
     }
+    for (_, tag, _) in listeners {
+        header.extend_from_slice(tag.as_bytes());
+    }
     (&*stream).write_all(&header)?;
-    let fds: Vec<RawFd> = listeners.iter().map(|(_, fd)| fd.as_raw_fd()).collect();
+    let fds: Vec<RawFd> = listeners.iter().map(|(_, _, fd)| fd.as_raw_fd()).collect();
     for batch in fds.chunks(FDS_PER_MESSAGE) {
         let byte = [batch.len() as u8];
         let iov = [IoSlice::new(&byte)];
@@ -104,37 +138,58 @@ pub fn send_listeners(
 /// connected, blocking unix stream socket; set a read timeout on it to
 /// bound the wait). The fds arrive close-on-exec.
 pub fn recv_listeners(stream: &UnixStream) -> Result<Vec<(ListenKey, OwnedFd)>, TransferError> {
+    Ok(recv_tagged(stream)?
+        .into_iter()
+        .map(|(k, _, fd)| (k, fd))
+        .collect())
+}
+
+/// [`recv_listeners`] with each listener's tag (empty from a version 1
+/// sender).
+pub fn recv_tagged(
+    stream: &UnixStream,
+) -> Result<Vec<(ListenKey, String, OwnedFd)>, TransferError> {
     let mut r = stream;
     let mut fixed = [0u8; 12];
     r.read_exact(&mut fixed)?;
-    if &fixed[..8] != MAGIC {
-        return Err(TransferError::BadMagic);
-    }
+    let tagged = match &fixed[..8] {
+        m if m == MAGIC => true,
+        m if m == MAGIC_V1 => false,
+        _ => return Err(TransferError::BadMagic),
+    };
     let count = u32::from_le_bytes(fixed[8..12].try_into().unwrap()) as usize;
     if count > MAX_COUNT {
         return Err(TransferError::Malformed(format!(
             "{count} listeners announced, at most {MAX_COUNT}"
         )));
     }
-    let mut lens = vec![0u8; count * 4];
+    let mut lens = vec![0u8; count * 4 * if tagged { 2 } else { 1 }];
     r.read_exact(&mut lens)?;
-    let lens: Vec<usize> = lens
+    let mut lens: Vec<usize> = lens
         .chunks_exact(4)
         .map(|b| u32::from_le_bytes(b.try_into().unwrap()) as usize)
         .collect();
     if let Some(len) = lens.iter().find(|&&l| l > MAX_KEY_LEN) {
         return Err(TransferError::Malformed(format!(
-            "a key of {len} bytes, at most {MAX_KEY_LEN}"
+            "a key or tag of {len} bytes, at most {MAX_KEY_LEN}"
         )));
     }
-    let mut keys = Vec::with_capacity(count);
-    for len in lens {
+    let tag_lens = lens.split_off(count);
+    let mut text_of = |len: usize, what: &str| -> Result<String, TransferError> {
         let mut text = vec![0u8; len];
         r.read_exact(&mut text)?;
-        let text = String::from_utf8(text)
-            .map_err(|_| TransferError::Malformed("a key is not UTF-8".into()))?;
-        keys.push(ListenKey::parse(&text)?);
+        String::from_utf8(text)
+            .map_err(|_| TransferError::Malformed(format!("a {what} is not UTF-8")))
+    };
+    let mut keys = Vec::with_capacity(count);
+    for len in lens {
+        keys.push(ListenKey::parse(&text_of(len, "key")?)?);
     }
+    let mut tags = Vec::with_capacity(count);
+    for len in tag_lens {
+        tags.push(text_of(len, "tag")?);
+    }
+    tags.resize(count, String::new());
 
     let mut fds: Vec<OwnedFd> = Vec::with_capacity(count);
     while fds.len() < count {
@@ -190,7 +245,12 @@ pub fn recv_listeners(stream: &UnixStream) -> Result<Vec<(ListenKey, OwnedFd)>, 
             got: fds.len(),
         });
     }
-    Ok(keys.into_iter().zip(fds).collect())
+    Ok(keys
+        .into_iter()
+        .zip(tags)
+        .zip(fds)
+        .map(|((k, t), fd)| (k, t, fd))
+        .collect())
 }
 
 /// The first fd systemd passes (`SD_LISTEN_FDS_START`).
@@ -358,7 +418,7 @@ mod tests {
         assert!(matches!(recv_listeners(&b), Err(TransferError::BadMagic)));
 
         let (mut a, b) = UnixStream::pair().unwrap();
-        let mut h = MAGIC.to_vec();
+        let mut h = MAGIC_V1.to_vec();
         h.extend_from_slice(&1u32.to_le_bytes());
         h.extend_from_slice(&5u32.to_le_bytes());
         h.extend_from_slice(b"x.soc");
@@ -367,7 +427,7 @@ mod tests {
 
         // A header without its fds: the sender went away.
         let (mut a, b) = UnixStream::pair().unwrap();
-        let mut h = MAGIC.to_vec();
+        let mut h = MAGIC_V1.to_vec();
         h.extend_from_slice(&1u32.to_le_bytes());
         h.extend_from_slice(&14u32.to_le_bytes());
         h.extend_from_slice(b"127.0.0.1:9000");
@@ -382,13 +442,59 @@ mod tests {
         ));
 
         let (mut a, b) = UnixStream::pair().unwrap();
-        let mut h = MAGIC.to_vec();
+        let mut h = MAGIC_V1.to_vec();
         h.extend_from_slice(&u32::MAX.to_le_bytes());
         a.write_all(&h).unwrap();
         assert!(matches!(
             recv_listeners(&b),
             Err(TransferError::Malformed(_))
         ));
+    }
+
+    /// Tags travel with their listeners; a version 1 header (no tags) is
+    /// still read, with empty tags.
+    #[test]
+    fn tags_cross_with_their_listeners_and_v1_is_read() {
+        let (k1, l1) = tcp_listener();
+        let (k2, l2) = tcp_listener();
+        let (a, b) = UnixStream::pair().unwrap();
+        let receiver = std::thread::spawn(move || recv_tagged(&b));
+        send_tagged(
+            &a,
+            &[
+                (k1.clone(), "systemd:www", l1.as_fd()),
+                (k2.clone(), "", l2.as_fd()),
+            ],
+        )
+        .unwrap();
+        let got = receiver.join().unwrap().unwrap();
+        let got: Vec<(ListenKey, String)> = got.into_iter().map(|(k, t, _)| (k, t)).collect();
+        assert_eq!(
+            got,
+            vec![(k1.clone(), "systemd:www".into()), (k2, String::new())]
+        );
+
+        // Version 1, as an fpmd before tags sends it.
+        let (mut a, b) = UnixStream::pair().unwrap();
+        let mut h = MAGIC_V1.to_vec();
+        h.extend_from_slice(&1u32.to_le_bytes());
+        h.extend_from_slice(&(k1.as_str().len() as u32).to_le_bytes());
+        h.extend_from_slice(k1.as_str().as_bytes());
+        a.write_all(&h).unwrap();
+        let receiver = std::thread::spawn(move || recv_tagged(&b));
+        let byte = [1u8];
+        let fds = [l1.as_raw_fd()];
+        socket::sendmsg::<()>(
+            a.as_raw_fd(),
+            &[IoSlice::new(&byte)],
+            &[ControlMessage::ScmRights(&fds)],
+            MsgFlags::empty(),
+            None,
+        )
+        .unwrap();
+        let got = receiver.join().unwrap().unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!((&got[0].0, got[0].1.as_str()), (&k1, ""));
     }
 
     #[test]

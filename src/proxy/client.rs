@@ -45,6 +45,20 @@ pub const FIRST_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// stalls this long before dispatch, is closed: longer than nginx's
 /// (60 s) and Apache's upstream keep-alive, which close first.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// At a graceful stop, how long an idle connection stays open for a
+/// request the web server may send on it: a kept (`FCGI_KEEP_CONN`)
+/// connection nginx may take from its cache at any moment, or a new
+/// connection whose first request is still on its way. A request that
+/// arrives is served, and the wait starts again after it. Closing a kept
+/// connection at the stop, or right after a response (when nginx is most
+/// likely to reuse it: its cache is last in, first out), loses the request
+/// nginx sends on it meanwhile (nginx retries a GET on another server, a
+/// POST fails with 502); one idle this long is one nginx is not using.
+pub const DRAIN_LINGER: Duration = Duration::from_secs(1);
+/// At a graceful stop, how long connections may carry requests at all:
+/// after this, each is closed as soon as it is idle (the web server may
+/// never stop using a kept connection that keeps answering).
+pub const DRAIN_MAX: Duration = Duration::from_secs(5);
 /// Management replies owed to the web server, in bytes, before fpmd judges
 /// it broken (a web server that floods GET_VALUES and never reads).
 const MAX_REPLIES: usize = 64 * 1024;
@@ -131,10 +145,23 @@ pub struct Session {
     pub skip: Option<u16>,
     /// Requests begun on this connection.
     pub requests: u64,
+    /// Since when a graceful stop is seen.
+    drain: Option<tokio::time::Instant>,
     /// This connection's share of the buffer budget.
     pub charge: Charge,
     spare_head: Vec<u8>,
     spare_params: Vec<u8>,
+}
+
+impl Session {
+    /// An idle connection during a graceful stop, idle since `now` (the
+    /// same instant for the whole wait): until
+    /// when to wait for a request ([`DRAIN_LINGER`] from now), or `None`
+    /// to close it now ([`DRAIN_MAX`] after the stop was first seen).
+    fn drain_step(&mut self, now: tokio::time::Instant) -> Option<tokio::time::Instant> {
+        let since = *self.drain.get_or_insert(now);
+        (now < since + DRAIN_MAX).then_some(now + DRAIN_LINGER)
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -178,6 +205,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> ClientConn<R, W> {
                 replies: Vec::new(),
                 skip: None,
                 requests: 0,
+                drain: None,
                 charge,
                 spare_head: Vec::new(),
                 spare_params: Vec::new(),
@@ -239,6 +267,8 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> ClientConn<R, W> {
         // PARAMS bytes dropped past MAX_PARAMS (the request gets a 431).
         let mut dropped = 0usize;
         let mut head_deadline = None;
+        // Since when the connection waits idle during a stop.
+        let mut idle_since = None;
         loop {
             loop {
                 let before = self.deframer;
@@ -299,10 +329,18 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> ClientConn<R, W> {
             }
             self.flush_replies().await?;
             let idle = state == State::Idle && self.buf.is_empty() && self.deframer.at_boundary();
-            if idle && *shutdown.borrow() {
-                return Ok(Next::Closed);
+            let mut drain_until = None;
+            if !idle {
+                idle_since = None;
+            } else if *shutdown.borrow() {
+                let since = *idle_since.get_or_insert_with(tokio::time::Instant::now);
+                match self.st.drain_step(since) {
+                    None => return Ok(Next::Closed),
+                    Some(until) => drain_until = Some(until),
+                }
             }
             let deadline = match state {
+                State::Idle if drain_until.is_some() => drain_until.unwrap(),
                 State::Idle if self.st.requests == 0 => {
                     tokio::time::Instant::now() + FIRST_REQUEST_TIMEOUT
                 }
@@ -331,7 +369,8 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> ClientConn<R, W> {
                         };
                     }
                 }
-                _ = shutdown.changed(), if idle => return Ok(Next::Closed),
+                // The stop is handled at the top of the loop.
+                r = shutdown.changed(), if idle && drain_until.is_none() => if r.is_err() { return Ok(Next::Closed) },
                 _ = timer.as_mut() => {
                     if tokio::time::Instant::now() < deadline {
                         // Set for an earlier deadline since moved on.
@@ -340,6 +379,10 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> ClientConn<R, W> {
                     }
                     let id = req.as_ref().map_or(0, |r| r.id);
                     return match state {
+                        State::Idle if drain_until.is_some() => {
+                            debug!(pool = %ctx.pool, peer = %ctx.peer, "stopping: closing a connection that brought no request for {} ms", DRAIN_LINGER.as_millis());
+                            Ok(Next::Closed)
+                        }
                         State::Idle => {
                             debug!(pool = %ctx.pool, peer = %ctx.peer, "closing a connection idle for {} s", if self.st.requests == 0 { FIRST_REQUEST_TIMEOUT.as_secs() } else { IDLE_TIMEOUT.as_secs() });
                             Ok(Next::Closed)
@@ -616,4 +659,33 @@ pub fn management(replies: &mut Vec<u8>, rec: fastcgi::Record<'_>) -> Result<(),
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session(requests: u64) -> Session {
+        Session {
+            replies: Vec::new(),
+            skip: None,
+            requests,
+            drain: None,
+            charge: Charge::new(),
+            spare_head: Vec::new(),
+            spare_params: Vec::new(),
+        }
+    }
+
+    /// At a graceful stop an idle connection waits DRAIN_LINGER for a
+    /// request, again after each request, until DRAIN_MAX after the stop.
+    #[test]
+    fn drain_steps() {
+        let t0 = tokio::time::Instant::now();
+        let mut s = session(3);
+        assert_eq!(s.drain_step(t0), Some(t0 + DRAIN_LINGER));
+        let later = t0 + Duration::from_millis(300);
+        assert_eq!(s.drain_step(later), Some(later + DRAIN_LINGER));
+        assert_eq!(s.drain_step(t0 + DRAIN_MAX), None);
+    }
 }

@@ -278,7 +278,8 @@ pub enum Addr {
 }
 
 impl Addr {
-    fn parse(address: &str) -> Addr {
+    /// A `listen.address` as clients reach it.
+    pub fn parse(address: &str) -> Addr {
         if address.starts_with('/') {
             return Addr::Unix(address.into());
         }
@@ -348,6 +349,21 @@ impl Addr {
     }
 }
 
+/// How [`Fpmd::spawn_launched`] starts fpmd.
+#[derive(Debug, Default)]
+pub struct Launch {
+    /// A launcher and its arguments put before fpmd's path (`ip netns exec
+    /// NS`, `systemd-socket-activate -l ADDR`, `sh -c '… exec "$0" "$@"'`);
+    /// it must exec fpmd in its own process.
+    pub prefix: Vec<String>,
+    /// Given to the launched process as fds 3, 4, … (as systemd passes
+    /// sockets).
+    pub fds: Vec<std::os::fd::OwnedFd>,
+    /// Where the pools really listen (`addr(i)`, and what `wait_ready`
+    /// connects to), when not at their `listen.address`.
+    pub addrs: Option<Vec<Addr>>,
+}
+
 pub struct Fpmd {
     child: Option<Child>,
     pid: i32,
@@ -374,6 +390,18 @@ impl Fpmd {
 
     /// Writes the config and starts `fpmd -c <dir>/fpmd.toml <extra_args>` without waiting.
     pub fn spawn(dir: &TestDir, cfg: &FpmdConfig, extra_args: &[&str]) -> Fpmd {
+        Fpmd::spawn_launched(dir, cfg, extra_args, Launch::default())
+    }
+
+    /// [`Fpmd::spawn`] as `launch` says: through a launcher (which must
+    /// exec fpmd in its own process, so that the pid is fpmd's), with fds
+    /// of the test at 3, 4, …, and the pools' real addresses.
+    pub fn spawn_launched(
+        dir: &TestDir,
+        cfg: &FpmdConfig,
+        extra_args: &[&str],
+        launch: Launch,
+    ) -> Fpmd {
         let conf = cfg.write(dir);
         let stderr_path = dir.join("fpmd.log");
         let log_path = match &cfg.error_log {
@@ -385,7 +413,14 @@ impl Fpmd {
             .append(true)
             .open(&stderr_path)
             .unwrap();
-        let mut cmd = Command::new(FPMD_BIN);
+        let mut cmd = match launch.prefix.split_first() {
+            None => Command::new(FPMD_BIN),
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(FPMD_BIN);
+                c
+            }
+        };
         cmd.arg("-c").arg(&conf).args(extra_args);
         cmd.current_dir(dir.path());
         cmd.env_remove("RUST_LOG");
@@ -416,15 +451,48 @@ impl Fpmd {
                 });
             }
         }
+        if !launch.fds.is_empty() {
+            use std::os::fd::AsRawFd;
+            use std::os::unix::process::CommandExt;
+            let raw: Vec<i32> = launch.fds.iter().map(|f| f.as_raw_fd()).collect();
+            // SAFETY: dup, dup2 and fcntl are async-signal-safe; the fds
+            // are first moved above the target range so that no dup2
+            // overwrites one not yet placed.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let mut moved = Vec::with_capacity(raw.len());
+                    for &fd in &raw {
+                        let m = libc::fcntl(fd, libc::F_DUPFD, 100);
+                        if m < 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        moved.push(m);
+                    }
+                    for (i, &m) in moved.iter().enumerate() {
+                        // dup2 clears close-on-exec on the new fd.
+                        if libc::dup2(m, 3 + i as i32) < 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        libc::close(m);
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let program = launch.prefix.first().map_or(FPMD_BIN, |p| p.as_str());
         let child = cmd
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {FPMD_BIN}: {e}"));
+            .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+        drop(launch.fds);
         let pid = child.id() as i32;
         let mut addrs = Vec::new();
         let mut pool_names = Vec::new();
         for p in &cfg.pools {
             addrs.push(Addr::parse(&p.address(dir.path())));
             pool_names.push(p.name.clone());
+        }
+        if let Some(real) = launch.addrs {
+            addrs = real;
         }
         Fpmd {
             child: Some(child),

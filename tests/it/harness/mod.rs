@@ -18,6 +18,7 @@ pub mod fpmd;
 pub mod h2o;
 pub mod http;
 pub mod lighttpd;
+pub mod netns;
 pub mod nginx;
 pub mod phpfpm;
 pub mod procs;
@@ -32,7 +33,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 pub use apache::{Apache, ApacheOpts, FcgiStyle};
-pub use fpmd::{Addr, Fpmd, FpmdConfig, Pool};
+pub use fpmd::{Addr, Fpmd, FpmdConfig, Launch, Pool};
 pub use http::{get, post, Resp};
 pub use lighttpd::{Lighttpd, LighttpdOpts};
 pub use nginx::{Nginx, NginxOpts};

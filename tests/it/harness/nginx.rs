@@ -51,9 +51,18 @@ pub struct NginxOpts {
     /// chroot (as php-fpm's `chroot` wants them); nginx still checks the
     /// script under `root`.
     pub chroot: bool,
+    /// More `server` lines of the upstream, after `upstream`, as nginx
+    /// writes them (`10.0.0.2:9000`); with them, `fastcgi_next_upstream
+    /// error timeout` is written out (nginx's default).
+    pub more_servers: Vec<String>,
 }
 
 impl NginxOpts {
+    /// One more server of the upstream (see [`NginxOpts::more_servers`]).
+    pub fn server(mut self, u: impl Into<String>) -> Self {
+        self.more_servers.push(u.into());
+        self
+    }
     pub fn upstream(mut self, u: impl Into<String>) -> Self {
         self.upstream = Some(u.into());
         self
@@ -227,6 +236,9 @@ fn config(dir: &Path, port: u16, t: &TestDir, o: &NginxOpts) -> String {
     writeln!(s, "  client_max_body_size 100m;").unwrap();
     writeln!(s, "  default_type application/octet-stream;").unwrap();
     writeln!(s, "  upstream php {{\n    server {upstream};").unwrap();
+    for more in &o.more_servers {
+        writeln!(s, "    server {more};").unwrap();
+    }
     if o.keepalive {
         writeln!(s, "    keepalive 8;").unwrap();
     }
@@ -307,6 +319,9 @@ fn config(dir: &Path, port: u16, t: &TestDir, o: &NginxOpts) -> String {
     }
     writeln!(s, "      fastcgi_pass php;").unwrap();
     writeln!(s, "      fastcgi_read_timeout 120s;").unwrap();
+    if !o.more_servers.is_empty() {
+        writeln!(s, "      fastcgi_next_upstream error timeout;").unwrap();
+    }
     if o.keepalive {
         writeln!(s, "      fastcgi_keep_conn on;").unwrap();
     }

@@ -18,6 +18,12 @@ pub struct PhpFpmOpts {
     pub max_children: u32,
     /// Raw lines appended to the pool section, e.g. `php_admin_value[post_max_size] = 128M`.
     pub lines: Vec<String>,
+    /// `listen` as written (`10.0.0.2:9000`), instead of the unix socket
+    /// or `tcp_port`.
+    pub listen: Option<String>,
+    /// A launcher put before php-fpm (`ip netns exec NS`); it must exec
+    /// php-fpm in its own process.
+    pub prefix: Vec<String>,
 }
 
 impl Default for PhpFpmOpts {
@@ -26,6 +32,8 @@ impl Default for PhpFpmOpts {
             tcp_port: None,
             max_children: 1,
             lines: Vec::new(),
+            listen: None,
+            prefix: Vec::new(),
         }
     }
 }
@@ -37,6 +45,16 @@ impl PhpFpmOpts {
     }
     pub fn max_children(mut self, n: u32) -> Self {
         self.max_children = n;
+        self
+    }
+    /// `listen` as written (see [`PhpFpmOpts::listen`]).
+    pub fn listen_on(mut self, l: impl Into<String>) -> Self {
+        self.listen = Some(l.into());
+        self
+    }
+    /// Run php-fpm through `prefix` (see [`PhpFpmOpts::prefix`]).
+    pub fn launched_by(mut self, prefix: Vec<String>) -> Self {
+        self.prefix = prefix;
         self
     }
     pub fn line(mut self, l: impl Into<String>) -> Self {
@@ -65,6 +83,10 @@ impl PhpFpm {
         std::fs::create_dir_all(&dir).unwrap();
         let socket = dir.join("fpm.sock");
         let (addr, listen) = match o.tcp_port {
+            _ if o.listen.is_some() => {
+                let l = o.listen.clone().unwrap();
+                (Addr::parse(&l), l)
+            }
             Some(port) => {
                 let a = SocketAddr::from(([127, 0, 0, 1], port));
                 (Addr::Tcp(a), a.to_string())
@@ -85,7 +107,15 @@ impl PhpFpm {
         let conf_path = dir.join("php-fpm.conf");
         std::fs::write(&conf_path, conf).unwrap();
         let out = std::fs::File::create(dir.join("php-fpm.out")).unwrap();
-        let child = Command::new(&bin)
+        let mut cmd = match o.prefix.split_first() {
+            None => Command::new(&bin),
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(&bin);
+                c
+            }
+        };
+        let child = cmd
             .args(["-F", "-R", "-y"])
             .arg(&conf_path)
             .env("FPMD_TEST_TAG", &tag)
@@ -112,6 +142,21 @@ impl PhpFpm {
             );
         }
         p
+    }
+
+    /// Waits at most `timeout` for the master to exit; its status.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let child = self.child.as_mut()?;
+        let t0 = std::time::Instant::now();
+        loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                return Some(st);
+            }
+            if t0.elapsed() > timeout {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// Where it listens, as an nginx upstream server.

@@ -159,7 +159,7 @@ fn stderr_texts(error_log: &str) -> Vec<String> {
 #[test]
 fn php_messages_reach_nginx_framed_as_php_fpm_frames_them() {
     let s = Stack::start(pool());
-    let (fpm, fpm_nginx) = php_fpm_beside(&s);
+    let (_fpm, fpm_nginx) = php_fpm_beside(&s);
     let ours = get(&s.url("/messages.php"));
     let theirs = get(&fpm_nginx.url("/messages.php"));
     assert_eq!(ours.status, theirs.status, "status differs from php-fpm's");

@@ -146,12 +146,14 @@ struct Daemon {
 /// Runs until a stop intent; returns once every child is reaped. Must run
 /// inside a tokio runtime with I/O, time and signals enabled.
 /// `handover`: this fpmd replaces another (a binary upgrade), which waits
-/// to hear that this one serves.
+/// to hear that this one serves. `detached`: this fpmd detached
+/// (`daemonize`), and the process that started it waits to hear the same.
 pub async fn run(
     prepared: Prepared,
     mut intents: mpsc::UnboundedReceiver<Intent>,
     log: LogWriter,
     handover: Option<crate::upgrade::Handover>,
+    detached: Option<crate::detach::Ready>,
 ) -> anyhow::Result<()> {
     let Prepared { config, listeners } = prepared;
     let config_file = std::path::absolute(&config.file).unwrap_or_else(|_| config.file.clone());
@@ -249,6 +251,12 @@ pub async fn run(
         d.pools.len()
     );
     d.sd.send(&[Notify::Ready, Notify::Status(d.serving())]);
+    if let Some(ready) = detached {
+        // The process that started fpmd exits 0 now.
+        if let Err(e) = ready.notify() {
+            warn!("cannot tell the starting process that fpmd serves: {e}");
+        }
+    }
     // Start-up code (configuration parsing, command line) is not needed
     // again: let the kernel take back fpmd's own code pages; the request
     // path faults its few pages back in. Less of fpmd counts in each pool.
@@ -566,9 +574,10 @@ impl Daemon {
             self.config.file.display()
         );
         let config = self.config.file.clone();
+        let args = self.config.options.to_args(self.config.global.daemonize);
         self.board.set_phase(Phase::Upgrading);
         let outcome = tokio::task::spawn_blocking(move || {
-            crate::upgrade::start_new(&exe, &config, listeners)
+            crate::upgrade::start_new(&exe, &config, &args, listeners)
         })
         .await;
         if !matches!(outcome, Ok(crate::upgrade::Outcome::Ready(_))) {
@@ -659,7 +668,12 @@ impl Daemon {
         self.sd.send(&[Notify::Reloading]);
         self.board.set_phase(Phase::Reloading);
         info!("reloading {}", self.config.file.display());
-        let answer = self.apply(crate::config::load(&self.config.file)).await;
+        let answer = self
+            .apply(crate::config::load_with(
+                &self.config.file,
+                &self.config.options,
+            ))
+            .await;
         self.post_pools();
         self.board.set_phase(Phase::Ready);
         // The set of files may have changed (a pool file added or removed).

@@ -48,11 +48,17 @@ pub fn listeners_of(table: &ListenerTable) -> io::Result<Vec<(ListenKey, OwnedFd
         .collect()
 }
 
-/// Old process: starts `exe` on `config` with the other end of a socket
+/// Old process: starts `exe` on `config` (with the command line's `args`,
+/// [`crate::config::LoadOptions::to_args`]) with the other end of a socket
 /// pair, hands it `listeners` when it validated its configuration, and
 /// waits until it serves. Blocking: run it off the runtime thread.
-pub fn start_new(exe: &Path, config: &Path, listeners: Vec<(ListenKey, OwnedFd)>) -> Outcome {
-    match start_new_inner(exe, config, listeners) {
+pub fn start_new(
+    exe: &Path,
+    config: &Path,
+    args: &[std::ffi::OsString],
+    listeners: Vec<(ListenKey, OwnedFd)>,
+) -> Outcome {
+    match start_new_inner(exe, config, args, listeners) {
         Ok(o) => o,
         Err(e) => Outcome::Failed(e.to_string()),
     }
@@ -61,6 +67,7 @@ pub fn start_new(exe: &Path, config: &Path, listeners: Vec<(ListenKey, OwnedFd)>
 fn start_new_inner(
     exe: &Path,
     config: &Path,
+    args: &[std::ffi::OsString],
     listeners: Vec<(ListenKey, OwnedFd)>,
 ) -> io::Result<Outcome> {
     let (ours, theirs) = UnixStream::pair()?;
@@ -72,6 +79,7 @@ fn start_new_inner(
     let mut child = std::process::Command::new(exe)
         .arg("-c")
         .arg(config)
+        .args(args)
         .arg("--upgrade-fd")
         .arg(theirs.as_raw_fd().to_string())
         .stdin(std::process::Stdio::null())

@@ -214,6 +214,7 @@ pub fn changed_fields(old: &PoolConfig, new: &PoolConfig) -> Vec<&'static str> {
         graceful_timeout,
         cgroup,
         pcntl,
+        no_php_ini,
         limit_extensions,
         local,
         isolation,
@@ -286,6 +287,7 @@ pub fn changed_fields(old: &PoolConfig, new: &PoolConfig) -> Vec<&'static str> {
     field("cgroup.pids_max", *pids_max != new.cgroup.pids_max);
     field("cgroup.cpu_weight", *cpu_weight != new.cgroup.cpu_weight);
     field("security.pcntl", *pcntl != new.pcntl);
+    field("no_php_ini", *no_php_ini != new.no_php_ini);
     field(
         "security.limit_extensions",
         *limit_extensions != new.limit_extensions,
@@ -387,6 +389,7 @@ fn global_changes<'a>(old: &'a Global, new: &'a Global) -> GlobalChanges<'a> {
         process_control_timeout,
         control_socket,
         watch,
+        daemonize: _, // read at start only
         metrics_listen,
     } = old;
     GlobalChanges {
@@ -458,6 +461,7 @@ mod tests {
             graceful_timeout: None,
             cgroup: Default::default(),
             pcntl: false,
+            no_php_ini: false,
             limit_extensions: vec![".php".into(), ".phar".into()],
             local: Default::default(),
             isolation: Default::default(),
@@ -473,6 +477,7 @@ mod tests {
             process_control_timeout: None,
             control_socket: "/run/fpmd/fpmd.sock".into(),
             watch: false,
+            daemonize: false,
             metrics_listen: None,
         }
     }
@@ -484,6 +489,7 @@ mod tests {
             pools,
             sources: Default::default(),
             origins: Default::default(),
+            options: Default::default(),
         }
     }
 
@@ -573,6 +579,7 @@ mod tests {
             ("cgroup.pids_max", |p| p.cgroup.pids_max = Some(64)),
             ("cgroup.cpu_weight", |p| p.cgroup.cpu_weight = Some(200)),
             ("security.pcntl", |p| p.pcntl = true),
+            ("no_php_ini", |p| p.no_php_ini = true),
             ("security.limit_extensions", |p| {
                 p.limit_extensions = vec![".php".into()]
             }),
@@ -628,6 +635,7 @@ mod tests {
             "cgroup.pids_max",
             "cgroup.cpu_weight",
             "security.pcntl",
+            "no_php_ini",
             "security.limit_extensions",
             "chroot",
             "rlimit_files",

@@ -28,7 +28,8 @@
 //! Decisions not dictated by php-fpm, written down here:
 //! - relative paths (`pid`, `error_log`, `include`, a unix `listen.address`,
 //!   a `php_cgi` containing `/`) are relative to the directory of the file
-//!   that contains them, and are stored absolute;
+//!   that contains them (to the prefix with php-fpm's `-p`, see
+//!   [`LoadOptions`]), and are stored absolute;
 //! - a bare port in `listen.address` binds all IPv4 addresses (`0.0.0.0`),
 //!   as php-fpm does;
 //! - `php_value.session.save_path` (unquoted, so a nested TOML table) means
@@ -139,7 +140,88 @@ impl ConfigError {
 /// Load, parse and validate the main configuration file at `path` and every
 /// file its `global.include` matches.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
-    load_as(path, Ids::current())
+    load_with(path, &LoadOptions::default())
+}
+
+/// What php-fpm's command line changes in how the files load (php-src
+/// `sapi/fpm/fpm/fpm_main.c`, `fpm_conf.c`). The default changes nothing.
+/// The loaded [`Config`] keeps them ([`Config::options`]), so a reload
+/// reads the files the same way.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// `-p/--prefix DIR`: relative paths in the files (`pid`, `error_log`,
+    /// `include`, unix `listen.address`, `php_cgi`, …) are relative to DIR
+    /// instead of the directory of the file that holds them, as php-fpm
+    /// makes them relative to its prefix (`fpm_conf_expand_path`).
+    pub prefix: Option<PathBuf>,
+    /// `-g/--pid FILE`: the pid file, instead of `[global] pid` (relative:
+    /// to the prefix, else to the working directory).
+    pub pid: Option<PathBuf>,
+    /// `-R/--allow-to-run-as-root`: a pool may run its children as root
+    /// (no `user`, or uid/gid 0) when fpmd runs as root; refused without it,
+    /// as php-fpm refuses it (`fpm_unix.c`: "please specify user and group
+    /// other than root").
+    pub allow_to_run_as_root: bool,
+    /// `-d name=value` (repeated; `-d name` is `name=1`, as PHP's
+    /// `cgi_main.c`): ini values of every pool's children, below the pool's
+    /// own `php_value`/`php_admin_value` of the same name (php-fpm sets
+    /// them in the master's ini, which a pool's values override).
+    pub php_defines: Vec<(String, String)>,
+    /// `-n`: the children read no php.ini (`php-cgi -n`).
+    pub no_php_ini: bool,
+    /// `-D/--daemonize` (`Some(true)`) or `-F/--nodaemonize`
+    /// (`Some(false)`): instead of `[global] daemonize`.
+    pub daemonize: Option<bool>,
+    /// `-O/--force-stderr`: log to stderr, whatever `error_log` says,
+    /// unless fpmd detaches (php-fpm's `fpm_use_error_log`, `fpm_stdio.c`:
+    /// in the foreground with -O its error_log file is not used).
+    pub force_stderr: bool,
+}
+
+impl LoadOptions {
+    /// The command line that loads the same way, for the fpmd a binary
+    /// upgrade starts: never detaching (`-F`: it is started by the daemon,
+    /// which is detached already when `daemonized`), `-O` only when the
+    /// daemon runs in the foreground.
+    pub fn to_args(&self, daemonized: bool) -> Vec<std::ffi::OsString> {
+        let mut args: Vec<std::ffi::OsString> = Vec::new();
+        if let Some(p) = &self.prefix {
+            args.extend(["-p".into(), p.into()]);
+        }
+        if let Some(p) = &self.pid {
+            args.extend(["-g".into(), p.into()]);
+        }
+        if self.allow_to_run_as_root {
+            args.push("-R".into());
+        }
+        for (name, value) in &self.php_defines {
+            args.extend(["-d".into(), format!("{name}={value}").into()]);
+        }
+        if self.no_php_ini {
+            args.push("-n".into());
+        }
+        args.push("-F".into());
+        if self.force_stderr && !daemonized {
+            args.push("-O".into());
+        }
+        args
+    }
+
+    /// A command-line path: relative ones are relative to the prefix, else
+    /// to the working directory; made absolute.
+    fn resolve(&self, p: &Path) -> PathBuf {
+        let p = match &self.prefix {
+            Some(prefix) if p.is_relative() => prefix.join(p),
+            _ => p.to_path_buf(),
+        };
+        source::absolutize(&p).unwrap_or(p)
+    }
+}
+
+/// [`load`] with the command line's [`LoadOptions`].
+pub fn load_with(path: &Path, options: &LoadOptions) -> Result<Config, ConfigError> {
+    let ids = Ids::current();
+    load_from(&FileSystem, path, ids, &users::Host::of(ids), options)
 }
 
 /// [`load`] on files held in memory instead of the file system: `main` is
@@ -155,7 +237,13 @@ pub fn load_from_memory(
     files: &std::collections::BTreeMap<PathBuf, Vec<u8>>,
 ) -> Result<Config, ConfigError> {
     let ids = Ids::current();
-    load_with(&Memory(files), main, ids, &users::Host::of(ids))
+    load_from(
+        &Memory(files),
+        main,
+        ids,
+        &users::Host::of(ids),
+        &LoadOptions::default(),
+    )
 }
 
 /// Where the configuration's files come from: the file system ([`load`]) or
@@ -237,27 +325,60 @@ pub fn find_default_config() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+#[cfg(test)]
 fn load_as(path: &Path, ids: Ids) -> Result<Config, ConfigError> {
-    load_with(&FileSystem, path, ids, &users::Host::of(ids))
+    load_from(
+        &FileSystem,
+        path,
+        ids,
+        &users::Host::of(ids),
+        &LoadOptions::default(),
+    )
 }
 
 /// The whole pipeline; `ids` and `host` say what fpmd may do here (tests
-/// pretend).
-fn load_with(
+/// pretend), `options` what the command line changes.
+fn load_from(
     reader: &dyn Reader,
     path: &Path,
     ids: Ids,
     host: &users::Host,
+    options: &LoadOptions,
 ) -> Result<Config, ConfigError> {
-    let main = reader.read(path)?;
+    let prefix = match &options.prefix {
+        Some(p) => Some(source::absolutize(p).map_err(|e| {
+            ConfigError::file_only(
+                path,
+                format!("cannot resolve the prefix (-p) {}: {e}", p.display()),
+            )
+        })?),
+        None => None,
+    };
+    let read = |p: &Path| -> Result<SourceFile, ConfigError> {
+        let mut src = reader.read(p)?;
+        if let Some(prefix) = &prefix {
+            src.dir = prefix.clone();
+        }
+        Ok(src)
+    };
+    let main = read(path)?;
     keys::check_structure(&main, true)?;
     let raw_main = raw::deserialize_file(&main)?;
-    let (global, includes) =
+    let (mut global, includes) =
         validate::validate_global(&main, raw_main.global.unwrap_or_default(), ids)?;
+    if let Some(pid) = &options.pid {
+        global.pid = Some(options.resolve(pid));
+    }
+    if let Some(d) = options.daemonize {
+        global.daemonize = d;
+    }
+    if options.force_stderr && !global.daemonize {
+        global.error_log = LogTarget::Stderr;
+    }
 
     let mut files = vec![(main, raw_main.pools)];
     for inc in find_includes(reader, &files[0].0, &includes)? {
-        let src = reader.read(&inc)?;
+        let src = read(&inc)?;
         keys::check_structure(&src, false)?;
         let raw = raw::deserialize_file(&src)?;
         files.push((src, raw.pools));
@@ -269,7 +390,9 @@ fn load_with(
     let mut origin = Vec::new();
     for (i, (src, raw_pools)) in files.iter_mut().enumerate() {
         for (name, raw) in std::mem::take(raw_pools) {
-            pools.push(validate::validate_pool(src, &name, raw, ids, &global)?);
+            pools.push(validate::validate_pool(
+                src, &name, raw, ids, &global, options,
+            )?);
             origin.push(i);
         }
     }
@@ -303,13 +426,20 @@ fn load_with(
         pools,
         sources,
         origins,
+        options: options.clone(),
     })
 }
 
 /// An include pattern as a glob over the file system: relative ones are
-/// relative to the main file's directory.
+/// relative to the main file's directory (its directory as given, for
+/// messages), or to the prefix (`-p`) when there is one.
 fn full_glob(main: &SourceFile, pat: &str) -> String {
-    let display_dir = main.path.parent().unwrap_or(Path::new(""));
+    let given = main.path.parent().unwrap_or(Path::new(""));
+    let display_dir = if source::absolutize(given).is_ok_and(|d| d == main.dir) {
+        given
+    } else {
+        main.dir.as_path()
+    };
     if Path::new(pat).is_absolute() || display_dir.as_os_str().is_empty() {
         pat.to_string()
     } else {
@@ -420,6 +550,7 @@ php_admin_flag.log_errors = true
                 process_control_timeout: Some(std::time::Duration::from_secs(10)),
                 control_socket: d.join("run/fpmd.sock"),
                 watch: true,
+                daemonize: false,
                 metrics_listen: None,
             }
         );
@@ -505,6 +636,7 @@ php_admin_flag.log_errors = true
             graceful_timeout: Some(std::time::Duration::from_secs(10)),
             cgroup: Default::default(),
             pcntl: false,
+            no_php_ini: false,
             limit_extensions: vec![".php".into(), ".phar".into()],
             local: LocalEndpoints {
                 ping_response: "pong".into(),
@@ -534,6 +666,7 @@ php_admin_flag.log_errors = true
                     dir.path().join("fpmd.sock")
                 },
                 watch: false,
+                daemonize: false,
                 metrics_listen: None,
             }
         );
@@ -644,6 +777,117 @@ php_admin_flag.log_errors = true
         let on_disk = dir.path().join("fpmd.toml");
         std::fs::write(&on_disk, &bad[Path::new("/m/fpmd.toml")]).unwrap();
         assert_eq!(load(&on_disk).unwrap_err().message, e.message);
+    }
+
+    /// The command line's options: `-p` for relative paths and includes,
+    /// `-g`, `-d` below the pool's values, `-n`, `-D`/`-F` over
+    /// `daemonize`, `-O` over `error_log` unless detaching; kept in the
+    /// configuration and printed as set on the command line.
+    #[test]
+    fn load_options() {
+        let dir = tempfile::tempdir().unwrap();
+        let prefix = dir.path().join("prefix");
+        write(
+            dir.path(),
+            "etc/fpmd.toml",
+            "[global]\npid = \"run/fpmd.pid\"\nerror_log = \"log/fpmd.log\"\ninclude = \"pool.d/*.toml\"\ndaemonize = true\n",
+        );
+        write(
+            &prefix,
+            "pool.d/www.toml",
+            &pool("www", "php_value.memory_limit = \"1G\"\n")
+                .replace("/run/fpmd/www.sock", "run/www.sock"),
+        );
+        let main = dir.path().join("etc/fpmd.toml");
+        let mut options = LoadOptions {
+            prefix: Some(prefix.clone()),
+            php_defines: vec![
+                ("memory_limit".into(), "8M".into()),
+                ("html_errors".into(), "1".into()),
+                ("html_errors".into(), "0".into()),
+            ],
+            no_php_ini: true,
+            force_stderr: true,
+            ..Default::default()
+        };
+        let c = load_with(&main, &options).unwrap();
+        assert_eq!(c.options, options);
+        assert_eq!(c.global.pid, Some(prefix.join("run/fpmd.pid")));
+        assert_eq!(
+            c.global.error_log,
+            LogTarget::File(prefix.join("log/fpmd.log")),
+            "-O: not when detaching"
+        );
+        assert!(c.global.daemonize);
+        let www = &c.pools[0];
+        assert_eq!(
+            www.file,
+            prefix.join("pool.d/www.toml"),
+            "include relative to the prefix"
+        );
+        assert_eq!(
+            www.listen.address,
+            ListenAddress::Unix(prefix.join("run/www.sock"))
+        );
+        assert_eq!(
+            www.php_values["memory_limit"], "1G",
+            "the pool's own value wins"
+        );
+        assert_eq!(www.php_values["html_errors"], "0", "the last -d wins");
+        assert_eq!(&www.ini_args()[..3], ["-n", "-d", "html_errors=0"]);
+        let text = c.to_toml_with_origins();
+        assert!(
+            text.contains("php_value.html_errors = \"0\" # set on the command line\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("php_value.memory_limit = \"1G\" # set in "),
+            "{text}"
+        );
+        assert!(text.contains("# no php.ini (php-cgi -n)"), "{text}");
+
+        options.daemonize = Some(false);
+        options.pid = Some("other.pid".into());
+        let c = load_with(&main, &options).unwrap();
+        assert!(!c.global.daemonize, "-F");
+        assert_eq!(
+            c.global.error_log,
+            LogTarget::Stderr,
+            "-O in the foreground"
+        );
+        assert_eq!(
+            c.global.pid,
+            Some(prefix.join("other.pid")),
+            "-g relative to the prefix"
+        );
+        let text = c.to_toml_with_origins();
+        for key in ["pid", "error_log", "daemonize"] {
+            assert!(
+                text.lines().any(|l| l.starts_with(&format!("{key} = "))
+                    && l.ends_with("# set on the command line")),
+                "{key}: {text}"
+            );
+        }
+        assert_eq!(
+            options.to_args(false),
+            [
+                "-p",
+                prefix.to_str().unwrap(),
+                "-g",
+                "other.pid",
+                "-d",
+                "memory_limit=8M",
+                "-d",
+                "html_errors=1",
+                "-d",
+                "html_errors=0",
+                "-n",
+                "-F",
+                "-O"
+            ]
+            .map(std::ffi::OsString::from)
+        );
+        assert!(!options.to_args(true).contains(&"-O".into()));
     }
 
     #[test]

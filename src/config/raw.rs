@@ -157,6 +157,7 @@ pub(super) struct RawGlobal {
     pub(super) process_control_timeout: Option<Duration>,
     pub(super) control_socket: Option<String>,
     pub(super) watch: Option<bool>,
+    pub(super) daemonize: Option<bool>,
     #[serde(default)]
     pub(super) metrics: RawMetrics,
 }

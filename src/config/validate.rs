@@ -108,6 +108,7 @@ pub(super) fn validate_global(
             process_control_timeout,
             control_socket,
             watch: raw.watch.unwrap_or(false),
+            daemonize: raw.daemonize.unwrap_or(false),
             metrics_listen,
         },
         includes,
@@ -169,6 +170,7 @@ pub(super) fn validate_pool(
     raw: RawPool,
     ids: Ids,
     global: &Global,
+    options: &super::LoadOptions,
 ) -> Result<PoolConfig, ConfigError> {
     let ctx = PoolCtx { src, name };
 
@@ -337,8 +339,13 @@ pub(super) fn validate_pool(
     };
 
     // user, group
-    let user = resolve_credentials(raw.user.as_ref(), raw.group.as_ref(), ids)
-        .map_err(|(key, msg)| ctx.err(&[key], msg))?;
+    let user = resolve_credentials(
+        raw.user.as_ref(),
+        raw.group.as_ref(),
+        ids,
+        options.allow_to_run_as_root,
+    )
+    .map_err(|(key, msg)| ctx.err(&[key], msg))?;
 
     // php_cgi
     let path_env = std::env::var_os("PATH");
@@ -494,10 +501,18 @@ pub(super) fn validate_pool(
         "php_admin_flag",
         raw.php_admin_flag,
     )?;
-    let php_values = php_values
+    let mut php_values: std::collections::BTreeMap<String, String> = php_values
         .into_iter()
         .filter(|(k, _)| !php_admin_values.contains_key(k))
         .collect();
+    // `-d name=value` on the command line: below the pool's own values (a
+    // later -d of one name wins over an earlier one).
+    let own: Vec<String> = php_values.keys().cloned().collect();
+    for (name, value) in &options.php_defines {
+        if !own.contains(name) && !php_admin_values.contains_key(name) {
+            php_values.insert(name.clone(), value.clone());
+        }
+    }
 
     let status_listen = match raw.pm.status_listen {
         None => None,
@@ -539,6 +554,7 @@ pub(super) fn validate_pool(
         },
         cgroup,
         pcntl: raw.security.pcntl.unwrap_or(false),
+        no_php_ini: options.no_php_ini,
         limit_extensions,
         local,
         isolation,
@@ -2540,7 +2556,13 @@ php_admin_flag.display_errors = "off"
             write(dir.path(), rel, text);
         }
         let main = write(dir.path(), "fpmd.toml", main);
-        let r = super::super::load_with(&super::super::FileSystem, &main, ids, host);
+        let r = super::super::load_from(
+            &super::super::FileSystem,
+            &main,
+            ids,
+            host,
+            &super::super::LoadOptions::default(),
+        );
         (dir, r)
     }
 

@@ -10,6 +10,7 @@ mod apache;
 mod attacks;
 mod bad_fastcgi;
 mod children;
+mod cli;
 mod config_errors;
 mod dokuwiki;
 mod emergency;

@@ -431,7 +431,7 @@ mod tests {
             },
             php_cgi: "/usr/bin/php-cgi".into(),
             listen: Listen {
-                address: unix(&format!("/run/fpmd/{name}.sock")),
+                address: unix(&format!("/tmp/{name}.sock")),
                 owner: Some(33),
                 group: Some(33),
                 mode: 0o660,
@@ -731,9 +731,9 @@ mod tests {
         assert_eq!(d.pools["a"], PoolChange::Removed(&old.pools[0]));
         assert_eq!(d.pools["b"], PoolChange::Unchanged);
         assert_eq!(d.pools["c"], PoolChange::Added(&new.pools[1]));
-        assert_eq!(d.listeners.added, [&unix("/run/fpmd/c.sock")]);
-        assert_eq!(d.listeners.kept, [&unix("/run/fpmd/b.sock")]);
-        assert_eq!(d.listeners.removed, [&unix("/run/fpmd/a.sock")]);
+        assert_eq!(d.listeners.added, [&unix("/tmp/c.sock")]);
+        assert_eq!(d.listeners.kept, [&unix("/tmp/b.sock")]);
+        assert_eq!(d.listeners.removed, [&unix("/tmp/a.sock")]);
         assert!(!d.is_empty());
         // Order of the pools in the files does not matter.
         let swapped = config(vec![base("b"), base("a")]);
@@ -747,8 +747,8 @@ mod tests {
         let old = config(vec![base("a"), base("b")]);
         let mut a = base("a");
         let mut b = base("b");
-        a.listen.address = unix("/run/fpmd/b.sock");
-        b.listen.address = unix("/run/fpmd/a.sock");
+        a.listen.address = unix("/tmp/b.sock");
+        b.listen.address = unix("/tmp/a.sock");
         b.listen.mode = 0o600;
         let new = config(vec![a, b]);
         let d = new.diff(&old);
@@ -767,21 +767,21 @@ mod tests {
         }
         assert!(d.listeners.added.is_empty() && d.listeners.removed.is_empty());
         assert_eq!(d.listeners.kept.len(), 2);
-        assert_eq!(d.listeners.reapply, [&unix("/run/fpmd/a.sock")]);
+        assert_eq!(d.listeners.reapply, [&unix("/tmp/a.sock")]);
 
         // a moves to TCP and a new pool c takes a's old socket with the
         // same settings: the socket is kept as it is.
         let mut a = base("a");
         a.listen.address = tcp("127.0.0.1:9000");
         let mut c = base("c");
-        c.listen.address = unix("/run/fpmd/a.sock");
+        c.listen.address = unix("/tmp/a.sock");
         let new = config(vec![a, base("b"), c]);
         let d = new.diff(&old);
         assert_eq!(d.pools["c"], PoolChange::Added(&new.pools[2]));
         assert_eq!(d.listeners.added, [&tcp("127.0.0.1:9000")]);
         assert_eq!(
             d.listeners.kept,
-            [&unix("/run/fpmd/a.sock"), &unix("/run/fpmd/b.sock")]
+            [&unix("/tmp/a.sock"), &unix("/tmp/b.sock")]
         );
         assert!(d.listeners.reapply.is_empty() && d.listeners.removed.is_empty());
     }

@@ -610,8 +610,7 @@ mod tests {
             "unknown key (a pool name that contains a dot must be quoted: [\"example.com\"])",
         );
         let (_d, c) = load_ok(
-            &pool("\"example.com\"", "")
-                .replace("/run/fpmd/\"example.com\".sock", "/run/fpmd/example.sock"),
+            &pool("\"example.com\"", "").replace("/tmp/\"example.com\".sock", "/tmp/example.sock"),
             &[],
         );
         assert_eq!(c.pools[0].name, "example.com");

@@ -264,14 +264,30 @@ impl Reader for FileSystem {
         SourceFile::read(path)
     }
 
+    /// As php-fpm (`fpm_conf.c`, `fpm_conf_load_ini_file` and its
+    /// `glob()`): a wildcard whose directory does not exist is an error
+    /// ("Unable to globalize"), a pattern matching nothing is not; every
+    /// match must be a file that can be read: a dangling symlink, a
+    /// symlink loop, a FIFO, a socket or a device is an error naming it
+    /// (php-fpm fails to open the first two; a FIFO would block the
+    /// read). Directories matched are skipped.
     fn glob(&self, pattern: &glob::Pattern) -> Result<Vec<PathBuf>, String> {
+        if let Some(dir) = wildcard_dir(pattern.as_str()) {
+            if !dir.is_dir() {
+                return Err(format!(
+                    "the directory {} of the glob does not exist (php-fpm: \"Unable to globalize\"): create it or fix the pattern",
+                    dir.display()
+                ));
+            }
+        }
         let paths = glob::glob(pattern.as_str()).map_err(|e| e.to_string())?;
         let mut out = Vec::new();
         for entry in paths {
             let p =
                 entry.map_err(|e| format!("cannot read {}: {}", e.path().display(), e.error()))?;
-            if p.is_file() {
-                out.push(p);
+            match include_kind(&p)? {
+                IncludeKind::File => out.push(p),
+                IncludeKind::Directory => {}
             }
         }
         Ok(out)
@@ -280,6 +296,68 @@ impl Reader for FileSystem {
     fn canonicalize(&self, path: &Path) -> Option<PathBuf> {
         std::fs::canonicalize(path).ok()
     }
+}
+
+/// The literal directory a glob's first wildcard is in (`/etc/fpmd/pool.d`
+/// of `/etc/fpmd/pool.d/*.toml`, `/srv` of `/srv/*/fpmd.toml`); `None`
+/// for a pattern without wildcards.
+fn wildcard_dir(pattern: &str) -> Option<PathBuf> {
+    let first = pattern.find(['*', '?', '['])?;
+    let dir = pattern[..first].rfind('/').map_or("", |i| &pattern[..i]);
+    Some(PathBuf::from(
+        if dir.is_empty() && pattern.starts_with('/') {
+            "/"
+        } else if dir.is_empty() {
+            "."
+        } else {
+            dir
+        },
+    ))
+}
+
+/// What an include glob matched.
+enum IncludeKind {
+    File,
+    Directory,
+}
+
+/// Whether `p` (matched by an include glob) is a file to read or a
+/// directory to pass over. Errors: anything else, named.
+fn include_kind(p: &Path) -> Result<IncludeKind, String> {
+    use std::os::unix::fs::FileTypeExt;
+    let shown = p.display();
+    let meta = match std::fs::metadata(p) {
+        Ok(m) => m,
+        Err(e) => {
+            return Err(match std::fs::read_link(p) {
+                Ok(_) if e.raw_os_error() == Some(libc::ELOOP) => {
+                    format!("{shown} is a symlink loop ({e})")
+                }
+                Ok(target) => format!(
+                    "{shown} is a dangling symlink (to {}, {e})",
+                    target.display()
+                ),
+                Err(_) => format!("cannot read {shown}: {e}"),
+            })
+        }
+    };
+    let t = meta.file_type();
+    let what = if t.is_file() {
+        return Ok(IncludeKind::File);
+    } else if t.is_dir() {
+        return Ok(IncludeKind::Directory);
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_block_device() || t.is_char_device() {
+        "a device"
+    } else {
+        "not a regular file"
+    };
+    Err(format!(
+        "{shown} is {what}, not a configuration file: remove it or narrow the pattern"
+    ))
 }
 
 struct Memory<'a>(&'a std::collections::BTreeMap<PathBuf, Vec<u8>>);
@@ -469,7 +547,9 @@ fn find_includes(
     for pat in patterns {
         let full = glob::Pattern::new(&full_glob(main, pat))
             .map_err(|e| err(format!("invalid glob pattern \"{pat}\": {e}")))?;
-        let mut matched = reader.glob(&full).map_err(err)?;
+        let mut matched = reader
+            .glob(&full)
+            .map_err(|m| err(format!("include \"{pat}\": {m}")))?;
         matched.sort();
         for p in matched {
             let canon = reader.canonicalize(&p);
@@ -513,7 +593,7 @@ pm.max_children = 2
 user = "nobody"
 group = "nogroup"
 php_cgi = "/bin/true"
-listen.address = "/run/fpmd/bbb.sock"
+listen.address = "/tmp/bbb.sock"
 listen.owner = "nobody"
 listen.group = 0
 listen.mode = "0600"
@@ -598,7 +678,7 @@ php_admin_flag.log_errors = true
             },
             php_cgi: PathBuf::from("/bin/true"),
             listen: Listen {
-                address: ListenAddress::Unix("/run/fpmd/bbb.sock".into()),
+                address: ListenAddress::Unix("/tmp/bbb.sock".into()),
                 owner: Some(uid),
                 group: Some(0),
                 mode: 0o600,
@@ -650,7 +730,7 @@ php_admin_flag.log_errors = true
 
     #[test]
     fn defaults() {
-        let (dir, c) = load_ok("[www]\nuser = \"nobody\"\nphp_cgi = \"/bin/sh\"\nlisten.address = \"www.d/www.sock\"\npm.max_children = 3\n", &[]);
+        let (dir, c) = load_ok("[www]\nuser = \"nobody\"\nphp_cgi = \"/bin/sh\"\nlisten.address = \"www.d/www.sock\"\npm.max_children = 3\n", &[("www.d/.keep", "")]);
         let (uid, gid) = nobody();
         assert_eq!(
             c.global,
@@ -787,6 +867,7 @@ php_admin_flag.log_errors = true
     fn load_options() {
         let dir = tempfile::tempdir().unwrap();
         let prefix = dir.path().join("prefix");
+        std::fs::create_dir_all(prefix.join("run")).unwrap();
         write(
             dir.path(),
             "etc/fpmd.toml",
@@ -796,7 +877,7 @@ php_admin_flag.log_errors = true
             &prefix,
             "pool.d/www.toml",
             &pool("www", "php_value.memory_limit = \"1G\"\n")
-                .replace("/run/fpmd/www.sock", "run/www.sock"),
+                .replace("/tmp/www.sock", "run/www.sock"),
         );
         let main = dir.path().join("etc/fpmd.toml");
         let mut options = LoadOptions {
@@ -888,6 +969,83 @@ php_admin_flag.log_errors = true
             .map(std::ffi::OsString::from)
         );
         assert!(!options.to_args(true).contains(&"-O".into()));
+    }
+
+    /// What an include glob may match: a dangling symlink, a symlink loop,
+    /// a FIFO or a socket is an error at `global.include` naming it; a
+    /// directory is passed over; a glob whose directory is missing is an
+    /// error, one that matches nothing in an existing directory is not (as
+    /// php-fpm).
+    #[test]
+    fn include_matches_that_cannot_be_read() {
+        type Make = fn(&Path);
+        let cases: [(&str, Make); 4] = [
+            ("is a dangling symlink (to /nonexistent", |d| {
+                std::os::unix::fs::symlink("/nonexistent", d.join("pool.d/x.toml")).unwrap()
+            }),
+            ("is a symlink loop", |d| {
+                std::os::unix::fs::symlink("x.toml", d.join("pool.d/x.toml")).unwrap()
+            }),
+            ("is a FIFO, not a configuration file", |d| {
+                nix::unistd::mkfifo(&d.join("pool.d/x.toml"), nix::sys::stat::Mode::S_IRWXU)
+                    .unwrap()
+            }),
+            ("is a socket, not a configuration file", |d| {
+                std::os::unix::net::UnixListener::bind(d.join("pool.d/x.toml")).unwrap();
+            }),
+        ];
+        for (message, make) in cases {
+            let dir = tempfile::tempdir().unwrap();
+            let main = write(dir.path(), "fpmd.toml", &format!("# main\n{INCLUDE_MAIN}"));
+            write(dir.path(), "pool.d/a.toml", &pool("a", ""));
+            make(dir.path());
+            let e = load(&main).unwrap_err();
+            assert_eq!(
+                (e.line, e.key.as_deref()),
+                (Some(3), Some("global.include")),
+                "{e}"
+            );
+            let x = dir.path().join("pool.d/x.toml");
+            assert!(
+                e.message.starts_with(&format!(
+                    "include \"pool.d/*.toml\": {} {message}",
+                    x.display()
+                )),
+                "{e}"
+            );
+        }
+        // A directory is passed over; nothing matched is no error.
+        let dir = tempfile::tempdir().unwrap();
+        let main = write(
+            dir.path(),
+            "fpmd.toml",
+            &format!("{INCLUDE_MAIN}\n{}", pool("m", "")),
+        );
+        std::fs::create_dir_all(dir.path().join("pool.d/sub.toml")).unwrap();
+        assert_eq!(load(&main).unwrap().pools.len(), 1);
+        // The glob's directory is missing.
+        std::fs::remove_dir_all(dir.path().join("pool.d")).unwrap();
+        let e = load(&main).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("global.include"));
+        assert!(
+            e.message.contains(&format!(
+                "the directory {} of the glob does not exist",
+                dir.path().join("pool.d").display()
+            )),
+            "{e}"
+        );
+        // A plain path that does not exist matches nothing, as in php-fpm.
+        let main = write(
+            dir.path(),
+            "fpmd.toml",
+            &format!("[global]\ninclude = \"nothere/x.toml\"\n{}", pool("m", "")),
+        );
+        assert!(load(&main).is_ok());
+        assert_eq!(wildcard_dir("/a/b/*.toml"), Some(PathBuf::from("/a/b")));
+        assert_eq!(wildcard_dir("/a/*/x.toml"), Some(PathBuf::from("/a")));
+        assert_eq!(wildcard_dir("/*.toml"), Some(PathBuf::from("/")));
+        assert_eq!(wildcard_dir("*.toml"), Some(PathBuf::from(".")));
+        assert_eq!(wildcard_dir("/a/b.toml"), None);
     }
 
     #[test]

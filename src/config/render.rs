@@ -486,7 +486,7 @@ mod tests {
                 ("pool.d/a.toml", &pool("a", extra)),
                 (
                     "pool.d/b.toml",
-                    &pool("b", "").replace("\"/run/fpmd/b.sock\"", "9000"),
+                    &pool("b", "").replace("\"/tmp/b.sock\"", "9000"),
                 ),
             ],
         );

@@ -108,6 +108,10 @@ struct Supervisor {
     quick_deaths: u32,
     /// When the back-off allows the next spawn.
     respawn_at: Option<tokio::time::Instant>,
+    /// A generation whose php-cgi the kernel refused to exec for its size
+    /// (`E2BIG`): never tried again, since it cannot change (a reload
+    /// makes a new generation).
+    unstartable: Option<GenId>,
     stopping: Option<Stopping>,
     emergency_restart: Option<(u32, Duration)>,
     /// Recent unexpected deaths (for `emergency_restart_threshold`).
@@ -173,6 +177,7 @@ pub fn start_pool(
         serial: 0,
         quick_deaths: 0,
         respawn_at: None,
+        unstartable: None,
         stopping: None,
         emergency_restart,
         crashes: VecDeque::new(),
@@ -1315,7 +1320,10 @@ impl Supervisor {
     /// has what it wants (exec: processes; prefork: one parent that keeps
     /// `pm.max_children` forked).
     async fn fill(&mut self) {
-        if self.stopping.is_some() || self.respawn_at.is_some() {
+        if self.stopping.is_some()
+            || self.respawn_at.is_some()
+            || self.unstartable == Some(self.target)
+        {
             return;
         }
         let gen = self.target;
@@ -1381,6 +1389,13 @@ impl Supervisor {
             if let Err(e) = self.spawn_one().await {
                 if self.target != self.current() {
                     self.abandon_target(&format!("cannot start php-cgi: {e}"));
+                    return;
+                }
+                if e.raw_os_error() == Some(libc::E2BIG) {
+                    // The same arguments and environment fail the same way
+                    // every time: said once, not retried.
+                    error!(pool = %self.name(), "cannot start php-cgi: {e}: its arguments and environment (env.*, php_value.*, and fpmd's own environment without clear_env) are too large for execve; not retried until a reload changes the pool (fpmd -t names the key)");
+                    self.unstartable = Some(self.target);
                     return;
                 }
                 self.quick_deaths += 1;

@@ -156,6 +156,12 @@ pub async fn run(
     detached: Option<crate::detach::Ready>,
 ) -> anyhow::Result<()> {
     let Prepared { config, listeners } = prepared;
+    let pid = std::process::id();
+    info!(
+        php_fpm = %format_args!("fpm is running, pid {pid}"),
+        "fpmd {} running, pid {pid}",
+        env!("CARGO_PKG_VERSION")
+    );
     let config_file = std::path::absolute(&config.file).unwrap_or_else(|_| config.file.clone());
     // Orphans of our children (a pre-fork parent's children, processes a
     // script started) are reparented to fpmd and reaped here, not left as
@@ -246,6 +252,7 @@ pub async fn run(
     }
     d.rewatch();
     info!(
+        php_fpm = "ready to handle connections",
         "fpmd {} ready to handle connections ({} pools)",
         env!("CARGO_PKG_VERSION"),
         d.pools.len()
@@ -312,7 +319,7 @@ pub async fn run(
             Intent::FastStop => break StopMode::Fast,
             Intent::ReopenLogs => {
                 match d.log.reopen() {
-                    Ok(()) => info!("log file reopened"),
+                    Ok(()) => info!(php_fpm = "error log file re-opened", "log file reopened"),
                     Err(e) => error!("cannot reopen the log file: {e}"),
                 }
                 reopen_access_logs();
@@ -378,12 +385,15 @@ pub async fn run(
     }
     drop(listeners);
     if mode == StopMode::Graceful {
-        info!("graceful stop: no new connections; waiting for in-flight requests");
+        info!(
+            php_fpm = "Finishing ...",
+            "graceful stop: no new connections; waiting for in-flight requests"
+        );
         loop {
             tokio::select! {
                 _ = in_flight_rx.recv() => break,
                 i = intents.recv() => if matches!(i, Some(Intent::FastStop) | None) {
-                    warn!("fast stop requested during the graceful stop");
+                    warn!(php_fpm = "Terminating ...", "fast stop requested during the graceful stop");
                     mode = StopMode::Fast;
                     sd.send(&[Notify::Status(stopping(mode).into())]);
                     break;
@@ -391,7 +401,7 @@ pub async fn run(
             }
         }
     } else {
-        info!("fast stop");
+        info!(php_fpm = "Terminating ...", "fast stop");
     }
     let mut stopping = Vec::new();
     for (_, handle) in pools {
@@ -406,7 +416,7 @@ pub async fn run(
     // The access log lines not yet written (a disk that hangs does not
     // hold the exit long).
     let _ = tokio::time::timeout(STOP_GRACE, crate::observe::reopen::sync()).await;
-    info!("exiting");
+    info!(php_fpm = "exiting, bye-bye!", "exiting");
     Ok(())
 }
 
@@ -667,7 +677,11 @@ impl Daemon {
     async fn reload(&mut self) -> Answer {
         self.sd.send(&[Notify::Reloading]);
         self.board.set_phase(Phase::Reloading);
-        info!("reloading {}", self.config.file.display());
+        info!(
+            php_fpm = "Reloading in progress ...",
+            "reloading {}",
+            self.config.file.display()
+        );
         let answer = self
             .apply(crate::config::load_with(
                 &self.config.file,
@@ -681,7 +695,11 @@ impl Daemon {
         self.publish_pools();
         self.remetrics().await;
         match &answer {
-            Answer::Ok(summary) => info!("reload done: {}", summary.replace('\n', "; ")),
+            Answer::Ok(summary) => info!(
+                php_fpm = "ready to handle connections",
+                "reload done: {}",
+                summary.replace('\n', "; ")
+            ),
             Answer::ConfigError(e) => {
                 error!("reload refused, the running configuration stays: {e}")
             }
@@ -724,6 +742,7 @@ impl Daemon {
         if g.log_level != self.config.global.log_level {
             crate::log::set_level(&g.log_level);
         }
+        crate::log::set_format(g.log_format);
         if g.error_log != self.config.global.error_log {
             if let Err(e) = self.log.retarget(&g.error_log) {
                 error!(

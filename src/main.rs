@@ -436,7 +436,11 @@ fn main() -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
-    let log = match log::init(&config.global.error_log, &config.global.log_level) {
+    let log = match log::init(
+        &config.global.error_log,
+        &config.global.log_level,
+        config.global.log_format,
+    ) {
         Ok(l) => l,
         Err(e) => {
             let path = match &config.global.error_log {

@@ -389,7 +389,8 @@ fn global_changes<'a>(old: &'a Global, new: &'a Global) -> GlobalChanges<'a> {
         process_control_timeout,
         control_socket,
         watch,
-        daemonize: _, // read at start only
+        daemonize: _,  // read at start only
+        log_format: _, // applied by the daemon on every reload
         metrics_listen,
     } = old;
     GlobalChanges {
@@ -478,6 +479,7 @@ mod tests {
             control_socket: "/run/fpmd/fpmd.sock".into(),
             watch: false,
             daemonize: false,
+            log_format: Default::default(),
             metrics_listen: None,
         }
     }

@@ -83,6 +83,7 @@ pub(super) const KEYS: &[Key] = &[
     global("control_socket"),
     global("watch"),
     global("daemonize"),
+    global("log_format"),
     global("metrics.listen"),
     supported("user"),
     supported("group"),

@@ -72,7 +72,7 @@ pub use diff::{
 };
 pub use model::{
     Config, Credentials, Global, Isolation, Landlock, Listen, ListenAddress, LocalEndpoints,
-    LogLevel, LogTarget, Origins, PmMode, PoolConfig, ProcessManager, Sources, Spawn,
+    LogFormat, LogLevel, LogTarget, Origins, PmMode, PoolConfig, ProcessManager, Sources, Spawn,
     DEFAULT_LIMIT_EXTENSIONS,
 };
 pub use raw::{ByteSize, Duration};
@@ -631,6 +631,7 @@ php_admin_flag.log_errors = true
                 control_socket: d.join("run/fpmd.sock"),
                 watch: true,
                 daemonize: false,
+                log_format: LogFormat::Fpmd,
                 metrics_listen: None,
             }
         );
@@ -747,6 +748,7 @@ php_admin_flag.log_errors = true
                 },
                 watch: false,
                 daemonize: false,
+                log_format: LogFormat::Fpmd,
                 metrics_listen: None,
             }
         );

@@ -104,6 +104,9 @@ pub struct Global {
     /// to be the daemon. The command line's `-D`/`-F` override it. Read
     /// at start only. php-fpm: `daemonize`.
     pub daemonize: bool,
+    /// `log_format` (fpmd only): `"fpmd"` (default) or `"php-fpm"`
+    /// ([`LogFormat`]); applies live on reload.
+    pub log_format: LogFormat,
     /// `metrics.listen` (fpmd only): where fpmd serves `GET /metrics`
     /// (OpenMetrics text over HTTP/1.1, see [`crate::observe::metrics`]):
     /// `"IP:PORT"`, `"[IPv6]:PORT"`, a bare port (all IPv4 addresses) or a
@@ -133,6 +136,32 @@ pub enum LogLevel {
     Warning,
     Notice,
     Debug,
+}
+
+/// `log_format`: how fpmd's log lines look.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize)]
+pub enum LogFormat {
+    /// `"fpmd"` (default): `2026-12-01T09:52:00.123456Z WARNING message
+    /// pool=www pid=1234` (see [`crate::log`]).
+    #[default]
+    #[serde(rename = "fpmd")]
+    Fpmd,
+    /// `"php-fpm"`: php-fpm's own lines (`zlog.c`), `[01-Dec-2026
+    /// 09:52:00] WARNING: [pool www] child 1234 exited …`, with
+    /// php-fpm's wording for its lifecycle events, for tools that read
+    /// php-fpm's log.
+    #[serde(rename = "php-fpm")]
+    PhpFpm,
+}
+
+impl LogFormat {
+    /// The configuration name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogFormat::Fpmd => "fpmd",
+            LogFormat::PhpFpm => "php-fpm",
+        }
+    }
 }
 
 impl LogLevel {

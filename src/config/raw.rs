@@ -10,7 +10,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
-use super::model::{LogLevel, Spawn};
+use super::model::{LogFormat, LogLevel, Spawn};
 use super::render::dotted;
 use super::source::SourceFile;
 use super::ConfigError;
@@ -158,6 +158,7 @@ pub(super) struct RawGlobal {
     pub(super) control_socket: Option<String>,
     pub(super) watch: Option<bool>,
     pub(super) daemonize: Option<bool>,
+    pub(super) log_format: Option<LogFormat>,
     #[serde(default)]
     pub(super) metrics: RawMetrics,
 }

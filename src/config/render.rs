@@ -66,6 +66,10 @@ impl Config {
         ));
         out.push_str(&format!("watch = {}\n", self.global.watch));
         out.push_str(&format!("daemonize = {}\n", self.global.daemonize));
+        out.push_str(&format!(
+            "log_format = {}\n",
+            toml_str(self.global.log_format.as_str())
+        ));
         match &self.global.metrics_listen {
             Some(a) => out.push_str(&format!("metrics.listen = {}\n", toml_str(&a.to_string()))),
             None => out.push_str("# metrics.listen: not set (no metrics endpoint)\n"),

@@ -109,6 +109,7 @@ pub(super) fn validate_global(
             control_socket,
             watch: raw.watch.unwrap_or(false),
             daemonize: raw.daemonize.unwrap_or(false),
+            log_format: raw.log_format.unwrap_or_default(),
             metrics_listen,
         },
         includes,
@@ -1401,6 +1402,31 @@ mod tests {
     use super::*;
     use crate::config::raw::parse_mode;
     use crate::config::testutil::*;
+
+    /// `log_format`: "fpmd" (default) or "php-fpm"; anything else at its line.
+    #[test]
+    fn log_format_key() {
+        use crate::config::LogFormat;
+        let (_d, c) = load_ok(&pool("www", ""), &[]);
+        assert_eq!(c.global.log_format, LogFormat::Fpmd);
+        assert!(c.to_toml().contains("log_format = \"fpmd\"\n"));
+        let main = format!("[global]\nlog_format = \"php-fpm\"\n{}", pool("www", ""));
+        let (_d, c) = load_ok(&main, &[]);
+        assert_eq!(c.global.log_format, LogFormat::PhpFpm);
+        assert!(c.to_toml().contains("log_format = \"php-fpm\"\n"));
+        let main = format!("[global]\nlog_format = \"json\"\n{}", pool("www", ""));
+        let (_d, e) = load_err(&main, &[]);
+        assert_eq!(
+            (e.line, e.key.as_deref()),
+            (Some(2), Some("global.log_format")),
+            "{e}"
+        );
+        assert!(
+            e.message
+                .contains("unknown variant `json`, expected `fpmd` or `php-fpm`"),
+            "{e}"
+        );
+    }
 
     /// A unix socket whose directory does not exist (or is a file) cannot
     /// be bound: refused at its key.

@@ -112,6 +112,10 @@ struct Supervisor {
     /// (`E2BIG`): never tried again, since it cannot change (a reload
     /// makes a new generation).
     unstartable: Option<GenId>,
+    /// Children of the target generation that exited unasked and are not
+    /// replaced yet: their replacements are logged at NOTICE (php-fpm's
+    /// `child N started` after a death; other starts at DEBUG).
+    replacing: u32,
     stopping: Option<Stopping>,
     emergency_restart: Option<(u32, Duration)>,
     /// Recent unexpected deaths (for `emergency_restart_threshold`).
@@ -178,6 +182,7 @@ pub fn start_pool(
         quick_deaths: 0,
         respawn_at: None,
         unstartable: None,
+        replacing: 0,
         stopping: None,
         emergency_restart,
         crashes: VecDeque::new(),
@@ -1098,6 +1103,10 @@ impl Supervisor {
                 let exit = Exit { pid, kind };
                 let lived = started.elapsed();
                 self.note_oom(pid, kind);
+                if !expected && self.stopping.is_none() {
+                    // Its parent forks a replacement.
+                    self.replacing += 1;
+                }
                 match (expected, kind) {
                     (true, _) => debug!(pool = %self.name(), pid, "{}", exit.describe(lived)),
                     (false, ExitKind::Code(0)) => {
@@ -1128,6 +1137,10 @@ impl Supervisor {
                 stop: None,
             });
             self.pool.stats.count_spawned(1);
+            if self.replacing > 0 {
+                self.replacing -= 1;
+                info!(pool = %self.name(), pid, php_fpm = %format_args!("child {pid} started"), "child forked by php-cgi parent {parent} in place of one that exited");
+            }
         }
     }
 
@@ -1257,6 +1270,9 @@ impl Supervisor {
         if child.stop.is_some() {
             debug!(pool = %self.name(), pid = exit.pid, "{}", exit.describe(lived));
         } else {
+            if child.gen == self.target && !child.prefork {
+                self.replacing += 1;
+            }
             match exit.kind {
                 ExitKind::Code(0) => {
                     info!(pool = %self.name(), pid = exit.pid, "{}", exit.describe(lived))
@@ -1435,6 +1451,9 @@ impl Supervisor {
         }
         if prefork {
             debug!(pool = %self.name(), pid, "php-cgi parent started (generation {gen}), pre-forking {} children", config.pm.max_children);
+        } else if self.replacing > 0 {
+            self.replacing -= 1;
+            info!(pool = %self.name(), pid, php_fpm = %format_args!("child {pid} started"), "child started (generation {gen}) in place of one that exited");
         } else {
             debug!(pool = %self.name(), pid, "child started (generation {gen})");
         }

@@ -21,6 +21,7 @@ mod limits;
 mod listen;
 mod metrics;
 mod output;
+mod php_fpm_log;
 mod pm_modes;
 mod pool_settings;
 mod reload;

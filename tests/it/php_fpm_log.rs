@@ -134,3 +134,123 @@ fn lifecycle_lines_as_php_fpm_writes_them() {
         );
     }
 }
+
+/// The lines of `log` about requests and output, masked.
+fn request_lines(log: &str) -> Vec<String> {
+    log.lines()
+        .filter(|l| {
+            [
+                "said into stderr",
+                "executing too slow",
+                "execution timed out",
+                "server reached pm.max_children",
+            ]
+            .iter()
+            .any(|s| l.contains(s))
+        })
+        .map(mask)
+        .collect()
+}
+
+/// The request events through `web`, logged in `log`: a child's stderr, a
+/// slow request, two at once on one child, one over
+/// request_terminate_timeout.
+fn request_events(web: &Nginx, log: impl Fn() -> String) -> String {
+    let r = get(&web.url("/stderr.php?marker=m1"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    wait_lines("process-stderr:m1", 1, &log);
+    let r = get(&web.url("/sleep.php?ms=1500"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    wait_lines("executing too slow", 1, &log);
+    let both: Vec<_> = (0..2)
+        .map(|_| {
+            let url = web.url("/sleep.php?ms=1200");
+            std::thread::spawn(move || get(&url).status)
+        })
+        .collect();
+    for h in both {
+        assert_eq!(h.join().unwrap(), 200);
+    }
+    wait_lines("server reached pm.max_children setting", 1, &log);
+    let r = get(&web.url("/sleep.php?ms=6000"));
+    assert!(
+        r.status >= 500,
+        "past request_terminate_timeout: {}",
+        r.status
+    );
+    wait_lines("execution timed out", 1, &log);
+    log()
+}
+
+#[test]
+fn request_lines_as_php_fpm_writes_them() {
+    let t = TestDir::new();
+    let slow = t.join("slow.log").display().to_string();
+    let settings = |pm: &str| {
+        vec![
+            format!("{pm} = dynamic"),
+            "pm.start_servers = 1".to_string(),
+            "pm.min_spare_servers = 1".to_string(),
+            "pm.max_spare_servers = 1".to_string(),
+            "catch_workers_output = yes".to_string(),
+            "request_slowlog_timeout = 1".to_string(),
+            format!("slowlog = {slow}"),
+            "request_terminate_timeout = 3".to_string(),
+        ]
+    };
+    let mut opts = PhpFpmOpts::default().max_children(1);
+    for l in settings("pm") {
+        opts = opts.line(l);
+    }
+    let fpm = PhpFpm::start_with(&t, opts);
+    let web = Nginx::start(
+        &t,
+        NginxOpts {
+            upstream: Some(fpm.upstream()),
+            name: Some("php-fpm".into()),
+            ..Default::default()
+        },
+    );
+    let theirs = request_lines(&request_events(&web, || fpm.log()));
+    drop(web);
+    drop(fpm);
+
+    // The same pool in fpmd's TOML.
+    let toml: Vec<String> = settings("pm.mode")
+        .into_iter()
+        .map(|l| {
+            let (k, v) = l.split_once(" = ").unwrap();
+            match v.parse::<u32>() {
+                Ok(_) => format!("{k} = {v}"),
+                Err(_) if v == "yes" => format!("{k} = true"),
+                Err(_) => format!("{k} = {v:?}"),
+            }
+        })
+        .collect();
+    let toml: Vec<&str> = toml.iter().map(String::as_str).collect();
+    let cfg = FpmdConfig::new()
+        .pool(Pool::www().max_children(1).lines(&toml))
+        .error_log("fpmd.php-fpm.log")
+        .global("log_format = \"php-fpm\"");
+    let f = Fpmd::start(&t, cfg);
+    let web = Nginx::start(
+        &t,
+        NginxOpts {
+            upstream: Some(f.upstream(0)),
+            name: Some("fpmd".into()),
+            ..Default::default()
+        },
+    );
+    let ours = request_lines(&request_events(&web, || f.log()));
+    eprintln!("--- php-fpm ---\n{theirs:#?}\n--- fpmd ---\n{ours:#?}");
+    for kind in [
+        "said into stderr",
+        "executing too slow",
+        "execution timed out",
+        "server reached pm.max_children",
+    ] {
+        let pick = |v: &[String]| v.iter().find(|l| l.contains(kind)).cloned();
+        let want = pick(&theirs).unwrap_or_else(|| panic!("php-fpm logged no {kind:?}"));
+        assert_eq!(pick(&ours), Some(want), "{kind}");
+    }
+}

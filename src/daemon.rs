@@ -715,6 +715,9 @@ impl Daemon {
             Ok(c) => c,
             Err(e) => return Answer::ConfigError(e.to_string()),
         };
+        for w in &new.warnings {
+            warn!("{w}");
+        }
         let old_keys: Vec<ListenKey> = self
             .config
             .pools

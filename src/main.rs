@@ -429,6 +429,9 @@ fn main() -> ExitCode {
         }
     };
     if cli.test > 0 {
+        for w in &config.warnings {
+            eprintln!("fpmd: warning: {w}");
+        }
         print!("{}", config.to_toml_with_origins());
         eprintln!(
             "fpmd: configuration file {} test is successful",
@@ -473,6 +476,9 @@ fn main() -> ExitCode {
     // A panic (a bug) goes to the error log, not to a stderr nobody reads;
     // the connection task it happened in logs its pool and peer.
     std::panic::set_hook(Box::new(|info| tracing::error!("panic: {info}")));
+    for w in &config.warnings {
+        tracing::warn!("{w}");
+    }
     // One thread: the FastCGI hop is I/O-bound, and on small machines the
     // cores belong to php-cgi and the web server.
     let runtime = match tokio::runtime::Builder::new_current_thread()

@@ -492,6 +492,7 @@ mod tests {
             sources: Default::default(),
             origins: Default::default(),
             options: Default::default(),
+            warnings: Vec::new(),
         }
     }
 

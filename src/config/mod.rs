@@ -455,7 +455,8 @@ fn load_from(
     }
 
     let mut files = vec![(main, raw_main.pools)];
-    for inc in find_includes(reader, &files[0].0, &includes)? {
+    let (included, warnings) = find_includes(reader, &files[0].0, &includes)?;
+    for inc in included {
         let src = read(&inc)?;
         keys::check_structure(&src, false)?;
         let raw = raw::deserialize_file(&src)?;
@@ -505,6 +506,7 @@ fn load_from(
         sources,
         origins,
         options: options.clone(),
+        warnings,
     })
 }
 
@@ -528,12 +530,13 @@ fn full_glob(main: &SourceFile, pat: &str) -> String {
 
 /// The files matched by the include patterns, relative to the main file's
 /// directory, sorted by name within each pattern, without duplicates and
-/// without the main file itself.
+/// without the main file itself; and a warning per pattern that matches
+/// nothing (php-fpm's "Nothing matches the include pattern").
 fn find_includes(
     reader: &dyn Reader,
     main: &SourceFile,
     patterns: &[String],
-) -> Result<Vec<PathBuf>, ConfigError> {
+) -> Result<(Vec<PathBuf>, Vec<String>), ConfigError> {
     let err = |message: String| ConfigError {
         file: main.path.clone(),
         line: main.find_line(&["global", "include"]),
@@ -544,6 +547,7 @@ fn find_includes(
     let main_canon = reader.canonicalize(&main.path);
     let mut out: Vec<PathBuf> = Vec::new();
     let mut canon_seen = Vec::new();
+    let mut warnings = Vec::new();
     for pat in patterns {
         let full = glob::Pattern::new(&full_glob(main, pat))
             .map_err(|e| err(format!("invalid glob pattern \"{pat}\": {e}")))?;
@@ -551,6 +555,10 @@ fn find_includes(
             .glob(&full)
             .map_err(|m| err(format!("include \"{pat}\": {m}")))?;
         matched.sort();
+        if matched.is_empty() {
+            warnings
+                .push(err(format!("nothing matches the include pattern \"{pat}\"")).to_string());
+        }
         for p in matched {
             let canon = reader.canonicalize(&p);
             if canon.is_some() && (canon == main_canon || canon_seen.contains(&canon)) {
@@ -560,7 +568,7 @@ fn find_includes(
             out.push(p);
         }
     }
-    Ok(out)
+    Ok((out, warnings))
 }
 
 #[cfg(test)]
@@ -1016,7 +1024,8 @@ php_admin_flag.log_errors = true
                 "{e}"
             );
         }
-        // A directory is passed over; nothing matched is no error.
+        // A directory is passed over; nothing matched is no error, but a
+        // warning naming the pattern's line.
         let dir = tempfile::tempdir().unwrap();
         let main = write(
             dir.path(),
@@ -1024,7 +1033,15 @@ php_admin_flag.log_errors = true
             &format!("{INCLUDE_MAIN}\n{}", pool("m", "")),
         );
         std::fs::create_dir_all(dir.path().join("pool.d/sub.toml")).unwrap();
-        assert_eq!(load(&main).unwrap().pools.len(), 1);
+        let c = load(&main).unwrap();
+        assert_eq!(c.pools.len(), 1);
+        assert_eq!(
+            c.warnings,
+            [format!(
+                "{}:2: key 'global.include': nothing matches the include pattern \"pool.d/*.toml\"",
+                main.display()
+            )]
+        );
         // The glob's directory is missing.
         std::fs::remove_dir_all(dir.path().join("pool.d")).unwrap();
         let e = load(&main).unwrap_err();

@@ -26,6 +26,10 @@ pub struct Config {
     /// The command line's options it was loaded with (a reload loads the
     /// files again with the same).
     pub options: super::LoadOptions,
+    /// What is not an error but may be a mistake, one message each (file,
+    /// line, key): an include pattern that matches nothing. Printed by
+    /// `fpmd -t`, logged at start and reload.
+    pub warnings: Vec<String>,
 }
 
 /// Where each key that a file sets was set: per table (`""` for

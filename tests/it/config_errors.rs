@@ -688,7 +688,7 @@ fn include_matches_a_fifo() {
 
 /// As php-fpm: a wildcard whose directory does not exist is an error (at
 /// the include line); one that matches nothing in an existing directory
-/// is not.
+/// is a warning.
 #[test]
 fn include_glob_whose_directory_is_missing() {
     let t = TestDir::new();
@@ -712,4 +712,10 @@ fn include_glob_whose_directory_is_missing() {
     std::fs::create_dir(t.join("nothere")).unwrap();
     let r = crate::harness::fpmd::run_fpmd(t.path(), &t.tag(), &["-c", &conf, "-t"]);
     assert_eq!(r.code(), Some(0), "nothing matched is no error: {r}");
+    assert!(
+        r.stderr.contains(
+            "main.toml:2: key 'global.include': nothing matches the include pattern \"nothere/*.toml\""
+        ),
+        "but a warning, as php-fpm's: {r}"
+    );
 }

@@ -1432,32 +1432,30 @@ mod tests {
     /// be bound: refused at its key.
     #[test]
     fn socket_directory_must_exist() {
-        let (dir, e) = load_err(
-            &pool("www", "").replace("/tmp/www.sock", "/run/nothere/x.sock"),
-            &[],
-        );
-        assert_err(
-            &dir,
-            &e,
-            "fpmd.toml",
-            Some(5),
-            Some("www"),
-            Some("listen.address"),
-            "cannot create the socket /run/nothere/x.sock: its directory /run/nothere does not exist (No such file or directory (os error 2)), so bind() would fail; create it (e.g. with systemd's RuntimeDirectory= or tmpfiles.d)",
-        );
-        let (dir, e) = load_err(
-            &pool("www", "pm.status_listen = \"/etc/passwd/s.sock\"\n"),
-            &[],
-        );
-        assert_err(
-            &dir,
-            &e,
-            "fpmd.toml",
-            Some(7),
-            Some("www"),
-            Some("pm.status_listen"),
-            "cannot create the socket /etc/passwd/s.sock: /etc/passwd is not a directory",
-        );
+        let cases = [
+            (
+                pool("www", "").replace("/tmp/www.sock", "/run/nothere/x.sock"),
+                (5, "listen.address"),
+                "cannot create the socket /run/nothere/x.sock: its directory /run/nothere does not exist (No such file or directory (os error 2)), so bind() would fail; create it (e.g. with systemd's RuntimeDirectory= or tmpfiles.d)",
+            ),
+            (
+                pool("www", "pm.status_listen = \"/etc/passwd/s.sock\"\n"),
+                (7, "pm.status_listen"),
+                "cannot create the socket /etc/passwd/s.sock: /etc/passwd is not a directory",
+            ),
+        ];
+        for (text, (line, key), message) in cases {
+            let (dir, e) = load_err(&text, &[]);
+            assert_err(
+                &dir,
+                &e,
+                "fpmd.toml",
+                Some(line),
+                Some("www"),
+                Some(key),
+                message,
+            );
+        }
     }
 
     /// An env value or ini value php-cgi cannot be exec'd with (one string

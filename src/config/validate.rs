@@ -569,16 +569,21 @@ pub(super) fn validate_pool(
 /// beyond it, whatever the stack limit).
 const MAX_ARG_STRLEN: usize = 32 * 4096;
 
-/// `sysconf(_SC_ARG_MAX)`: the bound on the argument and environment
-/// strings of an execve(2) together, with their pointers (a quarter of
-/// the stack limit on Linux, at least 128 KiB); 2 MiB when unknown.
+/// The bound on the argument and environment strings of an execve(2)
+/// together, with their pointers: `sysconf(_SC_ARG_MAX)` (a quarter of
+/// the stack limit, at least 128 KiB; 2 MiB when unknown), but never more
+/// than the kernel's own cap of 6 MiB (`bprm_stack_limits` in
+/// `fs/exec.c`: three quarters of `_STK_LIM`), which applies even with an
+/// unlimited stack (where sysconf says more).
 fn arg_max() -> usize {
+    const KERNEL_CAP: usize = (8 << 20) / 4 * 3;
     // SAFETY: sysconf has no memory effects.
     let n = unsafe { libc::sysconf(libc::_SC_ARG_MAX) };
     usize::try_from(n)
         .ok()
         .filter(|&n| n > 0)
         .unwrap_or(2 << 20)
+        .min(KERNEL_CAP)
 }
 
 /// The pool's php-cgi can be exec'd: no argument (`-d name=value` of a
@@ -648,7 +653,7 @@ fn check_exec_size(
             None => (vec!["php_cgi"], String::new()),
         };
         return Err(ctx.err(&segs, format!(
-            "php-cgi's arguments and environment together are {total} bytes, more than ARG_MAX ({arg_max} bytes, a quarter of the stack limit): php-cgi could not be started (execve: Argument list too long){what}"
+            "php-cgi's arguments and environment together are {total} bytes, more than ARG_MAX ({arg_max} bytes: a quarter of the stack limit, at most 6 MiB): php-cgi could not be started (execve: Argument list too long){what}"
         )));
     }
     Ok(())

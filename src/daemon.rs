@@ -177,18 +177,26 @@ struct Daemon {
 /// Runs until a stop intent; returns once every child is reaped. Must run
 /// inside a tokio runtime with I/O, time and signals enabled.
 /// `handover`: this fpmd replaces another (a binary upgrade), which waits
-/// to hear that this one serves.
+/// to hear that this one serves. `detached`: this fpmd detached
+/// (`daemonize`), and the process that started it waits to hear the same.
 pub async fn run(
     prepared: Prepared,
     mut intents: mpsc::UnboundedReceiver<Intent>,
     log: LogWriter,
     handover: Option<crate::upgrade::Handover>,
+    detached: Option<crate::detach::Ready>,
 ) -> anyhow::Result<()> {
     let Prepared {
         config,
         listeners,
         activation,
     } = prepared;
+    let pid = std::process::id();
+    info!(
+        php_fpm = %format_args!("fpm is running, pid {pid}"),
+        "fpmd {} running, pid {pid}",
+        env!("CARGO_PKG_VERSION")
+    );
     let config_file = std::path::absolute(&config.file).unwrap_or_else(|_| config.file.clone());
     // Orphans of our children (a pre-fork parent's children, processes a
     // script started) are reparented to fpmd and reaped here, not left as
@@ -280,11 +288,18 @@ pub async fn run(
     }
     d.rewatch();
     info!(
+        php_fpm = "ready to handle connections",
         "fpmd {} ready to handle connections ({} pools)",
         env!("CARGO_PKG_VERSION"),
         d.pools.len()
     );
     d.sd.send(&[Notify::Ready, Notify::Status(d.serving())]);
+    if let Some(ready) = detached {
+        // The process that started fpmd exits 0 now.
+        if let Err(e) = ready.notify() {
+            warn!("cannot tell the starting process that fpmd serves: {e}");
+        }
+    }
     // Start-up code (configuration parsing, command line) is not needed
     // again: let the kernel take back fpmd's own code pages; the request
     // path faults its few pages back in. Less of fpmd counts in each pool.
@@ -340,7 +355,7 @@ pub async fn run(
             Intent::FastStop => break StopMode::Fast,
             Intent::ReopenLogs => {
                 match d.log.reopen() {
-                    Ok(()) => info!("log file reopened"),
+                    Ok(()) => info!(php_fpm = "error log file re-opened", "log file reopened"),
                     Err(e) => error!("cannot reopen the log file: {e}"),
                 }
                 reopen_access_logs();
@@ -422,12 +437,15 @@ pub async fn run(
     drop(listeners);
     drop(in_flight);
     if mode == StopMode::Graceful {
-        info!("graceful stop: no new connections; waiting for in-flight requests");
+        info!(
+            php_fpm = "Finishing ...",
+            "graceful stop: no new connections; waiting for in-flight requests"
+        );
         loop {
             tokio::select! {
                 _ = in_flight_rx.recv() => break,
                 i = intents.recv() => if matches!(i, Some(Intent::FastStop) | None) {
-                    warn!("fast stop requested during the graceful stop");
+                    warn!(php_fpm = "Terminating ...", "fast stop requested during the graceful stop");
                     mode = StopMode::Fast;
                     sd.send(&[Notify::Status(stopping(mode).into())]);
                     break;
@@ -435,7 +453,7 @@ pub async fn run(
             }
         }
     } else {
-        info!("fast stop");
+        info!(php_fpm = "Terminating ...", "fast stop");
     }
     let mut stopping = Vec::new();
     for (_, handle) in pools {
@@ -450,7 +468,7 @@ pub async fn run(
     // The access log lines not yet written (a disk that hangs does not
     // hold the exit long).
     let _ = tokio::time::timeout(STOP_GRACE, crate::observe::reopen::sync()).await;
-    info!("exiting");
+    info!(php_fpm = "exiting, bye-bye!", "exiting");
     Ok(())
 }
 
@@ -618,9 +636,10 @@ impl Daemon {
             self.config.file.display()
         );
         let config = self.config.file.clone();
+        let args = self.config.options.to_args(self.config.global.daemonize);
         self.board.set_phase(Phase::Upgrading);
         let outcome = tokio::task::spawn_blocking(move || {
-            crate::upgrade::start_new(&exe, &config, listeners)
+            crate::upgrade::start_new(&exe, &config, &args, listeners)
         })
         .await;
         if !matches!(outcome, Ok(crate::upgrade::Outcome::Ready(_))) {
@@ -710,11 +729,16 @@ impl Daemon {
     async fn reload(&mut self) -> Answer {
         self.sd.send(&[Notify::Reloading]);
         self.board.set_phase(Phase::Reloading);
-        info!("reloading {}", self.config.file.display());
-        let loaded = crate::config::load(&self.config.file).map(|mut c| {
-            self.activation.apply(&mut c);
-            c
-        });
+        info!(
+            php_fpm = "Reloading in progress ...",
+            "reloading {}",
+            self.config.file.display()
+        );
+        let loaded =
+            crate::config::load_with(&self.config.file, &self.config.options).map(|mut c| {
+                self.activation.apply(&mut c);
+                c
+            });
         let answer = self.apply(loaded).await;
         self.post_pools();
         self.board.set_phase(Phase::Ready);
@@ -723,7 +747,11 @@ impl Daemon {
         self.publish_pools();
         self.remetrics().await;
         match &answer {
-            Answer::Ok(summary) => info!("reload done: {}", summary.replace('\n', "; ")),
+            Answer::Ok(summary) => info!(
+                php_fpm = "ready to handle connections",
+                "reload done: {}",
+                summary.replace('\n', "; ")
+            ),
             Answer::ConfigError(e) => {
                 error!("reload refused, the running configuration stays: {e}")
             }
@@ -739,6 +767,9 @@ impl Daemon {
             Ok(c) => c,
             Err(e) => return Answer::ConfigError(e.to_string()),
         };
+        for w in &new.warnings {
+            warn!("{w}");
+        }
         let old_keys: Vec<ListenKey> = self
             .config
             .pools
@@ -766,6 +797,7 @@ impl Daemon {
         if g.log_level != self.config.global.log_level {
             crate::log::set_level(&g.log_level);
         }
+        crate::log::set_format(g.log_format);
         if g.error_log != self.config.global.error_log {
             if let Err(e) = self.log.retarget(&g.error_log) {
                 error!(

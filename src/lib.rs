@@ -19,6 +19,7 @@ pub mod config;
 pub mod control;
 pub mod ctl;
 pub mod daemon;
+pub mod detach;
 pub mod fastcgi;
 pub mod listen;
 pub mod log;

@@ -12,6 +12,15 @@
 //! then the message and `name=value` fields. Events whose target is
 //! [`RAW_TARGET`] are written as their message alone (php-fpm's
 //! `decorate_workers_output = no`).
+//!
+//! With `log_format = "php-fpm"` a line is php-fpm's (`zlog.c`):
+//! `[01-Dec-2026 19:00:00] NOTICE: text`, local time, and with
+//! `log_level = "debug"` `[01-Dec-2026 19:00:00.123456] DEBUG: pid 12,
+//! fpmd::daemon(), line 40: text`. The text is the event's
+//! [`PHP_FPM_FIELD`] when it has one (php-fpm's wording of the same
+//! event: `fpm is running, pid 12`, `Terminating ...`), else its message
+//! and fields; a `pool` field becomes php-fpm's `[pool www] ` prefix and
+//! `pid` is left out (php-fpm's messages name the child themselves).
 
 use std::fmt::{self, Write as _};
 use std::fs::{File, OpenOptions};
@@ -21,7 +30,35 @@ use std::sync::{Arc, Mutex};
 
 use tracing_subscriber::fmt::MakeWriter;
 
-use crate::config::{LogLevel, LogTarget};
+use crate::config::{LogFormat, LogLevel, LogTarget};
+
+/// The field that carries php-fpm's wording of an event, written instead
+/// of the message under `log_format = "php-fpm"` and never shown
+/// otherwise: `info!(php_fpm = "ready to handle connections", "…")`.
+pub const PHP_FPM_FIELD: &str = "php_fpm";
+
+/// `log_format` now: 0 fpmd's, 1 php-fpm's.
+static FORMAT: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+/// `log_level = "debug"` now (php-fpm's lines then carry microseconds,
+/// the pid and where the event was logged).
+static DEBUG: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Switches the line format (at start, and when a reload changes
+/// `log_format`).
+pub fn set_format(format: LogFormat) {
+    let n = match format {
+        LogFormat::Fpmd => 0,
+        LogFormat::PhpFpm => 1,
+    };
+    FORMAT.store(n, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn current_format() -> LogFormat {
+    match FORMAT.load(std::sync::atomic::Ordering::Relaxed) {
+        1 => LogFormat::PhpFpm,
+        _ => LogFormat::Fpmd,
+    }
+}
 
 /// Where log lines go; cheap to clone, reopenable, and retargetable by a
 /// reload.
@@ -115,6 +152,10 @@ pub fn level_filter(level: &LogLevel) -> tracing::level_filters::LevelFilter {
 /// Changes the level of the installed subscriber (a reload changed
 /// `log_level`). No-op before [`init`].
 pub fn set_level(level: &LogLevel) {
+    DEBUG.store(
+        *level == LogLevel::Debug,
+        std::sync::atomic::Ordering::Relaxed,
+    );
     if let Some(h) = LEVEL.get() {
         let _ = h.modify(|f| *f = level_filter(level));
     }
@@ -126,8 +167,14 @@ type LevelHandle = tracing_subscriber::reload::Handle<
 >;
 static LEVEL: std::sync::OnceLock<LevelHandle> = std::sync::OnceLock::new();
 
-/// Installs the global subscriber. Errors: the log file cannot be opened.
-pub fn init(target: &LogTarget, level: &LogLevel) -> io::Result<LogWriter> {
+/// Installs the global subscriber, writing lines in `format`. Errors: the
+/// log file cannot be opened.
+pub fn init(target: &LogTarget, level: &LogLevel, format: LogFormat) -> io::Result<LogWriter> {
+    set_format(format);
+    DEBUG.store(
+        *level == LogLevel::Debug,
+        std::sync::atomic::Ordering::Relaxed,
+    );
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     let sink = match target {
@@ -187,6 +234,8 @@ pub fn level_name(level: &tracing::Level, target: &str) -> &'static str {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct PhpFpmFormat {
     timer: tracing_subscriber::fmt::time::SystemTime,
+    /// For tests: this format and debug flag instead of the global ones.
+    fixed: Option<(LogFormat, bool)>,
 }
 
 impl<S, N> tracing_subscriber::fmt::FormatEvent<S, N> for PhpFpmFormat
@@ -211,12 +260,104 @@ where
             message.result?;
             return writeln!(writer);
         }
+        let (format, debug) = self.fixed.unwrap_or_else(|| {
+            (
+                current_format(),
+                DEBUG.load(std::sync::atomic::Ordering::Relaxed),
+            )
+        });
+        if format == LogFormat::PhpFpm {
+            return php_fpm_line(&mut writer, event, debug);
+        }
         if self.timer.format_time(&mut writer).is_err() {
             writer.write_str("<unknown time>")?;
         }
         write!(writer, " {:>7} ", level_name(meta.level(), meta.target()))?;
         ctx.field_format().format_fields(writer.by_ref(), event)?;
         writeln!(writer)
+    }
+}
+
+/// One line in php-fpm's form (see the module's documentation).
+fn php_fpm_line(
+    w: &mut tracing_subscriber::fmt::format::Writer<'_>,
+    event: &tracing::Event<'_>,
+    debug: bool,
+) -> fmt::Result {
+    let meta = event.metadata();
+    let now = chrono::Local::now();
+    write!(w, "[{}", now.format("%d-%b-%Y %H:%M:%S"))?;
+    if debug {
+        write!(w, ".{:06}", now.timestamp_subsec_micros())?;
+    }
+    let level = level_name(meta.level(), meta.target());
+    if debug {
+        write!(
+            w,
+            "] {level}: pid {}, {}(), line {}: ",
+            std::process::id(),
+            meta.module_path().unwrap_or("fpmd"),
+            meta.line().unwrap_or(0)
+        )?;
+    } else {
+        write!(w, "] {level}: ")?;
+    }
+    let mut v = PhpFpmFields::default();
+    event.record(&mut v);
+    let (text, others) = match v.php_fpm {
+        Some(words) => (words, String::new()),
+        None => (v.message, v.others),
+    };
+    if let Some(pool) = v.pool.filter(|_| !text.starts_with("[pool ")) {
+        write!(w, "[pool {pool}] ")?;
+    }
+    w.write_str(&text)?;
+    w.write_str(&others)?;
+    writeln!(w)
+}
+
+/// The fields of an event, for [`php_fpm_line`]: escaped as
+/// [`EscapingFields`] escapes them.
+#[derive(Default)]
+struct PhpFpmFields {
+    message: String,
+    php_fpm: Option<String>,
+    pool: Option<String>,
+    /// ` name=value` of the other fields but `pid`.
+    others: String,
+}
+
+impl tracing::field::Visit for PhpFpmFields {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.record_debug(field, &format_args!("{value}"));
+    }
+
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn fmt::Debug) {
+        let escaped = |quotes: bool| {
+            let mut s = String::new();
+            let _ = write!(
+                Escaping {
+                    inner: &mut s,
+                    quotes
+                },
+                "{value:?}"
+            );
+            s
+        };
+        match field.name() {
+            "message" => self.message = escaped(false),
+            PHP_FPM_FIELD => self.php_fpm = Some(escaped(false)),
+            "pool" => self.pool = Some(escaped(true)),
+            "pid" => {}
+            name => {
+                let _ = write!(
+                    self.others,
+                    " {}={}",
+                    name.trim_start_matches("r#"),
+                    escaped(true)
+                );
+            }
+        }
     }
 }
 
@@ -277,7 +418,7 @@ impl tracing::field::Visit for FieldVisitor<'_> {
     }
 
     fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn fmt::Debug) {
-        if self.result.is_err() {
+        if self.result.is_err() || field.name() == PHP_FPM_FIELD {
             return;
         }
         let sep = if self.first { "" } else { " " };
@@ -492,12 +633,16 @@ mod tests {
     }
 
     fn capture(f: impl FnOnce()) -> String {
+        capture_as(PhpFpmFormat::default(), f)
+    }
+
+    fn capture_as(format: PhpFpmFormat, f: impl FnOnce()) -> String {
         let buf = Buf::default();
         let out = buf.clone();
         let sub = tracing_subscriber::fmt()
             .with_max_level(tracing::level_filters::LevelFilter::DEBUG)
             .with_ansi(false)
-            .event_format(PhpFpmFormat::default())
+            .event_format(format)
             .fmt_fields(EscapingFields)
             .with_writer(move || out.clone())
             .finish();
@@ -551,5 +696,75 @@ mod tests {
         );
         assert_eq!(lines[1], r#"{"json":1}"#);
         assert_eq!(lines[2], r"a\nb");
+    }
+
+    /// `log_format = "php-fpm"`: zlog.c's time stamp and `LEVEL: `, the
+    /// event's php-fpm wording, `[pool NAME] ` from the field, no pid, the
+    /// other fields kept where there is no php-fpm wording; with debug,
+    /// microseconds and where it was logged. The fpmd format never shows
+    /// the php-fpm wording.
+    #[test]
+    fn php_fpm_lines() {
+        let php_fpm = PhpFpmFormat {
+            fixed: Some((LogFormat::PhpFpm, false)),
+            ..Default::default()
+        };
+        let out = capture_as(php_fpm, || {
+            tracing::info!(
+                php_fpm = "ready to handle connections",
+                "fpmd 1 ready (2 pools)"
+            );
+            tracing::warn!(
+                pool = "www",
+                pid = 12,
+                "child 12 exited on signal 9 (SIGKILL) after 1.000000 seconds from start"
+            );
+            tracing::warn!("[pool www] child 12 said into stderr: \"x\"");
+            tracing::error!(pool = "www", uri = "/a\nb", "cannot");
+            tracing::error!(target: ALERT_TARGET, "a");
+        });
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 5, "{out}");
+        let re = |l: &str| {
+            let b = l.as_bytes();
+            // [01-Dec-2026 19:00:00]
+            b[0] == b'['
+                && b[3] == b'-'
+                && b[7] == b'-'
+                && b[12] == b' '
+                && b[21] == b']'
+                && b[22] == b' '
+        };
+        for l in &lines {
+            assert!(re(l), "{l}");
+        }
+        let rest: Vec<&str> = lines.iter().map(|l| &l[23..]).collect();
+        assert_eq!(
+            rest,
+            [
+                "NOTICE: ready to handle connections",
+                "WARNING: [pool www] child 12 exited on signal 9 (SIGKILL) after 1.000000 seconds from start",
+                "WARNING: [pool www] child 12 said into stderr: \"x\"",
+                "ERROR: [pool www] cannot uri=/a\\nb",
+                "ALERT: a",
+            ]
+        );
+        let debug = PhpFpmFormat {
+            fixed: Some((LogFormat::PhpFpm, true)),
+            ..Default::default()
+        };
+        let out = capture_as(debug, || tracing::debug!("d"));
+        let line = out.trim_end();
+        assert_eq!(line.as_bytes()[21], b'.', "{line}");
+        assert!(
+            line[28..].starts_with(&format!(
+                "] DEBUG: pid {}, fpmd::log::tests(), line ",
+                std::process::id()
+            )),
+            "{line}"
+        );
+        assert!(line.ends_with(": d"), "{line}");
+        let out = capture(|| tracing::info!(php_fpm = "Terminating ...", "fast stop"));
+        assert!(out.trim_end().ends_with("NOTICE fast stop"), "{out}");
     }
 }

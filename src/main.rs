@@ -13,9 +13,16 @@ use fpmd::{config, control, daemon, log, EXIT_CONFIG};
 mod man_pages;
 
 /// FastCGI process manager for PHP: runs stock php-cgi children behind
-/// nginx or Apache, configured with php-fpm's directive names.
+/// nginx or Apache, configured with php-fpm's directive names. The flags
+/// are php-fpm 8.2's (`fpm_main.c`); `-h` prints [`USAGE`].
 #[derive(Parser, Debug)]
-#[command(name = "fpmd", version, about, disable_version_flag = true)]
+#[command(
+    name = "fpmd",
+    version,
+    about,
+    disable_version_flag = true,
+    disable_help_flag = true
+)]
 struct Cli {
     /// Configuration file (default: ./fpmd.toml, then /etc/fpmd/fpmd.toml).
     /// `-y`/`--fpm-config` is accepted too, as php-fpm spells it.
@@ -32,13 +39,49 @@ struct Cli {
     /// (0 when valid, 78 when not). Given twice (`-tt`, as php-fpm), the same.
     #[arg(short = 't', long = "test", action = clap::ArgAction::Count)]
     test: u8,
-    /// Stay in the foreground: accepted for php-fpm compatibility; fpmd
-    /// always runs in the foreground (use systemd or another supervisor).
-    #[arg(short = 'F', long = "nodaemonize")]
-    _foreground: bool,
+    /// php-fpm's prefix: relative paths in the configuration are relative
+    /// to DIR, and the default configuration is DIR/etc/fpmd.toml (then
+    /// DIR/etc/php-fpm.conf).
+    #[arg(short = 'p', long = "prefix", value_name = "DIR", global = true)]
+    prefix: Option<PathBuf>,
+    /// The pid file, instead of `[global] pid`.
+    #[arg(short = 'g', long = "pid", value_name = "FILE")]
+    pid: Option<PathBuf>,
+    /// Stay in the foreground, whatever `daemonize` says.
+    #[arg(short = 'F', long = "nodaemonize", overrides_with = "daemonize")]
+    nodaemonize: bool,
+    /// Detach (run in the background), whatever `daemonize` says.
+    #[arg(short = 'D', long = "daemonize", overrides_with = "nodaemonize")]
+    daemonize: bool,
+    /// Log to stderr in the foreground, even when `error_log` is a file.
+    #[arg(short = 'O', long = "force-stderr")]
+    force_stderr: bool,
+    /// Allow pools whose children run as root.
+    #[arg(short = 'R', long = "allow-to-run-as-root")]
+    allow_to_run_as_root: bool,
+    /// An ini entry for every child (`-d foo=bar`, `-d foo` is `foo=1`);
+    /// repeated.
+    #[arg(short = 'd', value_name = "foo[=bar]", action = clap::ArgAction::Append, global = true)]
+    define: Vec<String>,
+    /// The children read no php.ini (php-cgi -n).
+    #[arg(short = 'n', global = true)]
+    no_php_ini: bool,
+    /// Print PHP's information (php-cgi -i of the first pool) and exit.
+    #[arg(short = 'i', long = "info")]
+    info: bool,
+    /// Print PHP's compiled-in modules (php-cgi -m of the first pool) and exit.
+    #[arg(short = 'm', long = "modules")]
+    modules: bool,
+    /// Accepted as php-fpm accepts it (extended information for debuggers);
+    /// no effect.
+    #[arg(short = 'e', hide = true)]
+    _extended: bool,
     /// Print the version and exit.
     #[arg(short = 'v', short_alias = 'V', long = "version", action = clap::ArgAction::Version)]
     version: (),
+    /// Print the usage and exit.
+    #[arg(short = 'h', long = "help", short_alias = '?')]
+    help: bool,
     /// Control the fpmd running with this configuration, over its control
     /// socket (none: run fpmd).
     #[command(subcommand)]
@@ -101,9 +144,9 @@ fn parse_interval(text: &str) -> Result<Duration, String> {
 }
 
 /// `fpmd status`: the view, one frame, or the JSON.
-fn status(path: &std::path::Path, args: &StatusArgs) -> ExitCode {
+fn status(path: &std::path::Path, options: &config::LoadOptions, args: &StatusArgs) -> ExitCode {
     use fpmd::observe::top;
-    let socket = match control_socket_of(path) {
+    let socket = match control_socket_of(path, options) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("fpmd: status: {e}");
@@ -131,9 +174,13 @@ fn status(path: &std::path::Path, args: &StatusArgs) -> ExitCode {
 /// socket is found from the configuration's `[global]` (or its default),
 /// even when the rest of the file does not validate (the daemon then says
 /// why the reload is refused).
-fn control_running(path: &std::path::Path, request: Request) -> ExitCode {
+fn control_running(
+    path: &std::path::Path,
+    options: &config::LoadOptions,
+    request: Request,
+) -> ExitCode {
     let command = request.word();
-    let socket = match control_socket_of(path) {
+    let socket = match control_socket_of(path, options) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("fpmd: {command}: {e}");
@@ -168,9 +215,13 @@ fn control_running(path: &std::path::Path, request: Request) -> ExitCode {
 /// about to refuse: the daemon says why), else the default when the main
 /// file sets none. Errors: the main file cannot be read or is not TOML, so
 /// which daemon is meant cannot be told (guessing the default could reach
-/// another fpmd): the load error, with file and line.
-fn control_socket_of(path: &std::path::Path) -> Result<PathBuf, String> {
-    let err = match config::load(path) {
+/// another fpmd): the load error, with file and line. A relative path is
+/// relative to the prefix (`-p`) when there is one, as in the daemon.
+fn control_socket_of(
+    path: &std::path::Path,
+    options: &config::LoadOptions,
+) -> Result<PathBuf, String> {
+    let err = match config::load_with(path, options) {
         Ok(c) => return Ok(c.global.control_socket),
         Err(e) => e,
     };
@@ -183,11 +234,117 @@ fn control_socket_of(path: &std::path::Path) -> Result<PathBuf, String> {
         .and_then(|g| g.get("control_socket"))
         .and_then(|s| s.as_str())
         .map(PathBuf::from);
+    let base = match &options.prefix {
+        Some(prefix) => prefix.as_path(),
+        None => path.parent().unwrap_or(std::path::Path::new(".")),
+    };
     Ok(match set {
-        Some(p) if p.is_relative() => path.parent().unwrap_or(std::path::Path::new(".")).join(p),
+        Some(p) if p.is_relative() => base.join(p),
         Some(p) => p,
         None => fpmd::ctl::default_path(path),
     })
+}
+
+/// What `-h` prints (on stdout, exit 0) and an unknown option prints (on
+/// stderr, exit 64): php-fpm 8.2's usage (`fpm_main.c`, `php_cgi_usage`)
+/// with fpmd's names, then fpmd's commands.
+const USAGE: &str = "\
+Usage: fpmd [-n] [-e] [-h] [-i] [-m] [-v] [-t] [-p <prefix>] [-g <pid>] [-c <file>] [-d foo[=bar]] [-y <file>] [-D] [-F [-O]] [-R]
+       fpmd [-c <file>] reload|stop|upgrade
+       fpmd [-c <file>] status [POOL] [--json] [--once] [--interval 1s]
+  -c, -y, --fpm-config <file>
+                   Specify alternative path to fpmd's configuration file
+                   (default: ./fpmd.toml, then /etc/fpmd/fpmd.toml).
+  -n               No php.ini file will be used (the children's php-cgi -n)
+  -d foo[=bar]     Define INI entry foo with value 'bar' (for every child)
+  -e               Accepted, as php-fpm (no effect)
+  -h, --help       This help
+  -i               PHP information (php-cgi -i of the first pool)
+  -m               Show compiled in modules (php-cgi -m of the first pool)
+  -v, --version    Version number
+  -p, --prefix <dir>
+                   Specify alternative prefix path: relative paths in the
+                   configuration, and its default <dir>/etc/fpmd.toml.
+  -g, --pid <file>
+                   Specify the PID file location.
+  -t, --test       Test the configuration, print it and exit (0, or 78)
+  -D, --daemonize  force to run in background, and ignore daemonize option from config file
+  -F, --nodaemonize
+                   force to stay in foreground, and ignore daemonize option from config file
+  -O, --force-stderr
+                   force output to stderr in nodaemonize even if error_log is a file
+  -R, --allow-to-run-as-root
+                   Allow pool to run as root (disabled by default)
+Commands (to the fpmd running with this configuration):
+  reload           Reload the configuration (exit 78 when it does not validate)
+  stop             Graceful stop (as SIGQUIT)
+  upgrade          Start the fpmd binary now on disk in place of the running one
+  status           The pools and their children, live
+";
+
+/// php-fpm's exit status for a bad command line (`EX_USAGE`).
+const EXIT_USAGE: u8 = 64;
+
+/// `-d foo=bar` → `(foo, bar)`, `-d foo` → `(foo, 1)`, as PHP's
+/// `cgi_main.c` defines a command-line ini entry. Errors: an empty name.
+fn parse_define(text: &str) -> Result<(String, String), String> {
+    let (name, value) = text.split_once('=').unwrap_or((text, "1"));
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(format!("-d {text:?}: no ini name"));
+    }
+    Ok((name.to_string(), value.to_string()))
+}
+
+/// The configuration file: `-c`/`-y`, else with `-p` `PREFIX/etc/fpmd.toml`
+/// then `PREFIX/etc/php-fpm.conf` (php-fpm's default under its prefix),
+/// else [`config::find_default_config`].
+fn config_path(cli: &Cli) -> Option<PathBuf> {
+    if let Some(c) = &cli.config {
+        return Some(c.clone());
+    }
+    match &cli.prefix {
+        Some(prefix) => ["etc/fpmd.toml", "etc/php-fpm.conf"]
+            .iter()
+            .map(|f| prefix.join(f))
+            .find(|p| p.is_file()),
+        None => config::find_default_config(),
+    }
+}
+
+/// `-i`/`-m`: php-cgi's PHP information or module list, as the first
+/// pool's children would see it (its php_cgi and ini arguments, `-n` and
+/// `-d` included); `php-cgi` on PATH with the command line's `-n`/`-d`
+/// when there is no configuration. php-fpm prints the same of its own
+/// PHP; php-cgi's `-i` is HTML, php-fpm's text. Replaces this process.
+fn php_cgi_info(
+    path: Option<&std::path::Path>,
+    options: &config::LoadOptions,
+    flag: &str,
+) -> ExitCode {
+    use std::os::unix::process::CommandExt;
+    let pool = path
+        .and_then(|p| config::load_with(p, options).ok())
+        .and_then(|c| c.pools.into_iter().next());
+    let (program, args) = match pool {
+        Some(p) => (p.php_cgi.clone(), p.ini_args()),
+        None => {
+            let mut args = Vec::new();
+            if options.no_php_ini {
+                args.push("-n".to_string());
+            }
+            for (name, value) in &options.php_defines {
+                args.extend(["-d".to_string(), format!("{name}={value}")]);
+            }
+            (PathBuf::from("php-cgi"), args)
+        }
+    };
+    let e = std::process::Command::new(&program)
+        .args(&args)
+        .args(["-q", flag])
+        .exec();
+    eprintln!("fpmd: cannot run {}: {e}", program.display());
+    ExitCode::FAILURE
 }
 
 fn main() -> ExitCode {
@@ -196,17 +353,62 @@ fn main() -> ExitCode {
     // removed from the environment (so no php-cgi child sees them). Every
     // other use of fpmd (-t, reload, status ...) closes them.
     let mut activated = fpmd::listen::transfer::systemd_listen_fds();
-    let cli = Cli::parse();
-    let Some(path) = cli.config.clone().or_else(config::find_default_config) else {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayVersion => e.exit(),
+        Err(e) => {
+            // As php-fpm: the usage on a bad command line, exit 64.
+            let text = e.to_string();
+            eprintln!(
+                "fpmd: {}",
+                text.lines()
+                    .next()
+                    .unwrap_or("")
+                    .trim_start_matches("error: ")
+            );
+            eprint!("{USAGE}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    if cli.help {
+        print!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    let php_defines = match cli.define.iter().map(|d| parse_define(d)).collect() {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("fpmd: {e}");
+            eprint!("{USAGE}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let options = config::LoadOptions {
+        prefix: cli.prefix.clone(),
+        pid: cli.pid.clone(),
+        allow_to_run_as_root: cli.allow_to_run_as_root,
+        php_defines,
+        no_php_ini: cli.no_php_ini,
+        daemonize: match (cli.daemonize, cli.nodaemonize) {
+            (true, _) => Some(true),
+            (_, true) => Some(false),
+            _ => None,
+        },
+        force_stderr: cli.force_stderr,
+    };
+    if cli.info || cli.modules {
+        let flag = if cli.info { "-i" } else { "-m" };
+        return php_cgi_info(config_path(&cli).as_deref(), &options, flag);
+    }
+    let Some(path) = config_path(&cli) else {
         eprintln!("fpmd: no configuration file: give one with -c, or create ./fpmd.toml or /etc/fpmd/fpmd.toml");
         return ExitCode::from(EXIT_CONFIG);
     };
     match &cli.command {
         None => {}
-        Some(Command::Reload) => return control_running(&path, Request::Reload),
-        Some(Command::Stop) => return control_running(&path, Request::Stop),
-        Some(Command::Upgrade) => return control_running(&path, Request::Upgrade),
-        Some(Command::Status(args)) => return status(&path, args),
+        Some(Command::Reload) => return control_running(&path, &options, Request::Reload),
+        Some(Command::Stop) => return control_running(&path, &options, Request::Stop),
+        Some(Command::Upgrade) => return control_running(&path, &options, Request::Upgrade),
+        Some(Command::Status(args)) => return status(&path, &options, args),
     }
     let mut handover = match cli.upgrade_fd.map(fpmd::upgrade::Handover::from_fd) {
         None => None,
@@ -216,7 +418,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let config = match config::load(&path) {
+    let config = match config::load_with(&path, &options) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("fpmd: {e}");
@@ -240,6 +442,9 @@ fn main() -> ExitCode {
         }
     };
     if cli.test > 0 {
+        for w in &config.warnings {
+            eprintln!("fpmd: warning: {w}");
+        }
         print!("{}", config.to_toml_with_origins());
         eprintln!(
             "fpmd: configuration file {} test is successful",
@@ -247,7 +452,11 @@ fn main() -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
-    let log = match log::init(&config.global.error_log, &config.global.log_level) {
+    let log = match log::init(
+        &config.global.error_log,
+        &config.global.log_level,
+        config.global.log_format,
+    ) {
         Ok(l) => l,
         Err(e) => {
             let path = match &config.global.error_log {
@@ -261,9 +470,28 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
+    // php-fpm's daemonize: detach now, while only this thread runs; the
+    // process started returns only once the daemon serves (or exits).
+    let detached = if config.global.daemonize && handover.is_none() {
+        if matches!(config.global.error_log, config::LogTarget::Stderr) {
+            tracing::warn!("daemonize with error_log = \"stderr\": the log goes to /dev/null once fpmd serves; set error_log to a file");
+        }
+        match fpmd::detach::detach() {
+            Ok(ready) => Some(ready),
+            Err(e) => {
+                eprintln!("fpmd: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        None
+    };
     // A panic (a bug) goes to the error log, not to a stderr nobody reads;
     // the connection task it happened in logs its pool and peer.
     std::panic::set_hook(Box::new(|info| tracing::error!("panic: {info}")));
+    for w in &config.warnings {
+        tracing::warn!("{w}");
+    }
     // One thread: the FastCGI hop is I/O-bound, and on small machines the
     // cores belong to php-cgi and the web server.
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -292,7 +520,7 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        match daemon::run(prepared, intents, log, handover).await {
+        match daemon::run(prepared, intents, log, handover, detached).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 tracing::error!("{e:#}");

@@ -89,17 +89,28 @@ pub fn split_handed(handed: Vec<Handed>) -> (Vec<(ListenKey, OwnedFd)>, Vec<(Str
     (own, systemd)
 }
 
-/// Old process: starts `exe` on `config` with the other end of a socket
+/// Old process: starts `exe` on `config` (with the command line's `args`,
+/// [`crate::config::LoadOptions::to_args`]) with the other end of a socket
 /// pair, hands it `listeners` when it validated its configuration, and
 /// waits until it serves. Blocking: run it off the runtime thread.
-pub fn start_new(exe: &Path, config: &Path, listeners: Vec<Handed>) -> Outcome {
-    match start_new_inner(exe, config, listeners) {
+pub fn start_new(
+    exe: &Path,
+    config: &Path,
+    args: &[std::ffi::OsString],
+    listeners: Vec<Handed>,
+) -> Outcome {
+    match start_new_inner(exe, config, args, listeners) {
         Ok(o) => o,
         Err(e) => Outcome::Failed(e.to_string()),
     }
 }
 
-fn start_new_inner(exe: &Path, config: &Path, listeners: Vec<Handed>) -> io::Result<Outcome> {
+fn start_new_inner(
+    exe: &Path,
+    config: &Path,
+    args: &[std::ffi::OsString],
+    listeners: Vec<Handed>,
+) -> io::Result<Outcome> {
     let (ours, theirs) = UnixStream::pair()?;
     // The new process's end must survive its exec.
     nix::fcntl::fcntl(
@@ -109,6 +120,7 @@ fn start_new_inner(exe: &Path, config: &Path, listeners: Vec<Handed>) -> io::Res
     let mut child = std::process::Command::new(exe)
         .arg("-c")
         .arg(config)
+        .args(args)
         .arg("--upgrade-fd")
         .arg(theirs.as_raw_fd().to_string())
         .stdin(std::process::Stdio::null())

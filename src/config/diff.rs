@@ -214,6 +214,7 @@ pub fn changed_fields(old: &PoolConfig, new: &PoolConfig) -> Vec<&'static str> {
         graceful_timeout,
         cgroup,
         pcntl,
+        no_php_ini,
         limit_extensions,
         local,
         isolation,
@@ -286,6 +287,7 @@ pub fn changed_fields(old: &PoolConfig, new: &PoolConfig) -> Vec<&'static str> {
     field("cgroup.pids_max", *pids_max != new.cgroup.pids_max);
     field("cgroup.cpu_weight", *cpu_weight != new.cgroup.cpu_weight);
     field("security.pcntl", *pcntl != new.pcntl);
+    field("no_php_ini", *no_php_ini != new.no_php_ini);
     field(
         "security.limit_extensions",
         *limit_extensions != new.limit_extensions,
@@ -387,6 +389,8 @@ fn global_changes<'a>(old: &'a Global, new: &'a Global) -> GlobalChanges<'a> {
         process_control_timeout,
         control_socket,
         watch,
+        daemonize: _,  // read at start only
+        log_format: _, // applied by the daemon on every reload
         metrics_listen,
     } = old;
     GlobalChanges {
@@ -428,7 +432,7 @@ mod tests {
             },
             php_cgi: "/usr/bin/php-cgi".into(),
             listen: Listen {
-                address: unix(&format!("/run/fpmd/{name}.sock")),
+                address: unix(&format!("/tmp/{name}.sock")),
                 owner: Some(33),
                 group: Some(33),
                 mode: 0o660,
@@ -458,6 +462,7 @@ mod tests {
             graceful_timeout: None,
             cgroup: Default::default(),
             pcntl: false,
+            no_php_ini: false,
             limit_extensions: vec![".php".into(), ".phar".into()],
             local: Default::default(),
             isolation: Default::default(),
@@ -473,6 +478,8 @@ mod tests {
             process_control_timeout: None,
             control_socket: "/run/fpmd/fpmd.sock".into(),
             watch: false,
+            daemonize: false,
+            log_format: Default::default(),
             metrics_listen: None,
         }
     }
@@ -484,6 +491,8 @@ mod tests {
             pools,
             sources: Default::default(),
             origins: Default::default(),
+            options: Default::default(),
+            warnings: Vec::new(),
         }
     }
 
@@ -573,6 +582,7 @@ mod tests {
             ("cgroup.pids_max", |p| p.cgroup.pids_max = Some(64)),
             ("cgroup.cpu_weight", |p| p.cgroup.cpu_weight = Some(200)),
             ("security.pcntl", |p| p.pcntl = true),
+            ("no_php_ini", |p| p.no_php_ini = true),
             ("security.limit_extensions", |p| {
                 p.limit_extensions = vec![".php".into()]
             }),
@@ -628,6 +638,7 @@ mod tests {
             "cgroup.pids_max",
             "cgroup.cpu_weight",
             "security.pcntl",
+            "no_php_ini",
             "security.limit_extensions",
             "chroot",
             "rlimit_files",
@@ -723,9 +734,9 @@ mod tests {
         assert_eq!(d.pools["a"], PoolChange::Removed(&old.pools[0]));
         assert_eq!(d.pools["b"], PoolChange::Unchanged);
         assert_eq!(d.pools["c"], PoolChange::Added(&new.pools[1]));
-        assert_eq!(d.listeners.added, [&unix("/run/fpmd/c.sock")]);
-        assert_eq!(d.listeners.kept, [&unix("/run/fpmd/b.sock")]);
-        assert_eq!(d.listeners.removed, [&unix("/run/fpmd/a.sock")]);
+        assert_eq!(d.listeners.added, [&unix("/tmp/c.sock")]);
+        assert_eq!(d.listeners.kept, [&unix("/tmp/b.sock")]);
+        assert_eq!(d.listeners.removed, [&unix("/tmp/a.sock")]);
         assert!(!d.is_empty());
         // Order of the pools in the files does not matter.
         let swapped = config(vec![base("b"), base("a")]);
@@ -739,8 +750,8 @@ mod tests {
         let old = config(vec![base("a"), base("b")]);
         let mut a = base("a");
         let mut b = base("b");
-        a.listen.address = unix("/run/fpmd/b.sock");
-        b.listen.address = unix("/run/fpmd/a.sock");
+        a.listen.address = unix("/tmp/b.sock");
+        b.listen.address = unix("/tmp/a.sock");
         b.listen.mode = 0o600;
         let new = config(vec![a, b]);
         let d = new.diff(&old);
@@ -759,21 +770,21 @@ mod tests {
         }
         assert!(d.listeners.added.is_empty() && d.listeners.removed.is_empty());
         assert_eq!(d.listeners.kept.len(), 2);
-        assert_eq!(d.listeners.reapply, [&unix("/run/fpmd/a.sock")]);
+        assert_eq!(d.listeners.reapply, [&unix("/tmp/a.sock")]);
 
         // a moves to TCP and a new pool c takes a's old socket with the
         // same settings: the socket is kept as it is.
         let mut a = base("a");
         a.listen.address = tcp("127.0.0.1:9000");
         let mut c = base("c");
-        c.listen.address = unix("/run/fpmd/a.sock");
+        c.listen.address = unix("/tmp/a.sock");
         let new = config(vec![a, base("b"), c]);
         let d = new.diff(&old);
         assert_eq!(d.pools["c"], PoolChange::Added(&new.pools[2]));
         assert_eq!(d.listeners.added, [&tcp("127.0.0.1:9000")]);
         assert_eq!(
             d.listeners.kept,
-            [&unix("/run/fpmd/a.sock"), &unix("/run/fpmd/b.sock")]
+            [&unix("/tmp/a.sock"), &unix("/tmp/b.sock")]
         );
         assert!(d.listeners.reapply.is_empty() && d.listeners.removed.is_empty());
     }

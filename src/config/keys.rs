@@ -82,6 +82,8 @@ pub(super) const KEYS: &[Key] = &[
     global("process_control_timeout"),
     global("control_socket"),
     global("watch"),
+    global("daemonize"),
+    global("log_format"),
     global("metrics.listen"),
     supported("user"),
     supported("group"),
@@ -607,15 +609,15 @@ mod tests {
                 e.file.display()
             )
         );
-        let (dir, e) = load_err("[global]\ndaemonize = false\n", &[]);
+        let (dir, e) = load_err("[global]\ndaemonise = false\n", &[]);
         assert_err(
             &dir,
             &e,
             "fpmd.toml",
             Some(2),
             None,
-            Some("global.daemonize"),
-            "unknown key (global keys are: pid, error_log, log_level, include, emergency_restart_threshold, emergency_restart_interval, process_control_timeout, control_socket, watch, metrics.listen)",
+            Some("global.daemonise"),
+            "unknown key (did you mean 'global.daemonize'?)",
         );
         let (dir, e) = load_err("pid = \"/run/fpmd.pid\"\n", &[]);
         assert_err(&dir, &e, "fpmd.toml", Some(1), None, Some("pid"), "unknown top-level key (did you mean 'global.pid'? global keys go in the [global] table)");
@@ -631,8 +633,7 @@ mod tests {
             "unknown key (a pool name that contains a dot must be quoted: [\"example.com\"])",
         );
         let (_d, c) = load_ok(
-            &pool("\"example.com\"", "")
-                .replace("/run/fpmd/\"example.com\".sock", "/run/fpmd/example.sock"),
+            &pool("\"example.com\"", "").replace("/tmp/\"example.com\".sock", "/tmp/example.sock"),
             &[],
         );
         assert_eq!(c.pools[0].name, "example.com");

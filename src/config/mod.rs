@@ -28,7 +28,8 @@
 //! Decisions not dictated by php-fpm, written down here:
 //! - relative paths (`pid`, `error_log`, `include`, a unix `listen.address`,
 //!   a `php_cgi` containing `/`) are relative to the directory of the file
-//!   that contains them, and are stored absolute;
+//!   that contains them (to the prefix with php-fpm's `-p`, see
+//!   [`LoadOptions`]), and are stored absolute;
 //! - a bare port in `listen.address` binds all IPv4 addresses (`0.0.0.0`),
 //!   as php-fpm does;
 //! - `php_value.session.save_path` (unquoted, so a nested TOML table) means
@@ -72,7 +73,7 @@ pub use diff::{
 pub use keys::{registry, RegistryKey};
 pub use model::{
     Config, Credentials, Global, Isolation, Landlock, Listen, ListenAddress, LocalEndpoints,
-    LogLevel, LogTarget, Origins, PmMode, PoolConfig, ProcessManager, Sources, Spawn,
+    LogFormat, LogLevel, LogTarget, Origins, PmMode, PoolConfig, ProcessManager, Sources, Spawn,
     DEFAULT_LIMIT_EXTENSIONS,
 };
 pub use raw::{ByteSize, Duration};
@@ -140,7 +141,88 @@ impl ConfigError {
 /// Load, parse and validate the main configuration file at `path` and every
 /// file its `global.include` matches.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
-    load_as(path, Ids::current())
+    load_with(path, &LoadOptions::default())
+}
+
+/// What php-fpm's command line changes in how the files load (php-src
+/// `sapi/fpm/fpm/fpm_main.c`, `fpm_conf.c`). The default changes nothing.
+/// The loaded [`Config`] keeps them ([`Config::options`]), so a reload
+/// reads the files the same way.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// `-p/--prefix DIR`: relative paths in the files (`pid`, `error_log`,
+    /// `include`, unix `listen.address`, `php_cgi`, …) are relative to DIR
+    /// instead of the directory of the file that holds them, as php-fpm
+    /// makes them relative to its prefix (`fpm_conf_expand_path`).
+    pub prefix: Option<PathBuf>,
+    /// `-g/--pid FILE`: the pid file, instead of `[global] pid` (relative:
+    /// to the prefix, else to the working directory).
+    pub pid: Option<PathBuf>,
+    /// `-R/--allow-to-run-as-root`: a pool may run its children as root
+    /// (no `user`, or uid/gid 0) when fpmd runs as root; refused without it,
+    /// as php-fpm refuses it (`fpm_unix.c`: "please specify user and group
+    /// other than root").
+    pub allow_to_run_as_root: bool,
+    /// `-d name=value` (repeated; `-d name` is `name=1`, as PHP's
+    /// `cgi_main.c`): ini values of every pool's children, below the pool's
+    /// own `php_value`/`php_admin_value` of the same name (php-fpm sets
+    /// them in the master's ini, which a pool's values override).
+    pub php_defines: Vec<(String, String)>,
+    /// `-n`: the children read no php.ini (`php-cgi -n`).
+    pub no_php_ini: bool,
+    /// `-D/--daemonize` (`Some(true)`) or `-F/--nodaemonize`
+    /// (`Some(false)`): instead of `[global] daemonize`.
+    pub daemonize: Option<bool>,
+    /// `-O/--force-stderr`: log to stderr, whatever `error_log` says,
+    /// unless fpmd detaches (php-fpm's `fpm_use_error_log`, `fpm_stdio.c`:
+    /// in the foreground with -O its error_log file is not used).
+    pub force_stderr: bool,
+}
+
+impl LoadOptions {
+    /// The command line that loads the same way, for the fpmd a binary
+    /// upgrade starts: never detaching (`-F`: it is started by the daemon,
+    /// which is detached already when `daemonized`), `-O` only when the
+    /// daemon runs in the foreground.
+    pub fn to_args(&self, daemonized: bool) -> Vec<std::ffi::OsString> {
+        let mut args: Vec<std::ffi::OsString> = Vec::new();
+        if let Some(p) = &self.prefix {
+            args.extend(["-p".into(), p.into()]);
+        }
+        if let Some(p) = &self.pid {
+            args.extend(["-g".into(), p.into()]);
+        }
+        if self.allow_to_run_as_root {
+            args.push("-R".into());
+        }
+        for (name, value) in &self.php_defines {
+            args.extend(["-d".into(), format!("{name}={value}").into()]);
+        }
+        if self.no_php_ini {
+            args.push("-n".into());
+        }
+        args.push("-F".into());
+        if self.force_stderr && !daemonized {
+            args.push("-O".into());
+        }
+        args
+    }
+
+    /// A command-line path: relative ones are relative to the prefix, else
+    /// to the working directory; made absolute.
+    fn resolve(&self, p: &Path) -> PathBuf {
+        let p = match &self.prefix {
+            Some(prefix) if p.is_relative() => prefix.join(p),
+            _ => p.to_path_buf(),
+        };
+        source::absolutize(&p).unwrap_or(p)
+    }
+}
+
+/// [`load`] with the command line's [`LoadOptions`].
+pub fn load_with(path: &Path, options: &LoadOptions) -> Result<Config, ConfigError> {
+    let ids = Ids::current();
+    load_from(&FileSystem, path, ids, &users::Host::of(ids), options)
 }
 
 /// [`load`] on files held in memory instead of the file system: `main` is
@@ -156,7 +238,13 @@ pub fn load_from_memory(
     files: &std::collections::BTreeMap<PathBuf, Vec<u8>>,
 ) -> Result<Config, ConfigError> {
     let ids = Ids::current();
-    load_with(&Memory(files), main, ids, &users::Host::of(ids))
+    load_from(
+        &Memory(files),
+        main,
+        ids,
+        &users::Host::of(ids),
+        &LoadOptions::default(),
+    )
 }
 
 /// Where the configuration's files come from: the file system ([`load`]) or
@@ -177,14 +265,30 @@ impl Reader for FileSystem {
         SourceFile::read(path)
     }
 
+    /// As php-fpm (`fpm_conf.c`, `fpm_conf_load_ini_file` and its
+    /// `glob()`): a wildcard whose directory does not exist is an error
+    /// ("Unable to globalize"), a pattern matching nothing is not; every
+    /// match must be a file that can be read: a dangling symlink, a
+    /// symlink loop, a FIFO, a socket or a device is an error naming it
+    /// (php-fpm fails to open the first two; a FIFO would block the
+    /// read). Directories matched are skipped.
     fn glob(&self, pattern: &glob::Pattern) -> Result<Vec<PathBuf>, String> {
+        if let Some(dir) = wildcard_dir(pattern.as_str()) {
+            if !dir.is_dir() {
+                return Err(format!(
+                    "the directory {} of the glob does not exist (php-fpm: \"Unable to globalize\"): create it or fix the pattern",
+                    dir.display()
+                ));
+            }
+        }
         let paths = glob::glob(pattern.as_str()).map_err(|e| e.to_string())?;
         let mut out = Vec::new();
         for entry in paths {
             let p =
                 entry.map_err(|e| format!("cannot read {}: {}", e.path().display(), e.error()))?;
-            if p.is_file() {
-                out.push(p);
+            match include_kind(&p)? {
+                IncludeKind::File => out.push(p),
+                IncludeKind::Directory => {}
             }
         }
         Ok(out)
@@ -193,6 +297,68 @@ impl Reader for FileSystem {
     fn canonicalize(&self, path: &Path) -> Option<PathBuf> {
         std::fs::canonicalize(path).ok()
     }
+}
+
+/// The literal directory a glob's first wildcard is in (`/etc/fpmd/pool.d`
+/// of `/etc/fpmd/pool.d/*.toml`, `/srv` of `/srv/*/fpmd.toml`); `None`
+/// for a pattern without wildcards.
+fn wildcard_dir(pattern: &str) -> Option<PathBuf> {
+    let first = pattern.find(['*', '?', '['])?;
+    let dir = pattern[..first].rfind('/').map_or("", |i| &pattern[..i]);
+    Some(PathBuf::from(
+        if dir.is_empty() && pattern.starts_with('/') {
+            "/"
+        } else if dir.is_empty() {
+            "."
+        } else {
+            dir
+        },
+    ))
+}
+
+/// What an include glob matched.
+enum IncludeKind {
+    File,
+    Directory,
+}
+
+/// Whether `p` (matched by an include glob) is a file to read or a
+/// directory to pass over. Errors: anything else, named.
+fn include_kind(p: &Path) -> Result<IncludeKind, String> {
+    use std::os::unix::fs::FileTypeExt;
+    let shown = p.display();
+    let meta = match std::fs::metadata(p) {
+        Ok(m) => m,
+        Err(e) => {
+            return Err(match std::fs::read_link(p) {
+                Ok(_) if e.raw_os_error() == Some(libc::ELOOP) => {
+                    format!("{shown} is a symlink loop ({e})")
+                }
+                Ok(target) => format!(
+                    "{shown} is a dangling symlink (to {}, {e})",
+                    target.display()
+                ),
+                Err(_) => format!("cannot read {shown}: {e}"),
+            })
+        }
+    };
+    let t = meta.file_type();
+    let what = if t.is_file() {
+        return Ok(IncludeKind::File);
+    } else if t.is_dir() {
+        return Ok(IncludeKind::Directory);
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_block_device() || t.is_char_device() {
+        "a device"
+    } else {
+        "not a regular file"
+    };
+    Err(format!(
+        "{shown} is {what}, not a configuration file: remove it or narrow the pattern"
+    ))
 }
 
 struct Memory<'a>(&'a std::collections::BTreeMap<PathBuf, Vec<u8>>);
@@ -238,27 +404,61 @@ pub fn find_default_config() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+#[cfg(test)]
 fn load_as(path: &Path, ids: Ids) -> Result<Config, ConfigError> {
-    load_with(&FileSystem, path, ids, &users::Host::of(ids))
+    load_from(
+        &FileSystem,
+        path,
+        ids,
+        &users::Host::of(ids),
+        &LoadOptions::default(),
+    )
 }
 
 /// The whole pipeline; `ids` and `host` say what fpmd may do here (tests
-/// pretend).
-fn load_with(
+/// pretend), `options` what the command line changes.
+fn load_from(
     reader: &dyn Reader,
     path: &Path,
     ids: Ids,
     host: &users::Host,
+    options: &LoadOptions,
 ) -> Result<Config, ConfigError> {
-    let main = reader.read(path)?;
+    let prefix = match &options.prefix {
+        Some(p) => Some(source::absolutize(p).map_err(|e| {
+            ConfigError::file_only(
+                path,
+                format!("cannot resolve the prefix (-p) {}: {e}", p.display()),
+            )
+        })?),
+        None => None,
+    };
+    let read = |p: &Path| -> Result<SourceFile, ConfigError> {
+        let mut src = reader.read(p)?;
+        if let Some(prefix) = &prefix {
+            src.dir = prefix.clone();
+        }
+        Ok(src)
+    };
+    let main = read(path)?;
     keys::check_structure(&main, true)?;
     let raw_main = raw::deserialize_file(&main)?;
-    let (global, includes) =
+    let (mut global, includes) =
         validate::validate_global(&main, raw_main.global.unwrap_or_default(), ids)?;
+    if let Some(pid) = &options.pid {
+        global.pid = Some(options.resolve(pid));
+    }
+    if let Some(d) = options.daemonize {
+        global.daemonize = d;
+    }
+    if options.force_stderr && !global.daemonize {
+        global.error_log = LogTarget::Stderr;
+    }
 
     let mut files = vec![(main, raw_main.pools)];
-    for inc in find_includes(reader, &files[0].0, &includes)? {
-        let src = reader.read(&inc)?;
+    let (included, warnings) = find_includes(reader, &files[0].0, &includes)?;
+    for inc in included {
+        let src = read(&inc)?;
         keys::check_structure(&src, false)?;
         let raw = raw::deserialize_file(&src)?;
         files.push((src, raw.pools));
@@ -270,7 +470,9 @@ fn load_with(
     let mut origin = Vec::new();
     for (i, (src, raw_pools)) in files.iter_mut().enumerate() {
         for (name, raw) in std::mem::take(raw_pools) {
-            pools.push(validate::validate_pool(src, &name, raw, ids, &global)?);
+            pools.push(validate::validate_pool(
+                src, &name, raw, ids, &global, options,
+            )?);
             origin.push(i);
         }
     }
@@ -304,13 +506,21 @@ fn load_with(
         pools,
         sources,
         origins,
+        options: options.clone(),
+        warnings,
     })
 }
 
 /// An include pattern as a glob over the file system: relative ones are
-/// relative to the main file's directory.
+/// relative to the main file's directory (its directory as given, for
+/// messages), or to the prefix (`-p`) when there is one.
 fn full_glob(main: &SourceFile, pat: &str) -> String {
-    let display_dir = main.path.parent().unwrap_or(Path::new(""));
+    let given = main.path.parent().unwrap_or(Path::new(""));
+    let display_dir = if source::absolutize(given).is_ok_and(|d| d == main.dir) {
+        given
+    } else {
+        main.dir.as_path()
+    };
     if Path::new(pat).is_absolute() || display_dir.as_os_str().is_empty() {
         pat.to_string()
     } else {
@@ -321,12 +531,13 @@ fn full_glob(main: &SourceFile, pat: &str) -> String {
 
 /// The files matched by the include patterns, relative to the main file's
 /// directory, sorted by name within each pattern, without duplicates and
-/// without the main file itself.
+/// without the main file itself; and a warning per pattern that matches
+/// nothing (php-fpm's "Nothing matches the include pattern").
 fn find_includes(
     reader: &dyn Reader,
     main: &SourceFile,
     patterns: &[String],
-) -> Result<Vec<PathBuf>, ConfigError> {
+) -> Result<(Vec<PathBuf>, Vec<String>), ConfigError> {
     let err = |message: String| ConfigError {
         file: main.path.clone(),
         line: main.find_line(&["global", "include"]),
@@ -337,11 +548,18 @@ fn find_includes(
     let main_canon = reader.canonicalize(&main.path);
     let mut out: Vec<PathBuf> = Vec::new();
     let mut canon_seen = Vec::new();
+    let mut warnings = Vec::new();
     for pat in patterns {
         let full = glob::Pattern::new(&full_glob(main, pat))
             .map_err(|e| err(format!("invalid glob pattern \"{pat}\": {e}")))?;
-        let mut matched = reader.glob(&full).map_err(err)?;
+        let mut matched = reader
+            .glob(&full)
+            .map_err(|m| err(format!("include \"{pat}\": {m}")))?;
         matched.sort();
+        if matched.is_empty() {
+            warnings
+                .push(err(format!("nothing matches the include pattern \"{pat}\"")).to_string());
+        }
         for p in matched {
             let canon = reader.canonicalize(&p);
             if canon.is_some() && (canon == main_canon || canon_seen.contains(&canon)) {
@@ -351,7 +569,7 @@ fn find_includes(
             out.push(p);
         }
     }
-    Ok(out)
+    Ok((out, warnings))
 }
 
 #[cfg(test)]
@@ -384,7 +602,7 @@ pm.max_children = 2
 user = "nobody"
 group = "nogroup"
 php_cgi = "/bin/true"
-listen.address = "/run/fpmd/bbb.sock"
+listen.address = "/tmp/bbb.sock"
 listen.owner = "nobody"
 listen.group = 0
 listen.mode = "0600"
@@ -421,6 +639,8 @@ php_admin_flag.log_errors = true
                 process_control_timeout: Some(std::time::Duration::from_secs(10)),
                 control_socket: d.join("run/fpmd.sock"),
                 watch: true,
+                daemonize: false,
+                log_format: LogFormat::Fpmd,
                 metrics_listen: None,
             }
         );
@@ -468,7 +688,7 @@ php_admin_flag.log_errors = true
             },
             php_cgi: PathBuf::from("/bin/true"),
             listen: Listen {
-                address: ListenAddress::Unix("/run/fpmd/bbb.sock".into()),
+                address: ListenAddress::Unix("/tmp/bbb.sock".into()),
                 owner: Some(uid),
                 group: Some(0),
                 mode: 0o600,
@@ -506,6 +726,7 @@ php_admin_flag.log_errors = true
             graceful_timeout: Some(std::time::Duration::from_secs(10)),
             cgroup: Default::default(),
             pcntl: false,
+            no_php_ini: false,
             limit_extensions: vec![".php".into(), ".phar".into()],
             local: LocalEndpoints {
                 ping_response: "pong".into(),
@@ -519,7 +740,7 @@ php_admin_flag.log_errors = true
 
     #[test]
     fn defaults() {
-        let (dir, c) = load_ok("[www]\nuser = \"nobody\"\nphp_cgi = \"/bin/sh\"\nlisten.address = \"www.d/www.sock\"\npm.max_children = 3\n", &[]);
+        let (dir, c) = load_ok("[www]\nuser = \"nobody\"\nphp_cgi = \"/bin/sh\"\nlisten.address = \"www.d/www.sock\"\npm.max_children = 3\n", &[("www.d/.keep", "")]);
         let (uid, gid) = nobody();
         assert_eq!(
             c.global,
@@ -535,6 +756,8 @@ php_admin_flag.log_errors = true
                     dir.path().join("fpmd.sock")
                 },
                 watch: false,
+                daemonize: false,
+                log_format: LogFormat::Fpmd,
                 metrics_listen: None,
             }
         );
@@ -645,6 +868,204 @@ php_admin_flag.log_errors = true
         let on_disk = dir.path().join("fpmd.toml");
         std::fs::write(&on_disk, &bad[Path::new("/m/fpmd.toml")]).unwrap();
         assert_eq!(load(&on_disk).unwrap_err().message, e.message);
+    }
+
+    /// The command line's options: `-p` for relative paths and includes,
+    /// `-g`, `-d` below the pool's values, `-n`, `-D`/`-F` over
+    /// `daemonize`, `-O` over `error_log` unless detaching; kept in the
+    /// configuration and printed as set on the command line.
+    #[test]
+    fn load_options() {
+        let dir = tempfile::tempdir().unwrap();
+        let prefix = dir.path().join("prefix");
+        std::fs::create_dir_all(prefix.join("run")).unwrap();
+        write(
+            dir.path(),
+            "etc/fpmd.toml",
+            "[global]\npid = \"run/fpmd.pid\"\nerror_log = \"log/fpmd.log\"\ninclude = \"pool.d/*.toml\"\ndaemonize = true\n",
+        );
+        write(
+            &prefix,
+            "pool.d/www.toml",
+            &pool("www", "php_value.memory_limit = \"1G\"\n")
+                .replace("/tmp/www.sock", "run/www.sock"),
+        );
+        let main = dir.path().join("etc/fpmd.toml");
+        let mut options = LoadOptions {
+            prefix: Some(prefix.clone()),
+            php_defines: vec![
+                ("memory_limit".into(), "8M".into()),
+                ("html_errors".into(), "1".into()),
+                ("html_errors".into(), "0".into()),
+            ],
+            no_php_ini: true,
+            force_stderr: true,
+            ..Default::default()
+        };
+        let c = load_with(&main, &options).unwrap();
+        assert_eq!(c.options, options);
+        assert_eq!(c.global.pid, Some(prefix.join("run/fpmd.pid")));
+        assert_eq!(
+            c.global.error_log,
+            LogTarget::File(prefix.join("log/fpmd.log")),
+            "-O: not when detaching"
+        );
+        assert!(c.global.daemonize);
+        let www = &c.pools[0];
+        assert_eq!(
+            www.file,
+            prefix.join("pool.d/www.toml"),
+            "include relative to the prefix"
+        );
+        assert_eq!(
+            www.listen.address,
+            ListenAddress::Unix(prefix.join("run/www.sock"))
+        );
+        assert_eq!(
+            www.php_values["memory_limit"], "1G",
+            "the pool's own value wins"
+        );
+        assert_eq!(www.php_values["html_errors"], "0", "the last -d wins");
+        assert_eq!(&www.ini_args()[..3], ["-n", "-d", "html_errors=0"]);
+        let text = c.to_toml_with_origins();
+        assert!(
+            text.contains("php_value.html_errors = \"0\" # set on the command line\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("php_value.memory_limit = \"1G\" # set in "),
+            "{text}"
+        );
+        assert!(text.contains("# no php.ini (php-cgi -n)"), "{text}");
+
+        options.daemonize = Some(false);
+        options.pid = Some("other.pid".into());
+        let c = load_with(&main, &options).unwrap();
+        assert!(!c.global.daemonize, "-F");
+        assert_eq!(
+            c.global.error_log,
+            LogTarget::Stderr,
+            "-O in the foreground"
+        );
+        assert_eq!(
+            c.global.pid,
+            Some(prefix.join("other.pid")),
+            "-g relative to the prefix"
+        );
+        let text = c.to_toml_with_origins();
+        for key in ["pid", "error_log", "daemonize"] {
+            assert!(
+                text.lines().any(|l| l.starts_with(&format!("{key} = "))
+                    && l.ends_with("# set on the command line")),
+                "{key}: {text}"
+            );
+        }
+        assert_eq!(
+            options.to_args(false),
+            [
+                "-p",
+                prefix.to_str().unwrap(),
+                "-g",
+                "other.pid",
+                "-d",
+                "memory_limit=8M",
+                "-d",
+                "html_errors=1",
+                "-d",
+                "html_errors=0",
+                "-n",
+                "-F",
+                "-O"
+            ]
+            .map(std::ffi::OsString::from)
+        );
+        assert!(!options.to_args(true).contains(&"-O".into()));
+    }
+
+    /// What an include glob may match: a dangling symlink, a symlink loop,
+    /// a FIFO or a socket is an error at `global.include` naming it; a
+    /// directory is passed over; a glob whose directory is missing is an
+    /// error, one that matches nothing in an existing directory is not (as
+    /// php-fpm).
+    #[test]
+    fn include_matches_that_cannot_be_read() {
+        type Make = fn(&Path);
+        let cases: [(&str, Make); 4] = [
+            ("is a dangling symlink (to /nonexistent", |d| {
+                std::os::unix::fs::symlink("/nonexistent", d.join("pool.d/x.toml")).unwrap()
+            }),
+            ("is a symlink loop", |d| {
+                std::os::unix::fs::symlink("x.toml", d.join("pool.d/x.toml")).unwrap()
+            }),
+            ("is a FIFO, not a configuration file", |d| {
+                nix::unistd::mkfifo(&d.join("pool.d/x.toml"), nix::sys::stat::Mode::S_IRWXU)
+                    .unwrap()
+            }),
+            ("is a socket, not a configuration file", |d| {
+                std::os::unix::net::UnixListener::bind(d.join("pool.d/x.toml")).unwrap();
+            }),
+        ];
+        for (message, make) in cases {
+            let dir = tempfile::tempdir().unwrap();
+            let main = write(dir.path(), "fpmd.toml", &format!("# main\n{INCLUDE_MAIN}"));
+            write(dir.path(), "pool.d/a.toml", &pool("a", ""));
+            make(dir.path());
+            let e = load(&main).unwrap_err();
+            assert_eq!(
+                (e.line, e.key.as_deref()),
+                (Some(3), Some("global.include")),
+                "{e}"
+            );
+            let x = dir.path().join("pool.d/x.toml");
+            assert!(
+                e.message.starts_with(&format!(
+                    "include \"pool.d/*.toml\": {} {message}",
+                    x.display()
+                )),
+                "{e}"
+            );
+        }
+        // A directory is passed over; nothing matched is no error, but a
+        // warning naming the pattern's line.
+        let dir = tempfile::tempdir().unwrap();
+        let main = write(
+            dir.path(),
+            "fpmd.toml",
+            &format!("{INCLUDE_MAIN}\n{}", pool("m", "")),
+        );
+        std::fs::create_dir_all(dir.path().join("pool.d/sub.toml")).unwrap();
+        let c = load(&main).unwrap();
+        assert_eq!(c.pools.len(), 1);
+        assert_eq!(
+            c.warnings,
+            [format!(
+                "{}:2: key 'global.include': nothing matches the include pattern \"pool.d/*.toml\"",
+                main.display()
+            )]
+        );
+        // The glob's directory is missing.
+        std::fs::remove_dir_all(dir.path().join("pool.d")).unwrap();
+        let e = load(&main).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("global.include"));
+        assert!(
+            e.message.contains(&format!(
+                "the directory {} of the glob does not exist",
+                dir.path().join("pool.d").display()
+            )),
+            "{e}"
+        );
+        // A plain path that does not exist matches nothing, as in php-fpm.
+        let main = write(
+            dir.path(),
+            "fpmd.toml",
+            &format!("[global]\ninclude = \"nothere/x.toml\"\n{}", pool("m", "")),
+        );
+        assert!(load(&main).is_ok());
+        assert_eq!(wildcard_dir("/a/b/*.toml"), Some(PathBuf::from("/a/b")));
+        assert_eq!(wildcard_dir("/a/*/x.toml"), Some(PathBuf::from("/a")));
+        assert_eq!(wildcard_dir("/*.toml"), Some(PathBuf::from("/")));
+        assert_eq!(wildcard_dir("*.toml"), Some(PathBuf::from(".")));
+        assert_eq!(wildcard_dir("/a/b.toml"), None);
     }
 
     #[test]

@@ -23,6 +23,13 @@ pub struct Config {
     pub sources: Sources,
     /// Where each key was set (for `fpmd -t`).
     pub origins: Origins,
+    /// The command line's options it was loaded with (a reload loads the
+    /// files again with the same).
+    pub options: super::LoadOptions,
+    /// What is not an error but may be a mistake, one message each (file,
+    /// line, key): an include pattern that matches nothing. Printed by
+    /// `fpmd -t`, logged at start and reload.
+    pub warnings: Vec<String>,
 }
 
 /// Where each key that a file sets was set: per table (`""` for
@@ -94,6 +101,16 @@ pub struct Global {
     /// `watch` (fpmd only): reload when a configuration file changes.
     /// Default `false`.
     pub watch: bool,
+    /// `daemonize`: detach from the terminal at start, as php-fpm does
+    /// (fork, `setsid`, stdio to `/dev/null`; the starting process exits 0
+    /// once the daemon serves). Default `false`, unlike php-fpm's `yes`:
+    /// systemd (`Type=notify`) and containers want the process they start
+    /// to be the daemon. The command line's `-D`/`-F` override it. Read
+    /// at start only. php-fpm: `daemonize`.
+    pub daemonize: bool,
+    /// `log_format` (fpmd only): `"fpmd"` (default) or `"php-fpm"`
+    /// ([`LogFormat`]); applies live on reload.
+    pub log_format: LogFormat,
     /// `metrics.listen` (fpmd only): where fpmd serves `GET /metrics`
     /// (OpenMetrics text over HTTP/1.1, see [`crate::observe::metrics`]):
     /// `"IP:PORT"`, `"[IPv6]:PORT"`, a bare port (all IPv4 addresses) or a
@@ -123,6 +140,32 @@ pub enum LogLevel {
     Warning,
     Notice,
     Debug,
+}
+
+/// `log_format`: how fpmd's log lines look.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize)]
+pub enum LogFormat {
+    /// `"fpmd"` (default): `2026-12-01T09:52:00.123456Z WARNING message
+    /// pool=www pid=1234` (see [`crate::log`]).
+    #[default]
+    #[serde(rename = "fpmd")]
+    Fpmd,
+    /// `"php-fpm"`: php-fpm's own lines (`zlog.c`), `[01-Dec-2026
+    /// 09:52:00] WARNING: [pool www] child 1234 exited …`, with
+    /// php-fpm's wording for its lifecycle events, for tools that read
+    /// php-fpm's log.
+    #[serde(rename = "php-fpm")]
+    PhpFpm,
+}
+
+impl LogFormat {
+    /// The configuration name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogFormat::Fpmd => "fpmd",
+            LogFormat::PhpFpm => "php-fpm",
+        }
+    }
 }
 
 impl LogLevel {
@@ -226,6 +269,9 @@ pub struct PoolConfig {
     /// `disable_functions`, since php-fpm (as Debian builds it) has no
     /// pcntl while php-cgi has (see [`PoolConfig::ini_args`]).
     pub pcntl: bool,
+    /// The command line's `-n`: the children read no php.ini (`php-cgi
+    /// -n`, first of [`PoolConfig::ini_args`]). Default `false`.
+    pub no_php_ini: bool,
     /// `security.limit_extensions`: the endings a script's path must have
     /// to run. php-fpm's rule (`fpm_php_limit_extensions` in php-src
     /// `sapi/fpm/fpm/fpm_php.c`): the resolved script path (after
@@ -340,14 +386,17 @@ impl PoolConfig {
     }
 
     /// The php-cgi arguments carrying the pool's ini values:
-    /// `["-d", "name=value", …]`, plain values first, then admin values
+    /// `["-n"]` with [`PoolConfig::no_php_ini`], then `["-d", "name=value", …]`, plain values first, then admin values
     /// (admin values win on the same name; see [`PoolConfig::php_values`]).
     /// Without `security.pcntl`, [`PCNTL_FUNCTIONS`] are appended to the
     /// pool's own `disable_functions` (kept, not replaced), or make it up
     /// when the pool sets none.
     pub fn ini_args(&self) -> Vec<String> {
         let mut args =
-            Vec::with_capacity(2 * (self.php_values.len() + self.php_admin_values.len() + 1));
+            Vec::with_capacity(2 * (self.php_values.len() + self.php_admin_values.len() + 1) + 1);
+        if self.no_php_ini {
+            args.push("-n".to_string());
+        }
         let plain = self
             .php_values
             .iter()

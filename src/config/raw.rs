@@ -10,7 +10,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
-use super::model::{LogLevel, Spawn};
+use super::model::{LogFormat, LogLevel, Spawn};
 use super::render::dotted;
 use super::source::SourceFile;
 use super::ConfigError;
@@ -157,6 +157,8 @@ pub(super) struct RawGlobal {
     pub(super) process_control_timeout: Option<Duration>,
     pub(super) control_socket: Option<String>,
     pub(super) watch: Option<bool>,
+    pub(super) daemonize: Option<bool>,
+    pub(super) log_format: Option<LogFormat>,
     #[serde(default)]
     pub(super) metrics: RawMetrics,
 }
@@ -724,7 +726,7 @@ mod tests {
         assert_eq!(tcp("*:9000"), "0.0.0.0:9000".parse().unwrap());
         assert_eq!(tcp("localhost:9000"), "127.0.0.1:9000".parse().unwrap());
         assert!(
-            matches!(parse_listen_address("/run/fpmd/www.sock"), Ok(RawAddress::Unix(p)) if p == "/run/fpmd/www.sock")
+            matches!(parse_listen_address("/tmp/www.sock"), Ok(RawAddress::Unix(p)) if p == "/tmp/www.sock")
         );
         assert!(matches!(
             parse_listen_address("./www.sock"),
@@ -775,8 +777,8 @@ mod tests {
                 ListenAddress::Tcp("[::1]:9003".parse().unwrap()),
             ),
             (
-                "\"/run/fpmd/www.sock\"",
-                ListenAddress::Unix("/run/fpmd/www.sock".into()),
+                "\"/tmp/www.sock\"",
+                ListenAddress::Unix("/tmp/www.sock".into()),
             ),
         ];
         for (value, expected) in cases {
@@ -785,8 +787,8 @@ mod tests {
             assert_eq!(&c.pools[0].listen.address, expected, "{value}");
         }
         let (dir, c) = load_ok(
-            &pool("www", "").replace("/run/fpmd/www.sock", "./sock/../www.sock"),
-            &[],
+            &pool("www", "").replace("/tmp/www.sock", "./sock/../www.sock"),
+            &[("sock/.keep", "")],
         );
         assert_eq!(
             c.pools[0].listen.address,

@@ -65,25 +65,47 @@ impl Config {
             toml_str(&self.global.control_socket.to_string_lossy())
         ));
         out.push_str(&format!("watch = {}\n", self.global.watch));
+        out.push_str(&format!("daemonize = {}\n", self.global.daemonize));
+        out.push_str(&format!(
+            "log_format = {}\n",
+            toml_str(self.global.log_format.as_str())
+        ));
         match &self.global.metrics_listen {
             Some(a) => out.push_str(&format!("metrics.listen = {}\n", toml_str(&a.to_string()))),
             None => out.push_str("# metrics.listen: not set (no metrics endpoint)\n"),
         }
         if origins {
             let block = out.split_off(global_start);
-            out.push_str(&annotate(&block, &self.origins, "", &self.file, None));
+            let o = &self.options;
+            let cli = |key: &str| match key {
+                "pid" => o.pid.is_some(),
+                "daemonize" => o.daemonize.is_some(),
+                "error_log" => o.force_stderr && !self.global.daemonize,
+                _ => false,
+            };
+            out.push_str(&annotate(&block, &self.origins, "", &self.file, None, &cli));
         }
         for pool in &self.pools {
             out.push('\n');
             let mut block = String::new();
             pool.write_toml(&self.global, &mut block);
+            if pool.no_php_ini {
+                block.push_str("# no php.ini (php-cgi -n): -n on the command line\n");
+            }
             if origins {
+                let cli = |key: &str| {
+                    self.origins.line(&pool.name, key).is_none()
+                        && key.strip_prefix("php_value.").is_some_and(|name| {
+                            self.options.php_defines.iter().any(|(n, _)| n == name)
+                        })
+                };
                 block = annotate(
                     &block,
                     &self.origins,
                     &pool.name,
                     &pool.file,
                     Some(&pool.name),
+                    &cli,
                 );
             }
             out.push_str(&block);
@@ -94,15 +116,17 @@ impl Config {
 
 /// `block` (one table's `key = value` lines, under the header `[within]`
 /// when given) with where each value comes from appended at the end of
-/// the line its value ends on (see [`Config::to_toml_with_origins`]).
-/// The block is parsed as TOML, so a line inside a multi-line string is
-/// never taken for a key.
+/// the line its value ends on (see [`Config::to_toml_with_origins`]);
+/// a key no file sets and `cli` names came from the command line. The
+/// block is parsed as TOML, so a line inside a multi-line string is never
+/// taken for a key.
 fn annotate(
     block: &str,
     origins: &Origins,
     table: &str,
     file: &Path,
     within: Option<&str>,
+    cli: &dyn Fn(&str) -> bool,
 ) -> String {
     type Leaf = (Vec<String>, std::ops::Range<usize>);
     fn leaves(t: &dyn toml_edit::TableLike, segs: &mut Vec<String>, out: &mut Vec<Leaf>) {
@@ -139,7 +163,9 @@ fn annotate(
                 .find('\n')
                 .map_or(block.len(), |i| span.end + i);
             let has_comment = block[span.end..eol].contains('#');
-            let origin = match origins.line(table, &origin_key(&segs)) {
+            let key = origin_key(&segs);
+            let origin = match origins.line(table, &key) {
+                _ if cli(&key) => "set on the command line".to_string(),
                 Some(l) => format!("set in {}:{l}", file.display()),
                 None => "default".to_string(),
             };
@@ -464,7 +490,7 @@ mod tests {
                 ("pool.d/a.toml", &pool("a", extra)),
                 (
                     "pool.d/b.toml",
-                    &pool("b", "").replace("\"/run/fpmd/b.sock\"", "9000"),
+                    &pool("b", "").replace("\"/tmp/b.sock\"", "9000"),
                 ),
             ],
         );

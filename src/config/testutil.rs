@@ -18,7 +18,7 @@ pub(super) fn write(dir: &Path, rel: &str, text: &str) -> PathBuf {
 /// A valid pool body (8 lines after the header), with `extra` appended.
 pub(super) fn pool(name: &str, extra: &str) -> String {
     format!(
-        "[{name}]\nuser = \"nobody\"\ngroup = \"nogroup\"\nphp_cgi = \"/bin/sh\"\nlisten.address = \"/run/fpmd/{name}.sock\"\npm.max_children = 5\n{extra}"
+        "[{name}]\nuser = \"nobody\"\ngroup = \"nogroup\"\nphp_cgi = \"/bin/sh\"\nlisten.address = \"/tmp/{name}.sock\"\npm.max_children = 5\n{extra}"
     )
 }
 

@@ -165,24 +165,28 @@ pub(super) fn resolve_gid(g: &IdOrName) -> Result<u32, String> {
     lookup_group(g).map(|(_, gid)| gid)
 }
 
+/// What the refusal of root children says to do instead.
+const ALLOW_ROOT_HINT: &str =
+    "pool children must not run as root unless fpmd is started with -R (--allow-to-run-as-root)";
+
 /// The children's `user` or `group` (`key`, with `label` uid/gid): never id
-/// 0 (as php-fpm without -R), and only fpmd's own id when fpmd is not root
-/// (`hint` says what to do then).
+/// 0 unless `allow_root` (as php-fpm without -R: `fpm_unix.c`), and only
+/// fpmd's own id when fpmd is not root (`hint` says what to do then).
+#[allow(clippy::too_many_arguments)]
 fn check_pool_id(
     key: &'static str,
     label: &str,
     name: &str,
     id: u32,
     root: bool,
+    allow_root: bool,
     own: u32,
     hint: &str,
 ) -> Result<(), (&'static str, String)> {
-    if root && id == 0 {
+    if root && id == 0 && !allow_root {
         return Err((
             key,
-            format!(
-                "{key} '{name}' ({label} 0) is not allowed: pool children must not run as root"
-            ),
+            format!("{key} '{name}' ({label} 0) is not allowed: {ALLOW_ROOT_HINT}"),
         ));
     }
     if !root && id != own {
@@ -195,16 +199,23 @@ fn check_pool_id(
 }
 
 /// Resolves `user`/`group` into credentials; on error returns the key
-/// (`"user"` or `"group"`) and the message.
+/// (`"user"` or `"group"`) and the message. `allow_root` (`-R`): as root,
+/// no `user` means root's own credentials, and uid/gid 0 are allowed.
 pub(super) fn resolve_credentials(
     user: Option<&IdOrName>,
     group: Option<&IdOrName>,
     ids: Ids,
+    allow_root: bool,
 ) -> Result<Credentials, (&'static str, String)> {
     let root = ids.euid == 0;
     let (entry, uid) = match user {
         Some(u) => lookup_user(u).map_err(|m| ("user", m))?,
-        None if root => return Err(("user", "user is required when fpmd runs as root".into())),
+        None if root && !allow_root => {
+            return Err((
+                "user",
+                format!("user is required when fpmd runs as root ({ALLOW_ROOT_HINT})"),
+            ))
+        }
         None => (
             User::from_uid(Uid::from_raw(ids.euid)).ok().flatten(),
             ids.euid,
@@ -219,6 +230,7 @@ pub(super) fn resolve_credentials(
         &user_name,
         uid,
         root,
+        allow_root,
         ids.euid,
         "remove 'user' to run the pool as fpmd's own user",
     )?;
@@ -247,6 +259,7 @@ pub(super) fn resolve_credentials(
         &group_name,
         gid,
         root,
+        allow_root,
         ids.egid,
         "remove 'group'",
     )?;
@@ -405,17 +418,17 @@ mod tests {
         // fpmd runs as root in the test environment; the rules are exercised directly too.
         let root = Ids { euid: 0, egid: 0 };
         assert_eq!(
-            resolve_credentials(None, None, root),
+            resolve_credentials(None, None, root, false),
             Err((
                 "user",
-                "user is required when fpmd runs as root".to_string()
+                "user is required when fpmd runs as root (pool children must not run as root unless fpmd is started with -R (--allow-to-run-as-root))".to_string()
             ))
         );
         assert_eq!(
-            resolve_credentials(Some(&IdOrName::Name("root".into())), None, root),
+            resolve_credentials(Some(&IdOrName::Name("root".into())), None, root, false),
             Err((
                 "user",
-                "user 'root' (uid 0) is not allowed: pool children must not run as root"
+                "user 'root' (uid 0) is not allowed: pool children must not run as root unless fpmd is started with -R (--allow-to-run-as-root)"
                     .to_string()
             ))
         );
@@ -423,7 +436,8 @@ mod tests {
             resolve_credentials(
                 Some(&IdOrName::Name("nobody".into())),
                 Some(&IdOrName::Id(0)),
-                root
+                root,
+                false
             )
             .unwrap_err()
             .0,
@@ -431,7 +445,7 @@ mod tests {
         );
         // A uid without a passwd entry needs a group.
         assert_eq!(
-            resolve_credentials(Some(&IdOrName::Id(4_000_000)), None, root)
+            resolve_credentials(Some(&IdOrName::Id(4_000_000)), None, root, false)
                 .unwrap_err()
                 .0,
             "user"
@@ -440,6 +454,7 @@ mod tests {
             Some(&IdOrName::Id(4_000_000)),
             Some(&IdOrName::Id(4_000_000)),
             root,
+            false,
         )
         .unwrap();
         assert_eq!(
@@ -460,7 +475,7 @@ mod tests {
                 Some(2),
                 Some("www"),
                 Some("user"),
-                "user is required when fpmd runs as root",
+                "user is required when fpmd runs as root (pool children must not run as root unless fpmd is started with -R (--allow-to-run-as-root))",
             );
             let (dir, e) = load_err(&pool("www", "").replace("\"nobody\"", "\"root\""), &[]);
             assert_err(
@@ -470,9 +485,40 @@ mod tests {
                 Some(2),
                 Some("www"),
                 Some("user"),
-                "user 'root' (uid 0) is not allowed: pool children must not run as root",
+                "user 'root' (uid 0) is not allowed: pool children must not run as root unless fpmd is started with -R (--allow-to-run-as-root)",
             );
         }
+    }
+
+    /// `-R`: as root, no `user` is root, and uid/gid 0 are allowed.
+    #[test]
+    fn allow_to_run_as_root() {
+        let root = Ids { euid: 0, egid: 0 };
+        let c = resolve_credentials(None, None, root, true).unwrap();
+        assert_eq!(
+            (c.uid, c.gid, c.user_name.as_str(), c.group_name.as_str()),
+            (0, 0, "root", "root")
+        );
+        let c = resolve_credentials(
+            Some(&IdOrName::Name("root".into())),
+            Some(&IdOrName::Id(0)),
+            root,
+            true,
+        )
+        .unwrap();
+        assert_eq!((c.uid, c.gid), (0, 0));
+        // Not as root, -R changes nothing: only fpmd's own ids.
+        let (uid, gid) = nobody();
+        let ids = Ids {
+            euid: uid,
+            egid: gid,
+        };
+        assert_eq!(
+            resolve_credentials(Some(&IdOrName::Id(0)), None, ids, true)
+                .unwrap_err()
+                .0,
+            "user"
+        );
     }
 
     #[test]
@@ -482,7 +528,7 @@ mod tests {
             euid: uid,
             egid: gid,
         };
-        let c = resolve_credentials(None, None, ids).unwrap();
+        let c = resolve_credentials(None, None, ids, false).unwrap();
         assert_eq!(
             (c.user_name.as_str(), c.uid, c.gid, c.group_name.as_str()),
             ("nobody", uid, gid, "nogroup")
@@ -490,18 +536,20 @@ mod tests {
         assert!(resolve_credentials(
             Some(&IdOrName::Name("nobody".into())),
             Some(&IdOrName::Name("nogroup".into())),
-            ids
+            ids,
+            false
         )
         .is_ok());
         let (key, msg) =
-            resolve_credentials(Some(&IdOrName::Name("daemon".into())), None, ids).unwrap_err();
+            resolve_credentials(Some(&IdOrName::Name("daemon".into())), None, ids, false)
+                .unwrap_err();
         assert_eq!(key, "user");
         assert!(
             msg.starts_with("cannot run the pool as user 'daemon'"),
             "{msg}"
         );
-        let (key, _) =
-            resolve_credentials(None, Some(&IdOrName::Name("root".into())), ids).unwrap_err();
+        let (key, _) = resolve_credentials(None, Some(&IdOrName::Name("root".into())), ids, false)
+            .unwrap_err();
         assert_eq!(key, "group");
     }
 

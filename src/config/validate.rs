@@ -108,6 +108,8 @@ pub(super) fn validate_global(
             process_control_timeout,
             control_socket,
             watch: raw.watch.unwrap_or(false),
+            daemonize: raw.daemonize.unwrap_or(false),
+            log_format: raw.log_format.unwrap_or_default(),
             metrics_listen,
         },
         includes,
@@ -169,6 +171,7 @@ pub(super) fn validate_pool(
     raw: RawPool,
     ids: Ids,
     global: &Global,
+    options: &super::LoadOptions,
 ) -> Result<PoolConfig, ConfigError> {
     let ctx = PoolCtx { src, name };
 
@@ -337,8 +340,13 @@ pub(super) fn validate_pool(
     };
 
     // user, group
-    let user = resolve_credentials(raw.user.as_ref(), raw.group.as_ref(), ids)
-        .map_err(|(key, msg)| ctx.err(&[key], msg))?;
+    let user = resolve_credentials(
+        raw.user.as_ref(),
+        raw.group.as_ref(),
+        ids,
+        options.allow_to_run_as_root,
+    )
+    .map_err(|(key, msg)| ctx.err(&[key], msg))?;
 
     // php_cgi
     let path_env = std::env::var_os("PATH");
@@ -494,10 +502,18 @@ pub(super) fn validate_pool(
         "php_admin_flag",
         raw.php_admin_flag,
     )?;
-    let php_values = php_values
+    let mut php_values: std::collections::BTreeMap<String, String> = php_values
         .into_iter()
         .filter(|(k, _)| !php_admin_values.contains_key(k))
         .collect();
+    // `-d name=value` on the command line: below the pool's own values (a
+    // later -d of one name wins over an earlier one).
+    let own: Vec<String> = php_values.keys().cloned().collect();
+    for (name, value) in &options.php_defines {
+        if !own.contains(name) && !php_admin_values.contains_key(name) {
+            php_values.insert(name.clone(), value.clone());
+        }
+    }
 
     let status_listen = match raw.pm.status_listen {
         None => None,
@@ -513,7 +529,7 @@ pub(super) fn validate_pool(
     let limit_extensions = limit_extensions(raw.security.limit_extensions)
         .map_err(|m| ctx.err(&["security", "limit_extensions"], m))?;
 
-    Ok(PoolConfig {
+    let pool = PoolConfig {
         name: name.to_string(),
         file: src.path.clone(),
         user,
@@ -539,10 +555,108 @@ pub(super) fn validate_pool(
         },
         cgroup,
         pcntl: raw.security.pcntl.unwrap_or(false),
+        no_php_ini: options.no_php_ini,
         limit_extensions,
         local,
         isolation,
-    })
+    };
+    check_exec_size(&ctx, &pool, arg_max())?;
+    Ok(pool)
+}
+
+/// Linux's bound on one argument or environment string, its NUL included
+/// (`MAX_ARG_STRLEN`: 32 pages of 4 KiB; execve(2) fails with `E2BIG`
+/// beyond it, whatever the stack limit).
+const MAX_ARG_STRLEN: usize = 32 * 4096;
+
+/// The bound on the argument and environment strings of an execve(2)
+/// together, with their pointers: `sysconf(_SC_ARG_MAX)` (a quarter of
+/// the stack limit, at least 128 KiB; 2 MiB when unknown), but never more
+/// than the kernel's own cap of 6 MiB (`bprm_stack_limits` in
+/// `fs/exec.c`: three quarters of `_STK_LIM`), which applies even with an
+/// unlimited stack (where sysconf says more).
+fn arg_max() -> usize {
+    const KERNEL_CAP: usize = (8 << 20) / 4 * 3;
+    // SAFETY: sysconf has no memory effects.
+    let n = unsafe { libc::sysconf(libc::_SC_ARG_MAX) };
+    usize::try_from(n)
+        .ok()
+        .filter(|&n| n > 0)
+        .unwrap_or(2 << 20)
+        .min(KERNEL_CAP)
+}
+
+/// The pool's php-cgi can be exec'd: no argument (`-d name=value` of a
+/// `php_value`/`php_admin_value`) or environment string (`env.NAME`, or
+/// fpmd's own variables with `clear_env = false`) is longer than
+/// [`MAX_ARG_STRLEN`], and all of them (as [`crate::pool`] builds the
+/// child's argv and environment) fit in `arg_max` bytes. Otherwise
+/// execve(2) fails with `E2BIG` (`Argument list too long`) at every
+/// spawn. The error is at the key of the string too long, or for the
+/// total at the largest contributor.
+fn check_exec_size(
+    ctx: &PoolCtx<'_>,
+    pool: &PoolConfig,
+    arg_max: usize,
+) -> Result<(), ConfigError> {
+    // (key, what it is, bytes with its NUL)
+    let mut items: Vec<(Vec<String>, String, usize)> = Vec::new();
+    let seg = |a: &str, b: &str| vec![a.to_string(), b.to_string()];
+    if !pool.clear_env {
+        for (k, v) in std::env::vars_os() {
+            if !pool.env.contains_key(&*k.to_string_lossy()) {
+                let what = format!(
+                    "fpmd's own environment variable {} (passed on by clear_env = false)",
+                    k.to_string_lossy()
+                );
+                items.push((vec!["clear_env".into()], what, k.len() + v.len() + 2));
+            }
+        }
+    }
+    for (k, v) in &pool.env {
+        items.push((seg("env", k), format!("env.{k}"), k.len() + v.len() + 2));
+    }
+    for (table, values) in [
+        ("php_value", &pool.php_values),
+        ("php_admin_value", &pool.php_admin_values),
+    ] {
+        for (k, v) in values {
+            let what = format!("{table}.{k} (php-cgi's -d {k}=…)");
+            items.push((seg(table, k), what, k.len() + v.len() + 2));
+        }
+    }
+    fn key(segs: &[String]) -> Vec<&str> {
+        segs.iter().map(String::as_str).collect()
+    }
+    for (segs, what, bytes) in &items {
+        if *bytes > MAX_ARG_STRLEN {
+            return Err(ctx.err(&key(segs), format!(
+                "{what} is {bytes} bytes, more than Linux passes to a program in one string (MAX_ARG_STRLEN, {MAX_ARG_STRLEN} bytes): php-cgi could not be started (execve: Argument list too long)"
+            )));
+        }
+    }
+    // argv: the binary, "-d" before each value, "-n"; the environment:
+    // the two PHP_FCGI_* variables fpmd sets; each string has a pointer.
+    let fixed = pool.php_cgi.as_os_str().len() + 1 + 3 + 2 * 32;
+    let strings = items.len() + pool.php_values.len() + pool.php_admin_values.len() + 4;
+    let total = fixed
+        + items.iter().map(|(_, _, b)| b).sum::<usize>()
+        + 3 * (pool.php_values.len() + pool.php_admin_values.len())
+        + (strings + 2) * std::mem::size_of::<usize>();
+    if total > arg_max {
+        let largest = items.iter().max_by_key(|(_, _, b)| *b);
+        let (segs, what) = match largest {
+            Some((segs, what, bytes)) => (
+                key(segs),
+                format!("; the largest is {what} ({bytes} bytes)"),
+            ),
+            None => (vec!["php_cgi"], String::new()),
+        };
+        return Err(ctx.err(&segs, format!(
+            "php-cgi's arguments and environment together are {total} bytes, more than ARG_MAX ({arg_max} bytes: a quarter of the stack limit, at most 6 MiB): php-cgi could not be started (execve: Argument list too long){what}"
+        )));
+    }
+    Ok(())
 }
 
 /// `rlimit_*`, `process.*`, `no_new_privs` and `landlock.*`, checked as
@@ -1174,7 +1288,10 @@ pub(super) fn check_host_limits(
                         return Err(ctx.err(&key, m));
                     }
                 }
-                Some(ListenAddress::Unix(path)) => check_socket_file(&ctx, pool, path, ids, host)?,
+                Some(ListenAddress::Unix(path)) => {
+                    check_socket_dir(path).map_err(|m| ctx.err(&key, m))?;
+                    check_socket_file(&ctx, pool, path, ids, host)?
+                }
                 None => {}
             }
         }
@@ -1226,6 +1343,28 @@ pub(super) fn check_host_limits(
 
 /// A unix socket's `listen.owner`, `listen.group` and directory, for a
 /// process without `CAP_CHOWN` (see [`check_host_limits`]).
+/// The directory a unix socket is to be created in exists (fpmd, as
+/// php-fpm, creates the socket, not its directory: bind(2) would fail
+/// with `ENOENT` at start). Errors: what to do, naming the directory.
+fn check_socket_dir(path: &Path) -> Result<(), String> {
+    let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) else {
+        return Ok(());
+    };
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(format!(
+            "cannot create the socket {}: {} is not a directory",
+            path.display(),
+            dir.display()
+        )),
+        Err(e) => Err(format!(
+            "cannot create the socket {}: its directory {} does not exist ({e}), so bind() would fail; create it (e.g. with systemd's RuntimeDirectory= or tmpfiles.d)",
+            path.display(),
+            dir.display()
+        )),
+    }
+}
+
 fn check_socket_file(
     ctx: &PoolCtx<'_>,
     pool: &PoolConfig,
@@ -1269,9 +1408,106 @@ mod tests {
     use crate::config::raw::parse_mode;
     use crate::config::testutil::*;
 
+    /// `log_format`: "fpmd" (default) or "php-fpm"; anything else at its line.
+    #[test]
+    fn log_format_key() {
+        use crate::config::LogFormat;
+        let (_d, c) = load_ok(&pool("www", ""), &[]);
+        assert_eq!(c.global.log_format, LogFormat::Fpmd);
+        assert!(c.to_toml().contains("log_format = \"fpmd\"\n"));
+        let main = format!("[global]\nlog_format = \"php-fpm\"\n{}", pool("www", ""));
+        let (_d, c) = load_ok(&main, &[]);
+        assert_eq!(c.global.log_format, LogFormat::PhpFpm);
+        assert!(c.to_toml().contains("log_format = \"php-fpm\"\n"));
+        let main = format!("[global]\nlog_format = \"json\"\n{}", pool("www", ""));
+        let (_d, e) = load_err(&main, &[]);
+        assert_eq!(
+            (e.line, e.key.as_deref()),
+            (Some(2), Some("global.log_format")),
+            "{e}"
+        );
+        assert!(
+            e.message
+                .contains("unknown variant `json`, expected `fpmd` or `php-fpm`"),
+            "{e}"
+        );
+    }
+
+    /// A unix socket whose directory does not exist (or is a file) cannot
+    /// be bound: refused at its key.
+    #[test]
+    fn socket_directory_must_exist() {
+        let cases = [
+            (
+                pool("www", "").replace("/tmp/www.sock", "/run/nothere/x.sock"),
+                (5, "listen.address"),
+                "cannot create the socket /run/nothere/x.sock: its directory /run/nothere does not exist (No such file or directory (os error 2)), so bind() would fail; create it (e.g. with systemd's RuntimeDirectory= or tmpfiles.d)",
+            ),
+            (
+                pool("www", "pm.status_listen = \"/etc/passwd/s.sock\"\n"),
+                (7, "pm.status_listen"),
+                "cannot create the socket /etc/passwd/s.sock: /etc/passwd is not a directory",
+            ),
+        ];
+        for (text, (line, key), message) in cases {
+            let (dir, e) = load_err(&text, &[]);
+            assert_err(
+                &dir,
+                &e,
+                "fpmd.toml",
+                Some(line),
+                Some("www"),
+                Some(key),
+                message,
+            );
+        }
+    }
+
+    /// An env value or ini value php-cgi cannot be exec'd with (one string
+    /// over MAX_ARG_STRLEN, or all together over ARG_MAX) is refused at
+    /// its key.
+    #[test]
+    fn exec_size_limits() {
+        let big = "x".repeat(MAX_ARG_STRLEN);
+        let (dir, e) = load_err(&pool("www", &format!("env.BIG = \"{big}\"\n")), &[]);
+        assert_eq!(
+            (e.line, e.key.as_deref()),
+            (Some(7), Some("env.BIG")),
+            "{e}"
+        );
+        assert!(e.message.starts_with(&format!("env.BIG is {} bytes, more than Linux passes to a program in one string (MAX_ARG_STRLEN, 131072 bytes)", MAX_ARG_STRLEN + 5)), "{e}");
+        drop(dir);
+        let (_, e) = load_err(
+            &pool("www", &format!("php_admin_value.x = \"{big}\"\n")),
+            &[],
+        );
+        assert_eq!(e.key.as_deref(), Some("php_admin_value.x"), "{e}");
+        // Just fits.
+        let fits = "x".repeat(MAX_ARG_STRLEN - 5);
+        load_ok(&pool("www", &format!("env.BIG = \"{fits}\"\n")), &[]);
+        // Together too many: the largest named.
+        let n = arg_max() / 100_000 + 1;
+        let mut extra: String = (0..n)
+            .map(|i| format!("env.V{i} = \"{}\"\n", "y".repeat(99_990)))
+            .collect();
+        extra.push_str(&format!("env.LARGEST = \"{}\"\n", "z".repeat(100_000)));
+        let (_, e) = load_err(&pool("www", &extra), &[]);
+        assert_eq!(e.key.as_deref(), Some("env.LARGEST"), "{e}");
+        assert!(
+            e.message
+                .contains(&format!("more than ARG_MAX ({} bytes", arg_max())),
+            "{e}"
+        );
+        assert!(
+            e.message
+                .ends_with("the largest is env.LARGEST (100009 bytes)"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn status_listen_needs_an_address_of_its_own() {
-        let text = pool("www", "pm.status_listen = \"/run/fpmd/www.sock\"\n");
+        let text = pool("www", "pm.status_listen = \"/tmp/www.sock\"\n");
         let (_dir, e) = load_err(&text, &[]);
         let m = e.to_string();
         assert!(
@@ -1290,7 +1526,7 @@ mod tests {
 
     #[test]
     fn listen_address_errors() {
-        let text = pool("www", "").replace("\"/run/fpmd/www.sock\"", "\"www.sock\"");
+        let text = pool("www", "").replace("\"/tmp/www.sock\"", "\"www.sock\"");
         let (dir, e) = load_err(&text, &[]);
         assert_err(
             &dir,
@@ -1302,7 +1538,7 @@ mod tests {
             "invalid listen address 'www.sock' (expected a unix socket path (containing '/'), \"IP:PORT\", \"[IPv6]:PORT\" or a port)",
         );
         let long = format!("/run/{}.sock", "x".repeat(120));
-        let (dir, e) = load_err(&pool("www", "").replace("/run/fpmd/www.sock", &long), &[]);
+        let (dir, e) = load_err(&pool("www", "").replace("/tmp/www.sock", &long), &[]);
         assert_eq!(
             (e.line, e.key.as_deref()),
             (Some(5), Some("listen.address")),
@@ -1749,7 +1985,7 @@ php_admin_flag.display_errors = "off"
                 max_spawn_rate: 32
             }
         );
-        let (_dir, c) = load_ok("[www]\nuser = \"nobody\"\ngroup = \"nogroup\"\nphp_cgi = \"/bin/sh\"\nlisten.address = \"/run/fpmd/www.sock\"\n\n[www.pm]\nmode = \"ondemand\"\nmax_children = 8\n", &[]);
+        let (_dir, c) = load_ok("[www]\nuser = \"nobody\"\ngroup = \"nogroup\"\nphp_cgi = \"/bin/sh\"\nlisten.address = \"/tmp/www.sock\"\n\n[www.pm]\nmode = \"ondemand\"\nmax_children = 8\n", &[]);
         assert_eq!(
             c.pools[0].pm.mode,
             PmMode::Ondemand {
@@ -2008,7 +2244,7 @@ php_admin_flag.display_errors = "off"
     fn two_pools_on_one_listen_address() {
         // In two files: the error is at the second pool's listen.address.
         let sock = |name: &str, extra: &str| {
-            pool(name, extra).replace(&format!("/run/fpmd/{name}.sock"), "/run/fpmd/x.sock")
+            pool(name, extra).replace(&format!("/tmp/{name}.sock"), "/tmp/x.sock")
         };
         let (dir, e) = load_err(
             INCLUDE_MAIN,
@@ -2025,14 +2261,14 @@ php_admin_flag.display_errors = "off"
             Some("b"),
             Some("listen.address"),
             &format!(
-                "/run/fpmd/x.sock is already the listen address of pool 'a' ({}:5): two pools cannot listen on one address",
+                "/tmp/x.sock is already the listen address of pool 'a' ({}:5): two pools cannot listen on one address",
                 dir.path().join("pool.d/a.toml").display()
             ),
         );
         assert_eq!(
             e.to_string(),
             format!(
-                "{}:6: [b] key 'listen.address': /run/fpmd/x.sock is already the listen address of pool 'a' ({}:5): two pools cannot listen on one address",
+                "{}:6: [b] key 'listen.address': /tmp/x.sock is already the listen address of pool 'a' ({}:5): two pools cannot listen on one address",
                 dir.path().join("pool.d/b.toml").display(),
                 dir.path().join("pool.d/a.toml").display()
             )
@@ -2055,13 +2291,13 @@ php_admin_flag.display_errors = "off"
         let (dir, e) = load_err(
             &format!(
                 "{INCLUDE_MAIN}{}",
-                pool("a", "").replace("/run/fpmd/a.sock", "run/x.sock")
+                pool("a", "").replace("/tmp/a.sock", "run/x.sock")
             ),
             &[
                 ("run/.keep", ""),
                 (
                     "pool.d/b.toml",
-                    &pool("b", "").replace("/run/fpmd/b.sock", "../run/x.sock"),
+                    &pool("b", "").replace("/tmp/b.sock", "../run/x.sock"),
                 ),
             ],
         );
@@ -2079,9 +2315,8 @@ php_admin_flag.display_errors = "off"
             ),
         );
         // TCP: a bare port is 0.0.0.0:PORT.
-        let tcp = |name: &str, addr: &str| {
-            pool(name, "").replace(&format!("\"/run/fpmd/{name}.sock\""), addr)
-        };
+        let tcp =
+            |name: &str, addr: &str| pool(name, "").replace(&format!("\"/tmp/{name}.sock\""), addr);
         let (dir, e) = load_err(
             &format!("{INCLUDE_MAIN}{}", tcp("a", "9000")),
             &[("pool.d/b.toml", &tcp("b", "\"0.0.0.0:9000\""))],
@@ -2150,13 +2385,10 @@ php_admin_flag.display_errors = "off"
             assert_eq!(collision(&tcp(a), &tcp(b)), expected, "{a} {b}");
         }
         assert_eq!(
-            collision(&unix("/run/fpmd/a.sock"), &unix("/run/fpmd/a.sock")),
+            collision(&unix("/tmp/a.sock"), &unix("/tmp/a.sock")),
             Some(Collision::Same)
         );
-        assert_eq!(
-            collision(&unix("/run/fpmd/a.sock"), &unix("/run/fpmd/b.sock")),
-            None
-        );
+        assert_eq!(collision(&unix("/tmp/a.sock"), &unix("/tmp/b.sock")), None);
         assert_eq!(
             collision(&unix("/tmp/../tmp/a.sock"), &unix("/tmp/a.sock")),
             Some(Collision::Same)
@@ -2224,9 +2456,9 @@ php_admin_flag.display_errors = "off"
         ]);
         // Never a pool's address (nor one that overlaps it), nor the
         // control socket.
-        let on_tcp = pool("www", "").replace("\"/run/fpmd/www.sock\"", "\"127.0.0.1:9000\"");
+        let on_tcp = pool("www", "").replace("\"/tmp/www.sock\"", "\"127.0.0.1:9000\"");
         for (line, pool_text, msg) in [
-            ("metrics.listen = \"/run/fpmd/www.sock\"", pool("www", ""), "/run/fpmd/www.sock collides with /run/fpmd/www.sock, the listen address of pool 'www' ({main}:7): the metrics endpoint needs an address of its own"),
+            ("metrics.listen = \"/tmp/www.sock\"", pool("www", ""), "/tmp/www.sock collides with /tmp/www.sock, the listen address of pool 'www' ({main}:7): the metrics endpoint needs an address of its own"),
             ("metrics.listen = 9000", on_tcp, "0.0.0.0:9000 collides with 127.0.0.1:9000, the listen address of pool 'www' ({main}:7): the metrics endpoint needs an address of its own"),
             ("control_socket = \"/run/m.sock\"\nmetrics.listen = \"/run/m.sock\"", pool("www", ""), "/run/m.sock is fpmd's control socket: the metrics endpoint needs an address of its own"),
         ] {
@@ -2379,7 +2611,7 @@ php_admin_flag.display_errors = "off"
         );
 
         // A pool on the control socket.
-        let (dir, e) = load_err(&global("control_socket = \"/run/fpmd/www.sock\""), &[]);
+        let (dir, e) = load_err(&global("control_socket = \"/tmp/www.sock\""), &[]);
         assert_err(
             &dir,
             &e,
@@ -2388,7 +2620,7 @@ php_admin_flag.display_errors = "off"
             Some("www"),
             Some("listen.address"),
             &format!(
-                "/run/fpmd/www.sock is fpmd's control socket (global.control_socket, {}:2): a pool cannot listen on it",
+                "/tmp/www.sock is fpmd's control socket (global.control_socket, {}:2): a pool cannot listen on it",
                 dir.path().join("fpmd.toml").display()
             ),
         );
@@ -2396,7 +2628,7 @@ php_admin_flag.display_errors = "off"
         let main = write(
             dir.path(),
             "fpmd.toml",
-            &pool("www", "").replace("/run/fpmd/www.sock", ROOT_CONTROL_SOCKET),
+            &pool("www", "").replace("/tmp/www.sock", ROOT_CONTROL_SOCKET),
         );
         let e = super::super::load_as(&main, Ids { euid: 0, egid: 0 }).unwrap_err();
         assert_eq!(
@@ -2407,7 +2639,7 @@ php_admin_flag.display_errors = "off"
 
     #[test]
     fn no_pool() {
-        let (dir, e) = load_err(INCLUDE_MAIN, &[]);
+        let (dir, e) = load_err(INCLUDE_MAIN, &[("pool.d/notes.txt", "")]);
         assert_err(&dir, &e, "fpmd.toml", None, None, None, "no pool defined: add a pool table such as [www] to this file or to a file matched by global.include");
         assert!(e.to_string().ends_with("fpmd.toml: no pool defined: add a pool table such as [www] to this file or to a file matched by global.include"));
         let (dir, e) = load_err("", &[]);
@@ -2540,7 +2772,13 @@ php_admin_flag.display_errors = "off"
             write(dir.path(), rel, text);
         }
         let main = write(dir.path(), "fpmd.toml", main);
-        let r = super::super::load_with(&super::super::FileSystem, &main, ids, host);
+        let r = super::super::load_from(
+            &super::super::FileSystem,
+            &main,
+            ids,
+            host,
+            &super::super::LoadOptions::default(),
+        );
         (dir, r)
     }
 
@@ -2700,13 +2938,15 @@ php_admin_flag.display_errors = "off"
             ..big_host()
         };
         let sock = |dir: &tempfile::TempDir| dir.path().join("run/www.sock").display().to_string();
-        let at = |extra: &str| pool("www", extra).replace("/run/fpmd/www.sock", "run/www.sock");
+        // The sockets' directory exists.
+        const RUN: &[(&str, &str)] = &[("run/.keep", "")];
+        let at = |extra: &str| pool("www", extra).replace("/tmp/www.sock", "run/www.sock");
         // fpmd's own user and group are fine, given or by default.
         let own = at("listen.owner = \"nobody\"\nlisten.group = \"nogroup\"\n");
-        assert!(load_on(&own, &[], me, &host).1.is_ok());
-        assert!(load_on(&at(""), &[], me, &host).1.is_ok());
+        assert!(load_on(&own, RUN, me, &host).1.is_ok());
+        assert!(load_on(&at(""), RUN, me, &host).1.is_ok());
 
-        let (dir, r) = load_on(&at("listen.owner = \"www-data\"\n"), &[], me, &host);
+        let (dir, r) = load_on(&at("listen.owner = \"www-data\"\n"), RUN, me, &host);
         let e = r.unwrap_err();
         let www = nix::unistd::User::from_name("www-data")
             .unwrap()
@@ -2717,7 +2957,7 @@ php_admin_flag.display_errors = "off"
             "cannot give the socket {} to listen.owner 'www-data' (uid {www}): fpmd runs as uid {uid} without CAP_CHOWN, so chown() would fail with EPERM (Operation not permitted); remove listen.owner or set it to fpmd's own user 'nobody'",
             sock(&dir)
         ));
-        let (dir, r) = load_on(&at("listen.group = \"www-data\"\n"), &[], me, &host);
+        let (dir, r) = load_on(&at("listen.group = \"www-data\"\n"), RUN, me, &host);
         let e = r.unwrap_err();
         assert_eq!(
             (e.line, e.key.as_deref()),
@@ -2733,13 +2973,13 @@ php_admin_flag.display_errors = "off"
         );
 
         // cgroup limits need root.
-        let (dir, r) = load_on(&at("cgroup.pids_max = 50\n"), &[], me, &host);
+        let (dir, r) = load_on(&at("cgroup.pids_max = 50\n"), RUN, me, &host);
         assert_err(&dir, &r.unwrap_err(), "fpmd.toml", Some(7), Some("www"), Some("cgroup.pids_max"),
             &format!("cgroup.pids_max needs fpmd to run as root (it runs as uid {uid}): the pool's cgroup is created and its limits written under /sys/fs/cgroup"));
 
         // Privileged ports: below ip_unprivileged_port_start, for every listener.
         let tcp = |addr: &str, extra: &str| {
-            pool("www", extra).replace("\"/run/fpmd/www.sock\"", &format!("\"{addr}\""))
+            pool("www", extra).replace("\"/tmp/www.sock\"", &format!("\"{addr}\""))
         };
         let (dir, r) = load_on(&tcp("127.0.0.1:80", ""), &[], me, &host);
         assert_err(&dir, &r.unwrap_err(), "fpmd.toml", Some(5), Some("www"), Some("listen.address"),
@@ -2783,7 +3023,7 @@ php_admin_flag.display_errors = "off"
 
         // Root (or the capabilities) may do all of it.
         let all = at("listen.owner = \"www-data\"\nlisten.group = \"www-data\"\n");
-        assert!(load_on(&all, &[], ROOT, &big_host()).1.is_ok());
+        assert!(load_on(&all, RUN, ROOT, &big_host()).1.is_ok());
         assert!(load_on(&tcp("127.0.0.1:80", ""), &[], ROOT, &big_host())
             .1
             .is_ok());

@@ -433,10 +433,13 @@ impl Pool {
             }
             let (tx, rx) = oneshot::channel();
             t.wait(tx);
+            let max = t.config().pm.max_children;
             if t.config().pm.mode != PmMode::Static
-                && t.busy() >= t.config().pm.max_children as usize
+                && t.busy() >= max as usize
+                && self.stats.limit_reached()
             {
-                self.stats.limit_reached();
+                // php-fpm's words (fpm_process_ctl.c), once per episode.
+                warn!(pool = %self.name, "server reached pm.max_children setting ({max}), consider raising it");
             }
             if t.config().pm.mode != PmMode::Static {
                 // Scale up now, not at the next tick.

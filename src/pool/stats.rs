@@ -159,10 +159,13 @@ impl PoolStats {
 
     /// A request had to wait with every child busy: counts once per
     /// episode (see [`PoolStats::max_children_reached`]).
-    pub fn limit_reached(&self) {
-        if !self.at_max.swap(true, Ordering::Relaxed) {
+    /// Returns whether this began a new episode (which php-fpm logs).
+    pub fn limit_reached(&self) -> bool {
+        let new = !self.at_max.swap(true, Ordering::Relaxed);
+        if new {
             self.max_children_reached.fetch_add(1, Ordering::Relaxed);
         }
+        new
     }
 
     /// A child became idle with no request waiting: the next time every

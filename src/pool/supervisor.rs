@@ -108,6 +108,14 @@ struct Supervisor {
     quick_deaths: u32,
     /// When the back-off allows the next spawn.
     respawn_at: Option<tokio::time::Instant>,
+    /// A generation whose php-cgi the kernel refused to exec for its size
+    /// (`E2BIG`): never tried again, since it cannot change (a reload
+    /// makes a new generation).
+    unstartable: Option<GenId>,
+    /// Children of the target generation that exited unasked and are not
+    /// replaced yet: their replacements are logged at NOTICE (php-fpm's
+    /// `child N started` after a death; other starts at DEBUG).
+    replacing: u32,
     stopping: Option<Stopping>,
     emergency_restart: Option<(u32, Duration)>,
     /// Recent unexpected deaths (for `emergency_restart_threshold`).
@@ -173,6 +181,8 @@ pub fn start_pool(
         serial: 0,
         quick_deaths: 0,
         respawn_at: None,
+        unstartable: None,
+        replacing: 0,
         stopping: None,
         emergency_restart,
         crashes: VecDeque::new(),
@@ -1093,6 +1103,10 @@ impl Supervisor {
                 let exit = Exit { pid, kind };
                 let lived = started.elapsed();
                 self.note_oom(pid, kind);
+                if !expected && self.stopping.is_none() {
+                    // Its parent forks a replacement.
+                    self.replacing += 1;
+                }
                 match (expected, kind) {
                     (true, _) => debug!(pool = %self.name(), pid, "{}", exit.describe(lived)),
                     (false, ExitKind::Code(0)) => {
@@ -1123,6 +1137,10 @@ impl Supervisor {
                 stop: None,
             });
             self.pool.stats.count_spawned(1);
+            if self.replacing > 0 {
+                self.replacing -= 1;
+                info!(pool = %self.name(), pid, php_fpm = %format_args!("child {pid} started"), "child forked by php-cgi parent {parent} in place of one that exited");
+            }
         }
     }
 
@@ -1252,6 +1270,9 @@ impl Supervisor {
         if child.stop.is_some() {
             debug!(pool = %self.name(), pid = exit.pid, "{}", exit.describe(lived));
         } else {
+            if child.gen == self.target && !child.prefork {
+                self.replacing += 1;
+            }
             match exit.kind {
                 ExitKind::Code(0) => {
                     info!(pool = %self.name(), pid = exit.pid, "{}", exit.describe(lived))
@@ -1315,7 +1336,10 @@ impl Supervisor {
     /// has what it wants (exec: processes; prefork: one parent that keeps
     /// `pm.max_children` forked).
     async fn fill(&mut self) {
-        if self.stopping.is_some() || self.respawn_at.is_some() {
+        if self.stopping.is_some()
+            || self.respawn_at.is_some()
+            || self.unstartable == Some(self.target)
+        {
             return;
         }
         let gen = self.target;
@@ -1383,6 +1407,13 @@ impl Supervisor {
                     self.abandon_target(&format!("cannot start php-cgi: {e}"));
                     return;
                 }
+                if e.raw_os_error() == Some(libc::E2BIG) {
+                    // The same arguments and environment fail the same way
+                    // every time: said once, not retried.
+                    error!(pool = %self.name(), "cannot start php-cgi: {e}: its arguments and environment (env.*, php_value.*, and fpmd's own environment without clear_env) are too large for execve; not retried until a reload changes the pool (fpmd -t names the key)");
+                    self.unstartable = Some(self.target);
+                    return;
+                }
                 self.quick_deaths += 1;
                 let delay = BACKOFF_FIRST
                     .saturating_mul(1 << (self.quick_deaths - 1).min(16))
@@ -1420,6 +1451,9 @@ impl Supervisor {
         }
         if prefork {
             debug!(pool = %self.name(), pid, "php-cgi parent started (generation {gen}), pre-forking {} children", config.pm.max_children);
+        } else if self.replacing > 0 {
+            self.replacing -= 1;
+            info!(pool = %self.name(), pid, php_fpm = %format_args!("child {pid} started"), "child started (generation {gen}) in place of one that exited");
         } else {
             debug!(pool = %self.name(), pid, "child started (generation {gen})");
         }

@@ -729,7 +729,13 @@ fn log_report(pool: &Pool, ctx: &Ctx<'_>, pid: i32, req: &Request, r: &exchange:
         ChildEnd::Garbage => warn!(pool = %ctx.pool, pid, uri = %p(b"REQUEST_URI"),
             "child sent an invalid response: {}", r.child_error.as_deref().unwrap_or("?")),
         ChildEnd::TimedOut => {
-            warn!(pool = %ctx.pool, pid, script = %p(b"SCRIPT_FILENAME"), uri = %p(b"REQUEST_URI"),
+            let (script, uri) = (p(b"SCRIPT_FILENAME"), p(b"REQUEST_URI"));
+            // php-fpm's fpm_request_check_timed_out.
+            let php_fpm = format!(
+                "child {pid}, script '{script}' (request: \"{} {uri}\") execution timed out ({elapsed:.6} sec), terminating",
+                p(b"REQUEST_METHOD")
+            );
+            warn!(pool = %ctx.pool, pid, script = %script, uri = %uri, php_fpm = %php_fpm,
             "request ran {elapsed:.3} s, over request_terminate_timeout: terminating the child")
         }
     }
@@ -820,7 +826,12 @@ fn write_slowlog(
         method,
         ..
     } = info;
-    warn!(pool = %name, pid, script = %script, uri = %uri, "slow request: running for {:.3} s (request_slowlog_timeout)", elapsed.as_secs_f64());
+    // php-fpm's fpm_request_check_timed_out.
+    let php_fpm = format!(
+        "child {pid}, script '{script}' (request: \"{method} {uri}\") executing too slow ({:.6} sec), logging",
+        elapsed.as_secs_f64()
+    );
+    warn!(pool = %name, pid, script = %script, uri = %uri, php_fpm = %php_fpm, "slow request: running for {:.3} s (request_slowlog_timeout)", elapsed.as_secs_f64());
     let Some(path) = &config.slowlog else {
         return;
     };

@@ -593,3 +593,129 @@ fn non_root_config_test_refuses_root_only_settings() {
     let (code, out) = config_test_as(&conf, ids, None);
     assert_eq!(code, 0, "fpmd -t as nobody on an unprivileged port: {out}");
 }
+
+// Issue 11: what cannot start is caught by `-t`, at its file, line and key.
+
+#[test]
+fn missing_socket_directory() {
+    invalid_pool_key(
+        "listen.address",
+        "\"/run/nothere/x.sock\"",
+        &["cannot create the socket /run/nothere/x.sock: its directory /run/nothere does not exist"],
+    );
+}
+
+/// One env string over Linux's MAX_ARG_STRLEN: php-cgi would fail with
+/// `Argument list too long` at every spawn.
+#[test]
+fn env_value_too_large_for_exec() {
+    let big = "x".repeat(128 << 10);
+    invalid_pool_key(
+        "env.BIG",
+        &format!("{big:?}"),
+        &["more than Linux passes to a program in one string (MAX_ARG_STRLEN"],
+    );
+    invalid_pool_key(
+        "php_value.big",
+        &format!("{big:?}"),
+        &["php_value.big (php-cgi's -d big=…)", "MAX_ARG_STRLEN"],
+    );
+}
+
+/// Every value fits alone, all together are over ARG_MAX: the largest is
+/// named.
+#[test]
+fn env_and_args_together_too_large_for_exec() {
+    let t = TestDir::new();
+    let mut p = PoolFile::new(&t);
+    for i in 0..80 {
+        p.set(&format!("env.V{i}"), &format!("{:?}", "y".repeat(99_990)));
+    }
+    let line = p.set("env.LARGEST", &format!("{:?}", "z".repeat(100_000)));
+    let cfg = FpmdConfig::new().raw_pool_file("www.toml", p.text());
+    let e = Expect::FileLineKey {
+        file: "www.toml",
+        line,
+        key: "env.LARGEST".into(),
+        extra: vec![
+            "more than ARG_MAX".into(),
+            "the largest is env.LARGEST (100009 bytes)".into(),
+        ],
+    };
+    expect_invalid(&t, cfg, e, true);
+}
+
+/// What an include glob matches must be a file fpmd can read; the error
+/// is at `include` (line 5 of the harness's fpmd.toml) and names the file.
+fn invalid_include_match(make: fn(&std::path::Path), what: &str) {
+    let t = TestDir::new();
+    let pool_d = t.join("pool.d");
+    std::fs::create_dir_all(&pool_d).unwrap();
+    make(&pool_d.join("zz.toml"));
+    let cfg = FpmdConfig::new().raw_pool_file("www.toml", PoolFile::new(&t).text());
+    let e = Expect::FileLineKey {
+        file: "fpmd.toml",
+        line: 5,
+        key: "include".into(),
+        extra: vec![format!("{} {what}", pool_d.join("zz.toml").display())],
+    };
+    expect_invalid(&t, cfg, e, true);
+}
+
+#[test]
+fn include_matches_a_dangling_symlink() {
+    invalid_include_match(
+        |p| std::os::unix::fs::symlink("/nonexistent/www.toml", p).unwrap(),
+        "is a dangling symlink (to /nonexistent/www.toml",
+    );
+}
+
+#[test]
+fn include_matches_a_symlink_loop() {
+    invalid_include_match(
+        |p| std::os::unix::fs::symlink(p.file_name().unwrap(), p).unwrap(),
+        "is a symlink loop",
+    );
+}
+
+#[test]
+fn include_matches_a_fifo() {
+    invalid_include_match(
+        |p| nix::unistd::mkfifo(p, nix::sys::stat::Mode::S_IRWXU).unwrap(),
+        "is a FIFO, not a configuration file",
+    );
+}
+
+/// As php-fpm: a wildcard whose directory does not exist is an error (at
+/// the include line); one that matches nothing in an existing directory
+/// is a warning.
+#[test]
+fn include_glob_whose_directory_is_missing() {
+    let t = TestDir::new();
+    let pool = PoolFile::new(&t).text();
+    let main = t.join("main.toml");
+    std::fs::write(
+        &main,
+        format!("[global]\ninclude = \"nothere/*.toml\"\n\n{pool}"),
+    )
+    .unwrap();
+    let conf = main.display().to_string();
+    let r = crate::harness::fpmd::run_fpmd(t.path(), &t.tag(), &["-c", &conf, "-t"]);
+    assert_eq!(r.code(), Some(EX_CONFIG), "{r}");
+    assert!(
+        r.stderr.contains(&format!(
+            "main.toml:2: key 'global.include': include \"nothere/*.toml\": the directory {} of the glob does not exist",
+            t.join("nothere").display()
+        )),
+        "{r}"
+    );
+    std::fs::create_dir(t.join("nothere")).unwrap();
+    let r = crate::harness::fpmd::run_fpmd(t.path(), &t.tag(), &["-c", &conf, "-t"]);
+    assert_eq!(r.code(), Some(0), "nothing matched is no error: {r}");
+    assert!(
+        r.stderr.contains(
+            "main.toml:2: key 'global.include': nothing matches the include pattern \"nothere/*.toml\""
+        ),
+        "but a warning, as php-fpm's: {r}"
+    );
+}

@@ -824,6 +824,17 @@ impl std::fmt::Display for CliRun {
 /// Runs `fpmd -c CONF ARGS` in `dir` with the test's tag and waits for it
 /// (at most 60 s, then it is killed); its output is captured.
 pub fn cli(dir: &Path, conf: &Path, tag: &str, args: &[&str]) -> CliRun {
+    let conf = conf.display().to_string();
+    let mut all = vec!["-c", conf.as_str()];
+    all.extend_from_slice(args);
+    let mut run = run_fpmd(dir, tag, &all);
+    run.args.drain(..2);
+    run
+}
+
+/// Runs `fpmd ARGS` (no `-c` added) in `dir` with the test's tag and waits
+/// for it (at most 60 s, then it is killed); its output is captured.
+pub fn run_fpmd(dir: &Path, tag: &str, args: &[&str]) -> CliRun {
     static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let out_path = dir.join(format!("cli.{n}.out"));
@@ -831,8 +842,6 @@ pub fn cli(dir: &Path, conf: &Path, tag: &str, args: &[&str]) -> CliRun {
     let out = std::fs::File::create(&out_path).unwrap();
     let err = std::fs::File::create(&err_path).unwrap();
     let mut child = Command::new(FPMD_BIN)
-        .arg("-c")
-        .arg(conf)
         .args(args)
         .current_dir(dir)
         .env_remove("RUST_LOG")

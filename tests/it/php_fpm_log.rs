@@ -1,0 +1,256 @@
+//! Issue 11, `log_format = "php-fpm"`: the same events (start, a child
+//! SIGKILLed and replaced, reload, reopen, stop) through php-fpm8.2 and
+//! fpmd give the same lines once the time, pids, durations and pool name
+//! are masked.
+
+use crate::harness::phpfpm::{PhpFpm, PhpFpmOpts};
+use crate::harness::*;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use std::time::Duration;
+
+const LONG: Duration = Duration::from_secs(30);
+
+/// A php-fpm log line with what differs between runs masked: the time
+/// stamp (`[T]`), the pool's name (`[pool P]`), every number (`N`).
+fn mask(line: &str) -> String {
+    let line = match line.strip_prefix('[').and_then(|l| l.split_once("] ")) {
+        Some((_, rest)) => format!("[T] {rest}"),
+        None => line.to_string(),
+    };
+    let line = match (line.find("[pool "), line.find("] ")) {
+        (Some(a), _) => {
+            let end = line[a..].find(']').map_or(line.len(), |e| a + e);
+            format!("{}[pool P{}", &line[..a], &line[end..])
+        }
+        _ => line,
+    };
+    let mut out = String::new();
+    let mut in_number = false;
+    for c in line.chars() {
+        if c.is_ascii_digit() || (in_number && c == '.') {
+            if !in_number {
+                out.push('N');
+            }
+            in_number = true;
+        } else {
+            in_number = false;
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// php-fpm lines fpmd has no counterpart for, by design: its re-exec on
+/// reload (fpmd keeps its pid and sockets: no `fpm is running` again),
+/// systemd's watchdog interval, inherited sockets.
+fn php_fpm_only(masked: &str) -> bool {
+    [
+        "systemd monitor interval",
+        "reloading: execvp",
+        "using inherited socket",
+    ]
+    .iter()
+    .any(|s| masked.contains(s))
+}
+
+/// Waits until `log()` has `n` lines containing `what`.
+fn wait_lines(what: &str, n: usize, log: impl Fn() -> String) {
+    wait_for(LONG, what, || {
+        log().lines().filter(|l| l.contains(what)).count() >= n
+    });
+}
+
+/// The events, on a server whose master is `pid` and whose one child
+/// `child()` finds; returns its log then.
+fn events(pid: i32, child: impl Fn() -> i32, log: impl Fn() -> String) -> String {
+    assert!(pid > 0, "no master pid");
+    wait_lines("ready to handle connections", 1, &log);
+    // Never 0: kill(0, …) would signal the test's own process group.
+    wait_for(LONG, "a child", || child() > 0);
+    let first = child();
+    assert!(first > 0 && first != pid);
+    kill(Pid::from_raw(first), Signal::SIGKILL).unwrap();
+    wait_for(LONG, "the child replaced", || {
+        let c = child();
+        c > 0 && c != first
+    });
+    wait_lines(" started", 1, &log);
+    kill(Pid::from_raw(pid), Signal::SIGUSR2).unwrap();
+    wait_lines("ready to handle connections", 2, &log);
+    kill(Pid::from_raw(pid), Signal::SIGUSR1).unwrap();
+    wait_lines("error log file re-opened", 1, &log);
+    kill(Pid::from_raw(pid), Signal::SIGTERM).unwrap();
+    wait_lines("exiting, bye-bye!", 1, &log);
+    log()
+}
+
+#[test]
+fn lifecycle_lines_as_php_fpm_writes_them() {
+    let t = TestDir::new();
+    let fpm = PhpFpm::start_with(&t, PhpFpmOpts::default().max_children(1));
+    let theirs = events(
+        fpm.pid(),
+        || fpm.children().first().copied().unwrap_or(0),
+        || fpm.log(),
+    );
+    drop(fpm);
+    let cfg = FpmdConfig::new()
+        .pool(Pool::www().max_children(1))
+        .error_log("fpmd.php-fpm.log")
+        .global("log_format = \"php-fpm\"");
+    let mut f = Fpmd::spawn(&t, &cfg, &["-F"]);
+    let log_path = t.join("fpmd.php-fpm.log");
+    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    let worker = || f.workers().into_iter().next().unwrap_or(0);
+    let ours = events(f.pid(), worker, log);
+    assert!(f.wait_exit(LONG).is_some());
+    eprintln!("--- php-fpm ---\n{theirs}--- fpmd ---\n{ours}");
+    let ours: Vec<String> = ours.lines().map(mask).collect();
+    let mut at = 0;
+    let mut running = 0;
+    for line in theirs.lines().map(mask) {
+        if line.ends_with("NOTICE: fpm is running, pid N") {
+            running += 1;
+            if running > 1 {
+                continue; // its re-exec on reload
+            }
+        }
+        if php_fpm_only(&line) {
+            continue;
+        }
+        match ours[at..].iter().position(|l| *l == line) {
+            Some(i) => at += i + 1,
+            None => panic!(
+                "php-fpm's line {line:?} is not in fpmd's log after line {at}:\n{}\n--- php-fpm ---\n{theirs}",
+                ours.join("\n")
+            ),
+        }
+    }
+    for l in &ours {
+        assert!(
+            l.starts_with("[T] ") && l.contains(": "),
+            "not php-fpm's form: {l}"
+        );
+    }
+}
+
+/// The lines of `log` about requests and output, masked.
+fn request_lines(log: &str) -> Vec<String> {
+    log.lines()
+        .filter(|l| {
+            [
+                "said into stderr",
+                "executing too slow",
+                "execution timed out",
+                "server reached pm.max_children",
+            ]
+            .iter()
+            .any(|s| l.contains(s))
+        })
+        .map(mask)
+        .collect()
+}
+
+/// The request events through `web`, logged in `log`: a child's stderr, a
+/// slow request, two at once on one child, one over
+/// request_terminate_timeout.
+fn request_events(web: &Nginx, log: impl Fn() -> String) -> String {
+    let r = get(&web.url("/stderr.php?marker=m1"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    wait_lines("process-stderr:m1", 1, &log);
+    let r = get(&web.url("/sleep.php?ms=1500"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    wait_lines("executing too slow", 1, &log);
+    let both: Vec<_> = (0..2)
+        .map(|_| {
+            let url = web.url("/sleep.php?ms=1200");
+            std::thread::spawn(move || get(&url).status)
+        })
+        .collect();
+    for h in both {
+        assert_eq!(h.join().unwrap(), 200);
+    }
+    wait_lines("server reached pm.max_children setting", 1, &log);
+    let r = get(&web.url("/sleep.php?ms=6000"));
+    assert!(
+        r.status >= 500,
+        "past request_terminate_timeout: {}",
+        r.status
+    );
+    wait_lines("execution timed out", 1, &log);
+    log()
+}
+
+#[test]
+fn request_lines_as_php_fpm_writes_them() {
+    let t = TestDir::new();
+    let slow = t.join("slow.log").display().to_string();
+    let settings = |pm: &str| {
+        vec![
+            format!("{pm} = dynamic"),
+            "pm.start_servers = 1".to_string(),
+            "pm.min_spare_servers = 1".to_string(),
+            "pm.max_spare_servers = 1".to_string(),
+            "catch_workers_output = yes".to_string(),
+            "request_slowlog_timeout = 1".to_string(),
+            format!("slowlog = {slow}"),
+            "request_terminate_timeout = 3".to_string(),
+        ]
+    };
+    let mut opts = PhpFpmOpts::default().max_children(1);
+    for l in settings("pm") {
+        opts = opts.line(l);
+    }
+    let fpm = PhpFpm::start_with(&t, opts);
+    let web = Nginx::start(
+        &t,
+        NginxOpts {
+            upstream: Some(fpm.upstream()),
+            name: Some("php-fpm".into()),
+            ..Default::default()
+        },
+    );
+    let theirs = request_lines(&request_events(&web, || fpm.log()));
+    drop(web);
+    drop(fpm);
+
+    // The same pool in fpmd's TOML.
+    let toml: Vec<String> = settings("pm.mode")
+        .into_iter()
+        .map(|l| {
+            let (k, v) = l.split_once(" = ").unwrap();
+            match v.parse::<u32>() {
+                Ok(_) => format!("{k} = {v}"),
+                Err(_) if v == "yes" => format!("{k} = true"),
+                Err(_) => format!("{k} = {v:?}"),
+            }
+        })
+        .collect();
+    let toml: Vec<&str> = toml.iter().map(String::as_str).collect();
+    let cfg = FpmdConfig::new()
+        .pool(Pool::www().max_children(1).lines(&toml))
+        .error_log("fpmd.php-fpm.log")
+        .global("log_format = \"php-fpm\"");
+    let f = Fpmd::start(&t, cfg);
+    let web = Nginx::start(
+        &t,
+        NginxOpts {
+            upstream: Some(f.upstream(0)),
+            name: Some("fpmd".into()),
+            ..Default::default()
+        },
+    );
+    let ours = request_lines(&request_events(&web, || f.log()));
+    eprintln!("--- php-fpm ---\n{theirs:#?}\n--- fpmd ---\n{ours:#?}");
+    for kind in [
+        "said into stderr",
+        "executing too slow",
+        "execution timed out",
+        "server reached pm.max_children",
+    ] {
+        let pick = |v: &[String]| v.iter().find(|l| l.contains(kind)).cloned();
+        let want = pick(&theirs).unwrap_or_else(|| panic!("php-fpm logged no {kind:?}"));
+        assert_eq!(pick(&ours), Some(want), "{kind}");
+    }
+}

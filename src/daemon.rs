@@ -659,7 +659,13 @@ impl Daemon {
         self.sd.send(&[Notify::Reloading]);
         self.board.set_phase(Phase::Reloading);
         info!("reloading {}", self.config.file.display());
-        let answer = self.apply(crate::config::load(&self.config.file)).await;
+        let loaded = crate::config::load_with_options(&self.config.file, &self.config.options);
+        if let Ok(c) = &loaded {
+            for n in &c.notices {
+                info!("{n}");
+            }
+        }
+        let answer = self.apply(loaded).await;
         self.post_pools();
         self.board.set_phase(Phase::Ready);
         // The set of files may have changed (a pool file added or removed).

@@ -14,17 +14,17 @@ use fpmd::{config, control, daemon, log, EXIT_CONFIG};
 #[derive(Parser, Debug)]
 #[command(name = "fpmd", version, about, disable_version_flag = true)]
 struct Cli {
-    /// Configuration file (default: ./fpmd.toml, then /etc/fpmd/fpmd.toml).
-    /// `-y`/`--fpm-config` is accepted too, as php-fpm spells it.
-    #[arg(
-        short = 'c',
-        long = "config",
-        value_name = "FILE",
-        visible_short_alias = 'y',
-        visible_alias = "fpm-config",
-        global = true
-    )]
+    /// Configuration file (default: ./fpmd.toml, then /etc/fpmd/fpmd.toml):
+    /// fpmd's TOML, or php-fpm's configuration when it ends in `.conf`.
+    /// A PATH that ends in neither `.toml` nor `.conf` (a php.ini file or a
+    /// directory) is php-fpm's `-c`: the php.ini every pool's php-cgi reads
+    /// unless the pool sets `php_ini`.
+    #[arg(short = 'c', long = "config", value_name = "PATH", global = true)]
     config: Option<PathBuf>,
+    /// php-fpm's configuration file (php-fpm's `-y`/`--fpm-config`): the
+    /// same as `-c FILE`.
+    #[arg(short = 'y', long = "fpm-config", value_name = "FILE", global = true)]
+    fpm_config: Option<PathBuf>,
     /// Test the configuration, print the effective configuration, and exit
     /// (0 when valid, 78 when not). Given twice (`-tt`, as php-fpm), the same.
     #[arg(short = 't', long = "test", action = clap::ArgAction::Count)]
@@ -62,6 +62,14 @@ enum Command {
     /// Start the fpmd binary now on disk and hand it the sockets; the old
     /// process drains and exits.
     Upgrade,
+    /// Print a php-fpm configuration (FILE.conf and what it includes) as
+    /// one fpmd TOML document, each value's php-fpm file, line and
+    /// directive in a comment; exits 78 printing why when it does not load.
+    Convert {
+        /// The php-fpm configuration (default: the -c/-y file).
+        #[arg(value_name = "FILE")]
+        file: Option<PathBuf>,
+    },
 }
 
 /// `fpmd status [POOL] [--json] [--once] [--interval D]`.
@@ -165,14 +173,19 @@ fn control_running(path: &std::path::Path, request: Request) -> ExitCode {
 /// about to refuse: the daemon says why), else the default when the main
 /// file sets none. Errors: the main file cannot be read or is not TOML, so
 /// which daemon is meant cannot be told (guessing the default could reach
-/// another fpmd): the load error, with file and line.
+/// another fpmd): the load error, with file and line. A php-fpm `.conf` is
+/// read leniently as the TOML it translates to.
 fn control_socket_of(path: &std::path::Path) -> Result<PathBuf, String> {
     let err = match config::load(path) {
         Ok(c) => return Ok(c.global.control_socket),
         Err(e) => e,
     };
-    let table = std::fs::read_to_string(path)
-        .ok()
+    let text = if path.extension().is_some_and(|e| e == "conf") {
+        config::translate(path, &config::LoadOptions::default()).map_err(|e| e.to_string())?
+    } else {
+        std::fs::read_to_string(path).map_err(|_| err.to_string())?
+    };
+    let table = Some(text)
         .and_then(|t| t.parse::<toml::Table>().ok())
         .ok_or_else(|| err.to_string())?;
     let set = table
@@ -189,7 +202,37 @@ fn control_socket_of(path: &std::path::Path) -> Result<PathBuf, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let Some(path) = cli.config.clone().or_else(config::find_default_config) else {
+    // `-c PATH`: the configuration, or php-fpm's php.ini (see `Cli::config`).
+    let (config_arg, php_ini) = match cli.config.clone() {
+        Some(p) if !config::is_config_file(&p) => (None, Some(p)),
+        other => (other, None),
+    };
+    let options = config::LoadOptions {
+        prefix: None,
+        php_ini,
+    };
+    if let Some(Command::Convert { file }) = &cli.command {
+        let Some(file) = file.clone().or(cli.fpm_config.clone()).or(config_arg) else {
+            eprintln!("fpmd: convert: give the php-fpm configuration: fpmd convert /etc/php/8.2/fpm/php-fpm.conf");
+            return ExitCode::from(EXIT_CONFIG);
+        };
+        return match config::convert(&file, &options) {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("fpmd: {e}");
+                ExitCode::from(EXIT_CONFIG)
+            }
+        };
+    }
+    let Some(path) = cli
+        .fpm_config
+        .clone()
+        .or(config_arg)
+        .or_else(config::find_default_config)
+    else {
         eprintln!("fpmd: no configuration file: give one with -c, or create ./fpmd.toml or /etc/fpmd/fpmd.toml");
         return ExitCode::from(EXIT_CONFIG);
     };
@@ -199,6 +242,7 @@ fn main() -> ExitCode {
         Some(Command::Stop) => return control_running(&path, Request::Stop),
         Some(Command::Upgrade) => return control_running(&path, Request::Upgrade),
         Some(Command::Status(args)) => return status(&path, args),
+        Some(Command::Convert { .. }) => unreachable!("handled above"),
     }
     let mut handover = match cli.upgrade_fd.map(fpmd::upgrade::Handover::from_fd) {
         None => None,
@@ -208,7 +252,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let config = match config::load(&path) {
+    let config = match config::load_with_options(&path, &options) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("fpmd: {e}");
@@ -227,6 +271,9 @@ fn main() -> ExitCode {
         }
     };
     if cli.test > 0 {
+        for n in &config.notices {
+            eprintln!("fpmd: {n}");
+        }
         print!("{}", config.to_toml_with_origins());
         eprintln!(
             "fpmd: configuration file {} test is successful",
@@ -248,6 +295,9 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
+    for n in &config.notices {
+        tracing::info!("{n}");
+    }
     // A panic (a bug) goes to the error log, not to a stderr nobody reads;
     // the connection task it happened in logs its pool and peer.
     std::panic::set_hook(Box::new(|info| tracing::error!("panic: {info}")));

@@ -217,6 +217,7 @@ pub fn changed_fields(old: &PoolConfig, new: &PoolConfig) -> Vec<&'static str> {
         limit_extensions,
         local,
         isolation,
+        php_ini,
     } = old;
     let mut out = Vec::new();
     let mut field = |name: &'static str, changed: bool| {
@@ -225,6 +226,7 @@ pub fn changed_fields(old: &PoolConfig, new: &PoolConfig) -> Vec<&'static str> {
         }
     };
     field("file", *file != new.file);
+    field("php_ini", *php_ini != new.php_ini);
     field("user", *user != new.user);
     field("php_cgi", *php_cgi != new.php_cgi);
     for name in listen_fields(listen, &new.listen) {
@@ -388,6 +390,8 @@ fn global_changes<'a>(old: &'a Global, new: &'a Global) -> GlobalChanges<'a> {
         control_socket,
         watch,
         metrics_listen,
+        php_ini: _,
+        php_ini_scan_dir: _,
     } = old;
     GlobalChanges {
         pid: change(pid.as_deref(), new.pid.as_deref()),
@@ -461,6 +465,7 @@ mod tests {
             limit_extensions: vec![".php".into(), ".phar".into()],
             local: Default::default(),
             isolation: Default::default(),
+            php_ini: Default::default(),
         }
     }
 
@@ -474,6 +479,8 @@ mod tests {
             control_socket: "/run/fpmd/fpmd.sock".into(),
             watch: false,
             metrics_listen: None,
+            php_ini: None,
+            php_ini_scan_dir: None,
         }
     }
 
@@ -484,6 +491,8 @@ mod tests {
             pools,
             sources: Default::default(),
             origins: Default::default(),
+            options: Default::default(),
+            notices: Vec::new(),
         }
     }
 

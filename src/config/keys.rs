@@ -83,6 +83,9 @@ pub(super) const KEYS: &[Key] = &[
     global("control_socket"),
     global("watch"),
     global("metrics.listen"),
+    global("php_ini"),
+    global("php_ini_scan_dir"),
+    global("daemonize"),
     supported("user"),
     supported("group"),
     supported("php_cgi"),
@@ -130,6 +133,8 @@ pub(super) const KEYS: &[Key] = &[
     supported("cgroup.pids_max"),
     supported("cgroup.cpu_weight"),
     supported("security.limit_extensions"),
+    supported("php_ini"),
+    supported("php_ini_scan_dir"),
     map("env"),
     map("php_value"),
     map("php_flag"),
@@ -585,15 +590,25 @@ mod tests {
                 e.file.display()
             )
         );
-        let (dir, e) = load_err("[global]\ndaemonize = false\n", &[]);
+        let (dir, e) = load_err("[global]\ndaemonise = false\n", &[]);
         assert_err(
             &dir,
             &e,
             "fpmd.toml",
             Some(2),
             None,
-            Some("global.daemonize"),
-            "unknown key (global keys are: pid, error_log, log_level, include, emergency_restart_threshold, emergency_restart_interval, process_control_timeout, control_socket, watch, metrics.listen)",
+            Some("global.daemonise"),
+            "unknown key (did you mean 'global.daemonize'?)",
+        );
+        let (dir, e) = load_err("[global]\nnothing_like_it = false\n", &[]);
+        assert_err(
+            &dir,
+            &e,
+            "fpmd.toml",
+            Some(2),
+            None,
+            Some("global.nothing_like_it"),
+            "unknown key (global keys are: pid, error_log, log_level, include, emergency_restart_threshold, emergency_restart_interval, process_control_timeout, control_socket, watch, metrics.listen, php_ini, php_ini_scan_dir, daemonize)",
         );
         let (dir, e) = load_err("pid = \"/run/fpmd.pid\"\n", &[]);
         assert_err(&dir, &e, "fpmd.toml", Some(1), None, Some("pid"), "unknown top-level key (did you mean 'global.pid'? global keys go in the [global] table)");

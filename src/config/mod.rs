@@ -54,6 +54,7 @@
 use std::path::{Path, PathBuf};
 
 mod diff;
+mod fpm;
 mod keys;
 mod model;
 mod raw;
@@ -71,7 +72,7 @@ pub use diff::{
 };
 pub use model::{
     Config, Credentials, Global, Isolation, Landlock, Listen, ListenAddress, LocalEndpoints,
-    LogLevel, LogTarget, Origins, PmMode, PoolConfig, ProcessManager, Sources, Spawn,
+    LogLevel, LogTarget, Origins, PhpIni, PmMode, PoolConfig, ProcessManager, Sources, Spawn,
     DEFAULT_LIMIT_EXTENSIONS,
 };
 pub use raw::{ByteSize, Duration};
@@ -137,9 +138,62 @@ impl ConfigError {
 // ---------------------------------------------------------------------------
 
 /// Load, parse and validate the main configuration file at `path` and every
-/// file its `global.include` matches.
+/// file its `global.include` matches, with the default [`LoadOptions`].
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
-    load_as(path, Ids::current())
+    load_with_options(path, &LoadOptions::default())
+}
+
+/// What the command line adds to a configuration file (kept in
+/// [`Config::options`], so that a reload reads the files the same way).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// php-fpm's `-p`/`--prefix`: the directory a php-fpm configuration's
+    /// relative paths (and `include` patterns) are relative to. `None`:
+    /// the main file's directory. Unused for TOML files, whose relative
+    /// paths are relative to the file that holds them.
+    pub prefix: Option<PathBuf>,
+    /// php-fpm's `-c`: the php.ini file or directory every pool's php-cgi
+    /// gets as `-c`, unless the pool sets `php_ini` (it wins over
+    /// `global.php_ini`). `None`: `global.php_ini`, else php-cgi's own.
+    pub php_ini: Option<PathBuf>,
+}
+
+/// Which files a path names on fpmd's command line: `-c PATH` is the
+/// configuration when PATH ends in `.toml` or `.conf`, else (a php.ini
+/// file, or a directory) php-fpm's `-c`, the php.ini of the children.
+pub fn is_config_file(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "toml" || e == "conf")
+}
+
+/// [`load`] with `opts`. A main file ending in `.conf` is php-fpm's
+/// configuration (its includes too), read with php-fpm's rules (see
+/// `fpm/mod.rs`); any other is fpmd's TOML.
+pub fn load_with_options(path: &Path, opts: &LoadOptions) -> Result<Config, ConfigError> {
+    let ids = Ids::current();
+    load_with(&FileSystem, path, opts, ids, &users::Host::of(ids))
+}
+
+/// The TOML document the php-fpm configuration at `path` translates to,
+/// not validated (for finding `control_socket` in a configuration a
+/// reload is about to refuse). Errors: reading or translating the files.
+pub fn translate(path: &Path, opts: &LoadOptions) -> Result<String, ConfigError> {
+    Ok(fpm::translate(&FileSystem, path, opts)?.text)
+}
+
+/// `fpmd convert`: the php-fpm configuration at `path` as one TOML document
+/// (the global table and every pool), each value's php-fpm file, line and
+/// directive in a comment. It is converted only when it loads: loading the
+/// output gives the same configuration (`fpmd -t` prints the same values).
+/// Errors: those of [`load_with_options`]; a file that is not a `.conf`.
+pub fn convert(path: &Path, opts: &LoadOptions) -> Result<String, ConfigError> {
+    if !fpm::is_fpm_conf(path) {
+        return Err(ConfigError::file_only(
+            path,
+            "fpmd convert reads php-fpm's configuration: a file ending in .conf",
+        ));
+    }
+    load_with_options(path, opts)?;
+    Ok(fpm::translate(&FileSystem, path, opts)?.annotated())
 }
 
 /// [`load`] on files held in memory instead of the file system: `main` is
@@ -155,13 +209,25 @@ pub fn load_from_memory(
     files: &std::collections::BTreeMap<PathBuf, Vec<u8>>,
 ) -> Result<Config, ConfigError> {
     let ids = Ids::current();
-    load_with(&Memory(files), main, ids, &users::Host::of(ids))
+    load_with(
+        &Memory(files),
+        main,
+        &LoadOptions::default(),
+        ids,
+        &users::Host::of(ids),
+    )
 }
 
 /// Where the configuration's files come from: the file system ([`load`]) or
 /// memory ([`load_from_memory`]).
 trait Reader {
-    fn read(&self, path: &Path) -> Result<SourceFile, ConfigError>;
+    /// The text of the file at `path`. Errors: "cannot read configuration
+    /// file: …" (missing, unreadable, not UTF-8).
+    fn read_text(&self, path: &Path) -> Result<String, ConfigError>;
+    /// The file at `path`, parsed as TOML.
+    fn read(&self, path: &Path) -> Result<SourceFile, ConfigError> {
+        SourceFile::parse(path, self.read_text(path)?)
+    }
     /// The files (not directories) whose paths match the glob `pattern`, in
     /// any order; an error is a message naming what could not be read.
     fn glob(&self, pattern: &glob::Pattern) -> Result<Vec<PathBuf>, String>;
@@ -172,8 +238,10 @@ trait Reader {
 struct FileSystem;
 
 impl Reader for FileSystem {
-    fn read(&self, path: &Path) -> Result<SourceFile, ConfigError> {
-        SourceFile::read(path)
+    fn read_text(&self, path: &Path) -> Result<String, ConfigError> {
+        std::fs::read_to_string(path).map_err(|e| {
+            ConfigError::file_only(path, format!("cannot read configuration file: {e}"))
+        })
     }
 
     fn glob(&self, pattern: &glob::Pattern) -> Result<Vec<PathBuf>, String> {
@@ -197,7 +265,7 @@ impl Reader for FileSystem {
 struct Memory<'a>(&'a std::collections::BTreeMap<PathBuf, Vec<u8>>);
 
 impl Reader for Memory<'_> {
-    fn read(&self, path: &Path) -> Result<SourceFile, ConfigError> {
+    fn read_text(&self, path: &Path) -> Result<String, ConfigError> {
         let cannot = |e: &dyn std::fmt::Display| {
             ConfigError::file_only(path, format!("cannot read configuration file: {e}"))
         };
@@ -205,9 +273,7 @@ impl Reader for Memory<'_> {
             .0
             .get(path)
             .ok_or_else(|| cannot(&std::io::Error::from(std::io::ErrorKind::NotFound)))?;
-        let text = String::from_utf8(bytes.clone())
-            .map_err(|_| cannot(&"stream did not contain valid UTF-8"))?;
-        SourceFile::parse(path, text)
+        String::from_utf8(bytes.clone()).map_err(|_| cannot(&"stream did not contain valid UTF-8"))
     }
 
     fn glob(&self, pattern: &glob::Pattern) -> Result<Vec<PathBuf>, String> {
@@ -237,8 +303,15 @@ pub fn find_default_config() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+#[cfg(test)]
 fn load_as(path: &Path, ids: Ids) -> Result<Config, ConfigError> {
-    load_with(&FileSystem, path, ids, &users::Host::of(ids))
+    load_with(
+        &FileSystem,
+        path,
+        &LoadOptions::default(),
+        ids,
+        &users::Host::of(ids),
+    )
 }
 
 /// The whole pipeline; `ids` and `host` say what fpmd may do here (tests
@@ -246,14 +319,35 @@ fn load_as(path: &Path, ids: Ids) -> Result<Config, ConfigError> {
 fn load_with(
     reader: &dyn Reader,
     path: &Path,
+    opts: &LoadOptions,
     ids: Ids,
     host: &users::Host,
 ) -> Result<Config, ConfigError> {
-    let main = reader.read(path)?;
+    if fpm::is_fpm_conf(path) {
+        let t = fpm::translate(reader, path, opts)?;
+        let mut config = SourceFile::parse(path, t.text.clone())
+            .and_then(|main| load_document(reader, main, opts, ids, host))
+            .map_err(|e| t.map_error(e))?;
+        t.fix_up(&mut config);
+        return Ok(config);
+    }
+    load_document(reader, reader.read(path)?, opts, ids, host)
+}
+
+/// The pipeline from the main file's document on.
+fn load_document(
+    reader: &dyn Reader,
+    main: SourceFile,
+    opts: &LoadOptions,
+    ids: Ids,
+    host: &users::Host,
+) -> Result<Config, ConfigError> {
+    let path = main.path.clone();
+    let path = path.as_path();
     keys::check_structure(&main, true)?;
     let raw_main = raw::deserialize_file(&main)?;
     let (global, includes) =
-        validate::validate_global(&main, raw_main.global.unwrap_or_default(), ids)?;
+        validate::validate_global(&main, raw_main.global.unwrap_or_default(), ids, opts)?;
 
     let mut files = vec![(main, raw_main.pools)];
     for inc in find_includes(reader, &files[0].0, &includes)? {
@@ -303,6 +397,8 @@ fn load_with(
         pools,
         sources,
         origins,
+        options: opts.clone(),
+        notices: Vec::new(),
     })
 }
 
@@ -421,6 +517,8 @@ php_admin_flag.log_errors = true
                 control_socket: d.join("run/fpmd.sock"),
                 watch: true,
                 metrics_listen: None,
+                php_ini: None,
+                php_ini_scan_dir: None,
             }
         );
         let names: Vec<&str> = c.pools.iter().map(|p| p.name.as_str()).collect();
@@ -511,6 +609,7 @@ php_admin_flag.log_errors = true
                 ..Default::default()
             },
             isolation: Default::default(),
+            php_ini: bbb.php_ini.clone(),
         };
         assert_eq!(bbb, &expected);
         assert!(bbb.user.groups.contains(&gid));
@@ -535,6 +634,8 @@ php_admin_flag.log_errors = true
                 },
                 watch: false,
                 metrics_listen: None,
+                php_ini: None,
+                php_ini_scan_dir: None,
             }
         );
         let p = &c.pools[0];

@@ -159,6 +159,9 @@ pub(super) struct RawGlobal {
     pub(super) watch: Option<bool>,
     #[serde(default)]
     pub(super) metrics: RawMetrics,
+    pub(super) php_ini: Option<String>,
+    pub(super) php_ini_scan_dir: Option<String>,
+    pub(super) daemonize: Option<bool>,
 }
 
 #[derive(Deserialize, Default)]
@@ -207,6 +210,8 @@ pub(super) struct RawPool {
     pub(super) security: RawSecurity,
     #[serde(default)]
     pub(super) cgroup: RawCgroup,
+    pub(super) php_ini: Option<String>,
+    pub(super) php_ini_scan_dir: Option<String>,
 }
 
 #[derive(Deserialize, Default)]

@@ -1,8 +1,6 @@
 //! `fpmd -t`: the effective configuration printed as TOML, every key with
 //! its resolved value or default.
 
-use std::path::Path;
-
 use super::model::{Config, Global, ListenAddress, LogTarget, Origins, PmMode, PoolConfig};
 use super::source::origin_key;
 
@@ -17,10 +15,9 @@ impl Config {
     /// What `fpmd -t` prints: [`to_toml`](Config::to_toml) with, at the end
     /// of each key's line, where its value comes from: `# set in FILE:LINE`
     /// or `# default` (appended to a comment the line has, after `;`), e.g.
-    /// `clear_env = true # set in /etc/fpmd/pool.d/www.toml:12`. A pool is
-    /// one table in one file (a second definition is an error), so the file
-    /// that set a value is the only one that could have. Loads as
-    /// `to_toml` does: the notes are TOML comments.
+    /// `clear_env = true # set in /etc/fpmd/pool.d/www.toml:12` (a php-fpm
+    /// pool may be set in several files: each value names its own). Loads
+    /// as `to_toml` does: the notes are TOML comments.
     pub fn to_toml_with_origins(&self) -> String {
         self.render(true)
     }
@@ -69,22 +66,24 @@ impl Config {
             Some(a) => out.push_str(&format!("metrics.listen = {}\n", toml_str(&a.to_string()))),
             None => out.push_str("# metrics.listen: not set (no metrics endpoint)\n"),
         }
+        match &self.global.php_ini {
+            Some(p) => out.push_str(&format!("php_ini = {}\n", toml_str(&p.to_string_lossy()))),
+            None => out.push_str("# php_ini: php-cgi's own\n"),
+        }
+        match &self.global.php_ini_scan_dir {
+            Some(d) => out.push_str(&format!("php_ini_scan_dir = {}\n", toml_str(d))),
+            None => out.push_str("# php_ini_scan_dir: php-cgi's own\n"),
+        }
         if origins {
             let block = out.split_off(global_start);
-            out.push_str(&annotate(&block, &self.origins, "", &self.file, None));
+            out.push_str(&annotate(&block, &self.origins, "", None));
         }
         for pool in &self.pools {
             out.push('\n');
             let mut block = String::new();
             pool.write_toml(&self.global, &mut block);
             if origins {
-                block = annotate(
-                    &block,
-                    &self.origins,
-                    &pool.name,
-                    &pool.file,
-                    Some(&pool.name),
-                );
+                block = annotate(&block, &self.origins, &pool.name, Some(&pool.name));
             }
             out.push_str(&block);
         }
@@ -97,13 +96,7 @@ impl Config {
 /// the line its value ends on (see [`Config::to_toml_with_origins`]).
 /// The block is parsed as TOML, so a line inside a multi-line string is
 /// never taken for a key.
-fn annotate(
-    block: &str,
-    origins: &Origins,
-    table: &str,
-    file: &Path,
-    within: Option<&str>,
-) -> String {
+fn annotate(block: &str, origins: &Origins, table: &str, within: Option<&str>) -> String {
     type Leaf = (Vec<String>, std::ops::Range<usize>);
     fn leaves(t: &dyn toml_edit::TableLike, segs: &mut Vec<String>, out: &mut Vec<Leaf>) {
         for (key, item) in t.iter() {
@@ -139,8 +132,8 @@ fn annotate(
                 .find('\n')
                 .map_or(block.len(), |i| span.end + i);
             let has_comment = block[span.end..eol].contains('#');
-            let origin = match origins.line(table, &origin_key(&segs)) {
-                Some(l) => format!("set in {}:{l}", file.display()),
+            let origin = match origins.at(table, &origin_key(&segs)) {
+                Some((file, l)) => format!("set in {}:{l}", file.display()),
                 None => "default".to_string(),
             };
             (
@@ -399,6 +392,25 @@ impl PoolConfig {
             "ping.response = {}\n",
             toml_str(&self.local.ping_response)
         ));
+        let ini = &self.php_ini;
+        match &ini.file {
+            Some(p) => out.push_str(&format!("php_ini = {}\n", toml_str(&p.to_string_lossy()))),
+            None => out.push_str("# php_ini: php-cgi's compiled-in search\n"),
+        }
+        match &ini.scan_dir {
+            Some(d) => out.push_str(&format!("php_ini_scan_dir = {}\n", toml_str(d))),
+            None => out.push_str("# php_ini_scan_dir: php-cgi's compiled-in directory\n"),
+        }
+        match &ini.reads {
+            Some(files) if files.is_empty() => out.push_str("# PHP reads no ini file\n"),
+            Some(files) => {
+                out.push_str("# PHP reads, in this order:\n");
+                for f in files {
+                    out.push_str(&format!("#   {}\n", f.display()));
+                }
+            }
+            None => out.push_str("# PHP reads: php-cgi's compiled-in php.ini and scan directory (unknown to fpmd for this binary)\n"),
+        }
         for (name, value) in &self.env {
             out.push_str(&format!("env.{} = {}\n", toml_key(name), toml_str(value)));
         }

@@ -1,0 +1,593 @@
+//! The php-fpm front-end: each directive's fate (mapped, a pool default,
+//! a notice, refused with its message), errors located in the php-fpm
+//! files, and the corpus quirks that are about more than one line
+//! (INDEX.md of /work/shared/fpm-configs; quirks of a single line are
+//! tested in `scan.rs`).
+
+use std::path::Path;
+use std::time::Duration;
+
+use tempfile::TempDir;
+
+use super::super::testutil::write;
+use super::super::{load_with_options, Config, ConfigError, ListenAddress, LoadOptions, PmMode};
+
+/// A valid php-fpm pool (7 lines after the header), with `extra` appended.
+fn pool(name: &str, extra: &str) -> String {
+    format!("[{name}]\nuser = nobody\ngroup = nogroup\nphp_cgi = /bin/sh\nlisten = /run/fpmd/{name}.sock\npm = static\npm.max_children = 5\n{extra}")
+}
+
+fn try_conf(main: &str, files: &[(&str, &str)]) -> (TempDir, Result<Config, ConfigError>) {
+    let dir = tempfile::tempdir().unwrap();
+    for (rel, text) in files {
+        write(dir.path(), rel, text);
+    }
+    let main = write(dir.path(), "php-fpm.conf", main);
+    let r = load_with_options(&main, &LoadOptions::default());
+    (dir, r)
+}
+
+fn conf_ok(main: &str, files: &[(&str, &str)]) -> (TempDir, Config) {
+    let (dir, r) = try_conf(main, files);
+    (dir, r.unwrap_or_else(|e| panic!("unexpected error: {e}")))
+}
+
+fn conf_err(main: &str, files: &[(&str, &str)]) -> (TempDir, ConfigError) {
+    match try_conf(main, files) {
+        (dir, Err(e)) => (dir, e),
+        (_, Ok(c)) => panic!("expected an error, got {c:?}"),
+    }
+}
+
+/// File (relative to the temp dir), line, pool, key, message.
+fn assert_at(
+    dir: &Path,
+    e: &ConfigError,
+    file: &str,
+    line: usize,
+    pool: Option<&str>,
+    key: Option<&str>,
+    msg: &str,
+) {
+    assert_eq!(
+        (
+            e.file.clone(),
+            e.line,
+            e.pool.as_deref(),
+            e.key.as_deref(),
+            e.message.as_str()
+        ),
+        (dir.join(file), Some(line), pool, key, msg),
+        "{e}"
+    );
+}
+
+#[test]
+fn directives_become_fpmd_settings() {
+    let extra = "listen.backlog = -1\nlisten.mode = 0600\nlisten.allowed_clients = 127.0.0.1,::1\nrequest_terminate_timeout = 1d\nrequest_slowlog_timeout = 5m\npm.process_idle_timeout = 10s;\nclear_env = no\ncatch_workers_output = yes\ndecorate_workers_output = off\nsecurity.limit_extensions = .php .php7\nenv[TMP] = /tmp\nphp_flag[display_errors] = on\nphp_admin_flag[log_errors] = off\nphp_value[error_reporting] = E_ALL & ~E_DEPRECATED & ~E_STRICT\nphp_admin_value[memory_limit] = 64M\nrlimit_core = unlimited\nprocess.priority = 3\nping.path = /ping\nping.response = \"alive $pool\"\npm.status_path = /status_$pool\n";
+    let main = format!("[global]\nlog_level = debug\nprocess_control_timeout = 1h\nemergency_restart_threshold = 10\nemergency_restart_interval = 1m\npid = run/fpm.pid\n{}", pool("www", extra));
+    let (dir, c) = conf_ok(&main, &[]);
+    let g = &c.global;
+    assert_eq!(g.log_level.as_str(), "debug");
+    assert_eq!(g.process_control_timeout, Some(Duration::from_secs(3600)));
+    assert_eq!(g.emergency_restart, Some((10, Duration::from_secs(60))));
+    assert_eq!(
+        g.pid.as_deref(),
+        Some(dir.path().join("run/fpm.pid").as_path()),
+        "relative to the prefix"
+    );
+    let p = &c.pools[0];
+    assert_eq!(
+        p.listen.address,
+        ListenAddress::Unix("/run/fpmd/www.sock".into())
+    );
+    assert_eq!(p.listen.backlog, super::somaxconn(), "php-fpm's -1");
+    assert_eq!(p.listen.mode, 0o600);
+    assert_eq!(p.listen.allowed_clients.as_ref().map(Vec::len), Some(2));
+    assert_eq!(
+        p.request_terminate_timeout,
+        Some(Duration::from_secs(86400))
+    );
+    assert_eq!(p.request_slowlog_timeout, Some(Duration::from_secs(300)));
+    assert!(!p.clear_env && p.catch_workers_output && !p.decorate_workers_output);
+    assert_eq!(p.limit_extensions, [".php", ".php7"]);
+    assert_eq!(p.env["TMP"], "/tmp");
+    assert_eq!(p.php_values["display_errors"], "1");
+    assert_eq!(p.php_values["error_reporting"], "22527");
+    assert_eq!(p.php_admin_values["log_errors"], "0");
+    assert_eq!(p.php_admin_values["memory_limit"], "64M");
+    assert_eq!(p.isolation.rlimit_core, Some(u64::MAX));
+    assert_eq!(p.isolation.process_priority, Some(3));
+    assert_eq!(p.local.ping_response, "alive www");
+    assert_eq!(p.local.status_path.as_deref(), Some("/status_www"));
+    assert_eq!(p.pm.mode, PmMode::Static);
+    assert_eq!(p.file, dir.path().join("php-fpm.conf"));
+    // Origins name the php-fpm file and line.
+    assert_eq!(
+        c.origins.at("www", "pm.max_children"),
+        Some((dir.path().join("php-fpm.conf").as_path(), 13))
+    );
+    assert_eq!(
+        c.origins.at("", "log_level"),
+        Some((dir.path().join("php-fpm.conf").as_path(), 2))
+    );
+    assert_eq!(
+        c.origins.at("www", "listen.backlog").map(|(_, l)| l),
+        Some(14)
+    );
+}
+
+/// INDEX.md quirks 8 and 10: sections reopen (pool names case-insensitive,
+/// across files), may be empty; the last scalar wins; the FIRST value of
+/// an array key wins, as php-fpm applies its list.
+#[test]
+fn sections_reopen_and_duplicates() {
+    // The include comes last: the first spelling of a pool names it.
+    let main = format!("[global]\nlog_level = error\n[global]\nlog_level = warning\n{}\nenv[A] = first\n[WWW]\npm.max_children = 7\nenv[A] = second\n[www]\ninclude = {{DIR}}/pool.d/*.conf\n", pool("www", ""));
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "pool.d/b.conf", "[Www]\npm.max_requests = 9\n[other]\nuser = nobody\nlisten = 9123\npm = ondemand\npm.max_children = 2\n");
+    let path = write(
+        dir.path(),
+        "php-fpm.conf",
+        &main.replace("{DIR}", &dir.path().display().to_string()),
+    );
+    let c = load_with_options(&path, &LoadOptions::default()).unwrap();
+    assert_eq!(c.global.log_level.as_str(), "warning");
+    assert_eq!(c.pools.len(), 2);
+    let www = &c.pools[0];
+    assert_eq!(
+        (www.name.as_str(), www.pm.max_children, www.pm.max_requests),
+        ("www", 7, 9)
+    );
+    assert_eq!(www.env["A"], "first");
+    assert!(
+        c.notices.iter().any(|n| n.contains("env[A] has no effect")),
+        "{:?}",
+        c.notices
+    );
+    assert!(matches!(c.pools[1].pm.mode, PmMode::Ondemand { .. }));
+    assert_eq!(c.pools[1].file, dir.path().join("pool.d/b.conf"));
+    assert_eq!(c.sources.files.len(), 2);
+    // The values of one pool from two files, each with its own origin.
+    assert_eq!(
+        c.origins.at("www", "pm.max_requests"),
+        Some((dir.path().join("pool.d/b.conf").as_path(), 2))
+    );
+}
+
+/// INDEX.md quirk 9: include before any section, in a pool (continuing
+/// it), relative to the prefix; nothing matching warns; a wildcard in a
+/// missing directory is an error.
+#[test]
+fn includes() {
+    let (dir, c) = conf_ok(
+        &format!(
+            "include=etc/*.conf\n{}include = shared/defaults.ini\ninclude = nothing/here.conf\n",
+            pool("site", "")
+        ),
+        &[
+            ("etc/a.conf", &pool("a", "")),
+            (
+                "shared/defaults.ini",
+                "pm.max_requests = 33\nslowlog = log/$pool.slow\n",
+            ),
+        ],
+    );
+    let names: Vec<_> = c.pools.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["a", "site"], "pools in the order they were opened");
+    let site = c.pool("site").unwrap();
+    assert_eq!(
+        site.pm.max_requests, 33,
+        "the included file continues the pool"
+    );
+    assert_eq!(site.slowlog, Some(dir.path().join("log/site.slow")));
+    assert!(
+        c.notices
+            .iter()
+            .any(|n| n.contains("WARNING: Nothing matches the include pattern")),
+        "{:?}",
+        c.notices
+    );
+    let with_prefix = load_with_options(
+        &dir.path().join("php-fpm.conf"),
+        &LoadOptions {
+            prefix: Some(dir.path().join("etc")),
+            php_ini: None,
+        },
+    );
+    assert!(
+        with_prefix.is_err(),
+        "etc/*.conf relative to another prefix matches nothing, and its directory is missing"
+    );
+    let (dir, e) = conf_err(
+        &format!("{}include = missing/*.conf\n", pool("www", "")),
+        &[],
+    );
+    assert_eq!(
+        (e.file.clone(), e.line),
+        (dir.path().join("php-fpm.conf"), Some(8))
+    );
+    assert!(e.message.starts_with("Unable to globalize"), "{e}");
+    let (_, e) = conf_err("[global]\n", &[]);
+    assert!(e.message.starts_with("No pool defined"), "{e}");
+}
+
+#[test]
+fn errors_name_file_line_and_directive() {
+    let (dir, e) = conf_err(
+        "[global]\ninclude = pool.d/*.conf\n",
+        &[(
+            "pool.d/www.conf",
+            &pool("www", "").replace("pm.max_children = 5", "pm.max_children = 0"),
+        )],
+    );
+    assert_at(
+        dir.path(),
+        &e,
+        "pool.d/www.conf",
+        7,
+        Some("www"),
+        Some("pm.max_children"),
+        "pm.max_children must be at least 1",
+    );
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "{}:7: [www] key 'pm.max_children': pm.max_children must be at least 1",
+            dir.path().join("pool.d/www.conf").display()
+        )
+    );
+    let (dir, e) = conf_err(&pool("www", "pm = fixed\n"), &[]);
+    assert_at(
+        dir.path(),
+        &e,
+        "php-fpm.conf",
+        8,
+        Some("www"),
+        Some("pm"),
+        "invalid process manager 'fixed' (static, dynamic or ondemand)",
+    );
+    let (dir, e) = conf_err(&pool("www", "request_terminate_timeout = 5x\n"), &[]);
+    assert_at(
+        dir.path(),
+        &e,
+        "php-fpm.conf",
+        8,
+        Some("www"),
+        Some("request_terminate_timeout"),
+        "unknown suffix used in time value '5x' (seconds, or a number with s, m, h or d)",
+    );
+    let (dir, e) = conf_err(&pool("www", "clear_env = maybe\n"), &[]);
+    assert_at(
+        dir.path(),
+        &e,
+        "php-fpm.conf",
+        8,
+        Some("www"),
+        Some("clear_env"),
+        "invalid boolean value 'maybe' (yes/no, on/off, true/false, 1/0)",
+    );
+    let (dir, e) = conf_err(&pool("www", "pm.max_requests = ten\n"), &[]);
+    assert_at(
+        dir.path(),
+        &e,
+        "php-fpm.conf",
+        8,
+        Some("www"),
+        Some("pm.max_requests"),
+        "'ten' is not a valid number (greater or equal than zero)",
+    );
+    let (dir, e) = conf_err(&pool("www", "pm.max_childs = 3\n"), &[]);
+    assert_at(
+        dir.path(),
+        &e,
+        "php-fpm.conf",
+        8,
+        Some("www"),
+        Some("pm.max_childs"),
+        "unknown entry 'pm.max_childs'",
+    );
+    let (dir, e) = conf_err(&pool("www", "log_level = debug\n"), &[]);
+    assert_at(
+        dir.path(),
+        &e,
+        "php-fpm.conf",
+        8,
+        Some("www"),
+        Some("log_level"),
+        "unknown entry 'log_level' ('log_level' belongs in the [global] section)",
+    );
+    let (dir, e) = conf_err(&format!("user = nobody\n{}", pool("www", "")), &[]);
+    assert_at(
+        dir.path(),
+        &e,
+        "php-fpm.conf",
+        1,
+        None,
+        Some("user"),
+        "unknown entry 'user' ('user' belongs in a pool section)",
+    );
+    let (dir, e) = conf_err(
+        &format!("[global]\npid = /run/$pool.pid\n{}", pool("www", "")),
+        &[],
+    );
+    assert_at(
+        dir.path(),
+        &e,
+        "php-fpm.conf",
+        2,
+        None,
+        Some("pid"),
+        "Can't use '$pool' when the pool is not defined",
+    );
+    let (dir, e) = conf_err(&pool("www", "php_admin_value[x] = a=b\n"), &[]);
+    assert_at(
+        dir.path(),
+        &e,
+        "php-fpm.conf",
+        8,
+        Some("www"),
+        None,
+        "syntax error, unexpected '=' in a value (quote the value)",
+    );
+    let (dir, e) = conf_err(&pool("www", "").replace("pm = static\n", ""), &[]);
+    assert_at(
+        dir.path(),
+        &e,
+        "php-fpm.conf",
+        1,
+        Some("www"),
+        Some("pm"),
+        "the process manager is missing (static, dynamic or ondemand)",
+    );
+    let (dir, e) = conf_err(&pool("www", "env[EMPTY] =\n"), &[]);
+    assert_at(
+        dir.path(),
+        &e,
+        "php-fpm.conf",
+        8,
+        Some("www"),
+        Some("env[EMPTY]"),
+        "empty value",
+    );
+    let (dir, e) = conf_err(&pool("www", "php_value[] = 1\n"), &[]);
+    assert_at(
+        dir.path(),
+        &e,
+        "php-fpm.conf",
+        8,
+        Some("www"),
+        Some("php_value[]"),
+        "You must provide a key for field 'php_value'",
+    );
+    let (dir, e) = conf_err(
+        &pool("www", "").replace("/run/fpmd/www.sock", "127.0.0.1:0"),
+        &[],
+    );
+    assert_at(
+        dir.path(),
+        &e,
+        "php-fpm.conf",
+        5,
+        Some("www"),
+        Some("listen"),
+        "invalid listen address '127.0.0.1:0': port 0 is not allowed",
+    );
+}
+
+/// Each refused directive says what to do instead.
+#[test]
+fn refused_directives() {
+    for (line, key, advice) in [
+        ("listen.acl_users = apache,nginx", "listen.acl_users", "fpmd does not set ACLs on its sockets: give the web server's user access with listen.group (a group it is in) and listen.mode = 0660"),
+        ("listen.acl_groups = nginx", "listen.acl_groups", "fpmd does not set ACLs on its sockets: use listen.group = GROUP and listen.mode = 0660"),
+        ("apparmor_hat = www", "apparmor_hat", "fpmd cannot change a child's AppArmor hat: confine fpmd with an AppArmor profile, or the pool with chroot, landlock.read and landlock.write"),
+        ("access.suppress_path[] = /ping", "access.suppress_path[]", "fpmd logs every request: leave the path out of the access log with a filter where you read it (e.g. grep -v ' /ping ')"),
+    ] {
+        let (dir, e) = conf_err(&pool("www", &format!("{line}\n")), &[]);
+        assert_at(dir.path(), &e, "php-fpm.conf", 8, Some("www"), Some(key), &format!("not supported by fpmd: {advice}"));
+    }
+    let (dir, e) = conf_err(&pool("www", "access.suppress_path[x] = /ping\n"), &[]);
+    assert_at(
+        dir.path(),
+        &e,
+        "php-fpm.conf",
+        8,
+        Some("www"),
+        Some("access.suppress_path[x]"),
+        "Keys provided to field 'access.suppress_path' are ignored",
+    );
+    for (line, key, message) in [
+        ("error_log = syslog", "error_log", "not supported by fpmd: error_log = syslog; write a file path, or leave error_log out for stderr (journald keeps it under systemd)"),
+        ("daemonize = yes", "daemonize", "daemonize = true is not supported yet: fpmd runs in the foreground (under systemd, Type=notify)"),
+        ("process.max = 3", "process.max", "the pools' pm.max_children add up to 5, more than process.max = 3: fpmd runs every child it is given, so lower pm.max_children (or raise process.max)"),
+    ] {
+        let (dir, e) = conf_err(&format!("[global]\n{line}\n{}", pool("www", "")), &[]);
+        assert_at(dir.path(), &e, "php-fpm.conf", 2, None, Some(key), message);
+    }
+    // php-fpm 8.3's directive, unknown to 8.2.
+    let (_, e) = conf_err(
+        &format!("[global]\nproctitle_prefix = x\n{}", pool("www", "")),
+        &[],
+    );
+    assert_eq!(e.message, "unknown entry 'proctitle_prefix'");
+}
+
+/// Directives accepted with a notice, and global ones that are every
+/// pool's default.
+#[test]
+fn notices_and_pool_defaults() {
+    let global = "[global]\nsyslog.ident = php\nsyslog.facility = daemon\nlog_buffering = no\nlog_limit = 8192\nevents.mechanism = epoll\nsystemd_interval = 10\nprocess.max = 64\nrlimit_files = 4096\nprocess.priority = 5\ndaemonize = no\n";
+    let extra = "request_slowlog_trace_depth = 20\nrequest_terminate_timeout_track_finished = yes\nrlimit_files = 1024\n";
+    let (_, c) = conf_ok(
+        &format!("{global}{}{}", pool("a", extra), pool("b", "")),
+        &[],
+    );
+    for directive in [
+        "syslog.ident",
+        "syslog.facility",
+        "log_buffering",
+        "log_limit",
+        "events.mechanism",
+        "systemd_interval",
+        "request_slowlog_trace_depth",
+        "request_terminate_timeout_track_finished",
+    ] {
+        assert!(
+            c.notices.iter().any(|n| n.contains("NOTICE: ")
+                && n.contains(&format!("'{directive}' is accepted and has no effect"))),
+            "{directive}: {:?}",
+            c.notices
+        );
+    }
+    assert!(c
+        .notices
+        .iter()
+        .any(|n| n.contains("'process.max' holds: the pools' pm.max_children add up to 10")));
+    assert_eq!(
+        c.pool("a").unwrap().isolation.rlimit_files,
+        Some(1024),
+        "the pool's own wins"
+    );
+    assert_eq!(
+        c.pool("b").unwrap().isolation.rlimit_files,
+        Some(4096),
+        "inherited from [global]"
+    );
+    assert_eq!(c.pool("b").unwrap().isolation.process_priority, Some(5));
+    // Still checked as php-fpm checks them.
+    let (_, e) = conf_err(
+        &format!("[global]\nlog_buffering = sometimes\n{}", pool("www", "")),
+        &[],
+    );
+    assert_eq!(
+        e.message,
+        "invalid boolean value 'sometimes' (yes/no, on/off, true/false, 1/0)"
+    );
+}
+
+/// INDEX.md quirks 1 and 6: `$pool`, `$prefix`, constants in keys.
+#[test]
+fn expansions() {
+    let extra = "access.log = log/$pool_access.log\nenv[LC_ALL] = C\nenv['LANG'] = C.UTF-8\nenv[PATH] = $PATH\nphp_admin_value[error_log] = log/$pool.php.log\n";
+    let (dir, c) = conf_ok(&pool("site1", extra), &[]);
+    let p = &c.pools[0];
+    assert_eq!(p.access_log, Some(dir.path().join("log/site1_access.log")));
+    assert_eq!(p.env["6"], "C", "php-fpm's env[6]");
+    assert_eq!(p.env["LANG"], "C.UTF-8");
+    assert_eq!(
+        p.env["PATH"],
+        std::env::var("PATH").unwrap(),
+        "$NAME from fpmd's environment, as php-fpm's worker"
+    );
+    assert_eq!(
+        p.php_admin_values["error_log"],
+        dir.path().join("log/site1.php.log").to_string_lossy(),
+        "php-fpm's FPM_PHP_INI_TO_EXPAND"
+    );
+    assert!(
+        c.notices
+            .iter()
+            .any(|n| n.contains("write ['LC_ALL'] to mean the name")),
+        "{:?}",
+        c.notices
+    );
+    let (_, e) = conf_err(&pool("www", "chroot = /srv/$prefix\n"), &[]);
+    assert!(
+        e.message
+            .starts_with("'$prefix' must be use at the beginning"),
+        "{e}"
+    );
+}
+
+/// Debian's layout: php.ini and conf.d/ beside php-fpm.conf are what the
+/// children read.
+#[test]
+fn php_ini_beside_the_configuration() {
+    let (dir, c) = conf_ok(
+        &pool("www", ""),
+        &[
+            ("php.ini", "memory_limit = 77M\n"),
+            ("conf.d/20-b.ini", ""),
+            ("conf.d/10-a.ini", ""),
+            ("conf.d/notes.txt", ""),
+        ],
+    );
+    let ini = &c.pools[0].php_ini;
+    assert_eq!(ini.file, Some(dir.path().join("php.ini")));
+    assert_eq!(
+        ini.scan_dir.as_deref(),
+        Some(dir.path().join("conf.d").to_str().unwrap())
+    );
+    assert_eq!(
+        ini.reads,
+        Some(vec![
+            dir.path().join("php.ini"),
+            dir.path().join("conf.d/10-a.ini"),
+            dir.path().join("conf.d/20-b.ini")
+        ])
+    );
+    let args = c.pools[0].ini_args();
+    assert_eq!(
+        args[..2],
+        [
+            "-c".to_string(),
+            dir.path().join("php.ini").display().to_string()
+        ]
+    );
+    // The command line's -c wins over what is found.
+    let other = write(dir.path(), "other/php.ini", "");
+    let c = load_with_options(
+        &dir.path().join("php-fpm.conf"),
+        &LoadOptions {
+            prefix: None,
+            php_ini: Some(other.clone()),
+        },
+    )
+    .unwrap();
+    assert_eq!(c.pools[0].php_ini.file, Some(other));
+}
+
+/// `fpmd convert`'s document loads to the same configuration.
+#[test]
+fn convert_round_trips() {
+    let (dir, c) = conf_ok(
+        &format!(
+            "[global]\nlog_level = debug\ninclude = pool.d/*.conf\n{}",
+            pool("www", "env[X] = \"a b\"\nrequest_terminate_timeout = 30s\n")
+        ),
+        &[(
+            "pool.d/b.conf",
+            &pool("b", "listen.backlog = 100\n").replace("/run/fpmd/b.sock", "127.0.0.1:9777"),
+        )],
+    );
+    let text =
+        super::super::convert(&dir.path().join("php-fpm.conf"), &LoadOptions::default()).unwrap();
+    assert!(
+        text.contains(&format!(
+            "pm.max_children = 5 # {}:10 pm.max_children\n",
+            dir.path().join("php-fpm.conf").display()
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "listen.address = \"127.0.0.1:9777\" # {}:5 listen\n",
+            dir.path().join("pool.d/b.conf").display()
+        )),
+        "{text}"
+    );
+    let toml = write(dir.path(), "converted/fpmd.toml", &text);
+    let c2 = super::super::load(&toml).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(c2.global, c.global);
+    assert_eq!(
+        c2.to_toml()
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .collect::<Vec<_>>(),
+        c.to_toml()
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .collect::<Vec<_>>()
+    );
+}

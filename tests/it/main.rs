@@ -13,6 +13,7 @@ mod children;
 mod config_errors;
 mod dokuwiki;
 mod emergency;
+mod fpm_conf;
 mod fuzz_live;
 mod http;
 mod isolation;

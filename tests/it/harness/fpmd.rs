@@ -278,7 +278,8 @@ pub enum Addr {
 }
 
 impl Addr {
-    fn parse(address: &str) -> Addr {
+    /// A unix path, a port (on 127.0.0.1) or `host:port`.
+    pub fn parse(address: &str) -> Addr {
         if address.starts_with('/') {
             return Addr::Unix(address.into());
         }
@@ -375,6 +376,42 @@ impl Fpmd {
     /// Writes the config and starts `fpmd -c <dir>/fpmd.toml <extra_args>` without waiting.
     pub fn spawn(dir: &TestDir, cfg: &FpmdConfig, extra_args: &[&str]) -> Fpmd {
         let conf = cfg.write(dir);
+        let addrs = cfg
+            .pools
+            .iter()
+            .map(|p| Addr::parse(&p.address(dir.path())))
+            .collect();
+        let pool_names = cfg.pools.iter().map(|p| p.name.clone()).collect();
+        let mut args = vec!["-c".to_string(), conf.display().to_string()];
+        args.extend(extra_args.iter().map(|a| a.to_string()));
+        Fpmd::launch(dir, cfg, conf, &args, addrs, pool_names)
+    }
+
+    /// Starts `fpmd ARGS` on a configuration file the test wrote itself
+    /// (`conf`, e.g. a php-fpm `.conf` given with `-y`; of `cfg` only the
+    /// environment, `error_log` and `nofile_soft` count) and waits until
+    /// every address of `addrs` accepts and fpmd is ready.
+    pub fn start_file(
+        dir: &TestDir,
+        cfg: &FpmdConfig,
+        conf: &Path,
+        args: &[&str],
+        addrs: Vec<Addr>,
+    ) -> Fpmd {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let mut f = Fpmd::launch(dir, cfg, conf.to_path_buf(), &args, addrs, Vec::new());
+        f.wait_ready(Duration::from_secs(30));
+        f
+    }
+
+    fn launch(
+        dir: &TestDir,
+        cfg: &FpmdConfig,
+        conf: PathBuf,
+        args: &[String],
+        addrs: Vec<Addr>,
+        pool_names: Vec<String>,
+    ) -> Fpmd {
         let stderr_path = dir.join("fpmd.log");
         let log_path = match &cfg.error_log {
             Some(p) => dir.path().join(p),
@@ -386,7 +423,7 @@ impl Fpmd {
             .open(&stderr_path)
             .unwrap();
         let mut cmd = Command::new(FPMD_BIN);
-        cmd.arg("-c").arg(&conf).args(extra_args);
+        cmd.args(args);
         cmd.current_dir(dir.path());
         cmd.env_remove("RUST_LOG");
         cmd.env("FPMD_TEST_TAG", dir.tag());
@@ -420,12 +457,6 @@ impl Fpmd {
             .spawn()
             .unwrap_or_else(|e| panic!("cannot run {FPMD_BIN}: {e}"));
         let pid = child.id() as i32;
-        let mut addrs = Vec::new();
-        let mut pool_names = Vec::new();
-        for p in &cfg.pools {
-            addrs.push(Addr::parse(&p.address(dir.path())));
-            pool_names.push(p.name.clone());
-        }
         Fpmd {
             child: Some(child),
             pid,

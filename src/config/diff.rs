@@ -334,8 +334,12 @@ fn listen_fields(old: &Listen, new: &Listen) -> Vec<&'static str> {
         mode,
         backlog,
         allowed_clients,
+        acl_users,
+        acl_groups,
     } = old;
     [
+        ("listen.acl_users", *acl_users != new.acl_users),
+        ("listen.acl_groups", *acl_groups != new.acl_groups),
         ("listen.address", *address != new.address),
         ("listen.owner", *owner != new.owner),
         ("listen.group", *group != new.group),
@@ -438,6 +442,8 @@ mod tests {
                 mode: 0o660,
                 backlog: 511,
                 allowed_clients: None,
+                acl_users: Vec::new(),
+                acl_groups: Vec::new(),
             },
             chdir: "/".into(),
             clear_env: true,

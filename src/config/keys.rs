@@ -95,6 +95,8 @@ pub(super) const KEYS: &[Key] = &[
     supported("listen.mode"),
     supported("listen.backlog"),
     supported("listen.allowed_clients"),
+    supported("listen.acl_users"),
+    supported("listen.acl_groups"),
     supported("chdir"),
     supported("clear_env"),
     supported("pm.mode"),
@@ -508,10 +510,10 @@ mod tests {
                 "unknown key (did you mean 'php_admin_value.memory_limit'?)",
             ),
             (
-                "listen.acl_users = \"x\"",
+                "listen.acl_user = \"x\"",
                 7,
-                "listen.acl_users",
-                "unknown key",
+                "listen.acl_user",
+                "unknown key (did you mean 'listen.acl_users'?)",
             ),
             (
                 "completely_unrelated = 1",

@@ -571,6 +571,8 @@ php_admin_flag.log_errors = true
                 mode: 0o600,
                 backlog: 128,
                 allowed_clients: None,
+                acl_users: Vec::new(),
+                acl_groups: Vec::new(),
             },
             chdir: "/tmp".into(),
             clear_env: false,

@@ -499,6 +499,13 @@ pub struct Listen {
     /// `listen.allowed_clients`: client addresses allowed on a TCP socket;
     /// `None` (default) allows any. Ignored for unix sockets, as php-fpm.
     pub allowed_clients: Option<Vec<IpAddr>>,
+    /// `listen.acl_users`, `listen.acl_groups`: uids and gids given read
+    /// and write on a unix socket by a POSIX ACL (php-fpm's, built with
+    /// ACL support as Debian and RHEL build it). With either, the socket
+    /// keeps fpmd's owner and group (`listen.owner`/`listen.group` may not
+    /// be set, as php-fpm ignores them then). Empty: no ACL.
+    pub acl_users: Vec<u32>,
+    pub acl_groups: Vec<u32>,
 }
 
 /// Where a pool listens. Ordered (unix paths, then TCP addresses) so that

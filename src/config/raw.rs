@@ -231,6 +231,8 @@ pub(super) struct RawListen {
     pub(super) mode: Option<Mode>,
     pub(super) backlog: Option<u32>,
     pub(super) allowed_clients: Option<AllowedClients>,
+    pub(super) acl_users: Option<StrList>,
+    pub(super) acl_groups: Option<StrList>,
 }
 
 #[derive(Deserialize, Default)]

@@ -212,6 +212,15 @@ impl PoolConfig {
             }
             None => out.push_str("# listen.allowed_clients: any\n"),
         }
+        for (key, ids) in [("acl_users", &l.acl_users), ("acl_groups", &l.acl_groups)] {
+            if !ids.is_empty() {
+                let list: Vec<String> = ids.iter().map(u32::to_string).collect();
+                out.push_str(&format!(
+                    "listen.{key} = {} # ids\n",
+                    toml_str(&list.join(","))
+                ));
+            }
+        }
         let iso = &self.isolation;
         match &iso.chroot {
             Some(p) => out.push_str(&format!("chroot = {}\n", toml_str(&p.to_string_lossy()))),

@@ -489,6 +489,50 @@ pub(super) fn validate_pool(
         Some(AllowedClients(list)) => Some(list),
         None => None,
     };
+    // listen.acl_* (php-fpm's fpm_unix_resolve_socket_premissions): names
+    // or ids, separated by commas.
+    let ids_of = |list: Option<super::raw::StrList>,
+                  key: &str,
+                  resolve: fn(&super::raw::IdOrName) -> Result<u32, String>|
+     -> Result<Vec<u32>, ConfigError> {
+        let mut out = Vec::new();
+        for item in list.map(|l| l.0).unwrap_or_default() {
+            for name in item.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+                let id = match name.parse::<u32>() {
+                    Ok(n) => super::raw::IdOrName::Id(n),
+                    Err(_) => super::raw::IdOrName::Name(name.to_string()),
+                };
+                out.push(resolve(&id).map_err(|m| ctx.err(&["listen", key], m))?);
+            }
+        }
+        Ok(out)
+    };
+    let acl_users = ids_of(l.acl_users, "acl_users", resolve_uid)?;
+    let acl_groups = ids_of(l.acl_groups, "acl_groups", resolve_gid)?;
+    let (owner, group) = if acl_users.is_empty() && acl_groups.is_empty() {
+        (owner, group)
+    } else {
+        if let Some(key) = [("owner", l.owner.is_some()), ("group", l.group.is_some())]
+            .into_iter()
+            .find_map(|(k, set)| set.then_some(k))
+        {
+            return Err(ctx.err(&["listen", key], format!("listen.{key} has no effect with listen.acl_users or listen.acl_groups (php-fpm ignores it then): remove one of them")));
+        }
+        if !is_unix {
+            return Err(ctx.err(
+                &[
+                    "listen",
+                    if acl_users.is_empty() {
+                        "acl_groups"
+                    } else {
+                        "acl_users"
+                    },
+                ],
+                "an ACL needs a unix socket",
+            ));
+        }
+        (None, None)
+    };
     let listen = Listen {
         address,
         owner,
@@ -496,6 +540,8 @@ pub(super) fn validate_pool(
         mode: l.mode.map_or(0o660, |m| m.0),
         backlog,
         allowed_clients,
+        acl_users,
+        acl_groups,
     };
 
     // env.*

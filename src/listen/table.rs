@@ -452,6 +452,8 @@ mod tests {
             mode,
             backlog,
             allowed_clients: None,
+            acl_users: Vec::new(),
+            acl_groups: Vec::new(),
         }
     }
 
@@ -463,6 +465,8 @@ mod tests {
             mode: 0o660,
             backlog,
             allowed_clients: None,
+            acl_users: Vec::new(),
+            acl_groups: Vec::new(),
         }
     }
 

@@ -68,7 +68,8 @@ fn adapt(text: &str, root: &Path, docroot: &Path, pools: &mut Vec<(String, Strin
         let (key, value) = (key.trim(), value.trim());
         let under = |v: &str| format!("{}{v}", root.display());
         let new = match key {
-            "user" | "group" | "listen.owner" | "listen.group" => Some("www-data".to_string()),
+            "user" | "group" | "listen.owner" | "listen.group" | "listen.acl_users"
+            | "listen.acl_groups" => Some("www-data".to_string()),
             "listen" => {
                 let v = if value.starts_with('/') {
                     under(value)
@@ -344,20 +345,46 @@ fn corpus_14_imagick_pool_and_include_in_pool() {
     assert!(out.contains("[imagick]"), "{out}");
 }
 
-/// 05 sets `listen.acl_users` (RHEL's default): refused, naming the file,
-/// the line and what to do instead.
+/// 05 sets `listen.acl_users` (RHEL's default) and no listen.owner: the
+/// socket gets the ACL entry php-fpm gives it.
 #[test]
-fn corpus_05_rhel_acl_users_is_refused_with_advice() {
+fn corpus_05_rhel_acl_users() {
     let t = TestDir::new();
     let a = corpus(&t, "05-rhel-ius-www.conf");
-    let r = cli(t.path(), &a.main, &t.tag(), &["-t"]);
-    assert_eq!(r.code(), Some(78), "{r}");
+    let out = accept_convert_serve(&t, &a);
+    assert!(out.contains("listen.acl_users = \"33\" # ids"), "{out}");
+    let fpmd = Fpmd::start_file(
+        &t,
+        &a.cfg,
+        &a.main,
+        &["-y", &a.main.display().to_string()],
+        vec![Addr::parse(&a.pools[0].1)],
+    );
+    let path = std::ffi::CString::new(a.pools[0].1.as_bytes()).unwrap();
+    let mut buf = [0u8; 256];
+    // SAFETY: NUL-terminated strings; the buffer's length is passed.
+    let n = unsafe {
+        libc::getxattr(
+            path.as_ptr(),
+            c"system.posix_acl_access".as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
     assert!(
-        r.stderr.contains(&format!(
-            "{}:9: [www] key 'listen.acl_users': not supported by fpmd: ",
-            a.main.display()
-        )),
-        "{r}"
+        n > 4,
+        "no ACL on {}: {}; fpmd log:\n{}",
+        a.pools[0].1,
+        std::io::Error::last_os_error(),
+        fpmd.log()
+    );
+    let www_data_rw = buf[4..n as usize]
+        .chunks(8)
+        .any(|e| e[..4] == [2, 0, 6, 0] && e[4..] == 33u32.to_le_bytes());
+    assert!(
+        www_data_rw,
+        "no user:www-data:rw- entry: {:?}",
+        &buf[..n as usize]
     );
 }
 

@@ -379,8 +379,6 @@ fn errors_name_file_line_and_directive() {
 #[test]
 fn refused_directives() {
     for (line, key, advice) in [
-        ("listen.acl_users = apache,nginx", "listen.acl_users", "fpmd does not set ACLs on its sockets: give the web server's user access with listen.group (a group it is in) and listen.mode = 0660"),
-        ("listen.acl_groups = nginx", "listen.acl_groups", "fpmd does not set ACLs on its sockets: use listen.group = GROUP and listen.mode = 0660"),
         ("apparmor_hat = www", "apparmor_hat", "fpmd cannot change a child's AppArmor hat: confine fpmd with an AppArmor profile, or the pool with chroot, landlock.read and landlock.write"),
         ("access.suppress_path[] = /ping", "access.suppress_path[]", "fpmd logs every request: leave the path out of the access log with a filter where you read it (e.g. grep -v ' /ping ')"),
     ] {
@@ -590,4 +588,28 @@ fn convert_round_trips() {
             .filter(|l| !l.starts_with('#'))
             .collect::<Vec<_>>()
     );
+}
+
+/// `listen.acl_users`/`acl_groups` (RHEL's default pool): ids on the
+/// socket's ACL; listen.owner/group may not be set with them.
+#[test]
+fn socket_acls() {
+    let (_, c) = conf_ok(
+        &pool(
+            "www",
+            "listen.acl_users = nobody,0\nlisten.acl_groups = nogroup\n",
+        )
+        .replace("user = nobody\ngroup = nogroup\n", "user = nobody\n"),
+        &[],
+    );
+    let l = &c.pools[0].listen;
+    assert_eq!(
+        (l.acl_users.clone(), l.acl_groups.clone(), l.owner, l.group),
+        (vec![65534, 0], vec![65534], None, None)
+    );
+    let (dir, e) = conf_err(
+        &pool("www", "listen.acl_users = nobody\nlisten.owner = nobody\n"),
+        &[],
+    );
+    assert_at(dir.path(), &e, "php-fpm.conf", 9, Some("www"), Some("listen.owner"), "listen.owner has no effect with listen.acl_users or listen.acl_groups (php-fpm ignores it then): remove one of them");
 }

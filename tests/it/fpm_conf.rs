@@ -8,7 +8,7 @@
 //! cheap the effective values agree with `php-fpm8.2 -tt`'s.
 
 use crate::harness::fpmd::cli;
-use crate::harness::*;
+use crate::harness::{self, *};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -647,4 +647,168 @@ fn broken_conf_is_refused_and_a_reload_keeps_the_old_one() {
     );
     pools.clear();
     fpmd.assert_running();
+}
+
+/// A key given twice in php-fpm's arrays (`env[X]`, `php_value[X]`,
+/// `php_flag[X]` then `php_value[X]`): php-fpm applies the first one (it
+/// prepends each to a list it then applies in order), and so does fpmd.
+#[test]
+fn repeated_array_keys_as_php_fpm() {
+    let lines = [
+        "env[DUP] = first",
+        "env[DUP] = second",
+        "php_value[memory_limit] = 11M",
+        "php_value[memory_limit] = 22M",
+        "php_flag[display_errors] = on",
+        "php_value[display_errors] = off",
+    ];
+    let t = TestDir::new();
+    let mut opts = harness::phpfpm::PhpFpmOpts::default();
+    for l in lines {
+        opts = opts.line(l);
+    }
+    let php_fpm = harness::phpfpm::PhpFpm::start_with(&t, opts);
+    let theirs = Nginx::start(
+        &t,
+        NginxOpts::default()
+            .upstream(php_fpm.upstream())
+            .name("nginx-php-fpm"),
+    );
+    let sock = t.join("www.sock");
+    let pools = vec![("www".to_string(), sock.display().to_string())];
+    let main = t.join("php-fpm.conf");
+    std::fs::write(
+        &main,
+        format!(
+            "[www]\nuser = www-data\ngroup = www-data\nlisten = {}\npm = static\npm.max_children = 1\n{}\n{}",
+            sock.display(),
+            lines.join("\n"),
+            fpmd_lines(t.path(), &pools)
+        ),
+    )
+    .unwrap();
+    let fpmd = Fpmd::start_file(
+        &t,
+        &FpmdConfig::new(),
+        &main,
+        &["-y", &main.display().to_string()],
+        vec![Addr::Unix(sock.clone())],
+    );
+    let ours = Nginx::start(
+        &t,
+        NginxOpts::default()
+            .upstream(format!("unix:{}", sock.display()))
+            .name("nginx-fpmd"),
+    );
+    for path in [
+        "/env.php?names=DUP",
+        "/ini.php?name=memory_limit",
+        "/ini.php?name=display_errors",
+    ] {
+        let (a, b) = (get(&theirs.url(path)), get(&ours.url(path)));
+        assert_eq!(
+            (b.status, b.text()),
+            (a.status, a.text()),
+            "{path}; fpmd log:\n{}",
+            fpmd.log()
+        );
+    }
+    assert_eq!(get(&ours.url("/env.php?names=DUP")).text(), "DUP='first'\n");
+}
+
+const PHPINI_PHP: &str = "<?php\necho php_ini_loaded_file(), \"|\", trim((string) php_ini_scanned_files()), \"|\", ini_get('memory_limit'), \"|\", ini_get('default_charset');\n";
+
+/// fpmd's TOML: a pool's `php_ini` and `php_ini_scan_dir` reach its
+/// php-cgi (also with clear_env, the default), and the command line's
+/// `-c DIR` is the php.ini of the pools that set none.
+#[test]
+fn php_ini_keys_and_the_c_flag() {
+    let t = TestDir::new();
+    std::fs::write(t.docroot().join("phpini.php"), PHPINI_PHP).unwrap();
+    let ini = t.join("ini");
+    std::fs::create_dir_all(ini.join("scan")).unwrap();
+    std::fs::write(ini.join("custom.ini"), "memory_limit = 33M\n").unwrap();
+    std::fs::write(
+        ini.join("scan/50-charset.ini"),
+        "default_charset = \"ISO-8859-2\"\n",
+    )
+    .unwrap();
+    std::fs::write(ini.join("php.ini"), "memory_limit = 44M\n").unwrap();
+    let cfg = FpmdConfig::new()
+        .pool(Pool::new("own").lines(&[
+            &format!(
+                "php_ini = {:?}",
+                ini.join("custom.ini").display().to_string()
+            ),
+            &format!(
+                "php_ini_scan_dir = {:?}",
+                ini.join("scan").display().to_string()
+            ),
+        ]))
+        .pool(Pool::new("flag"));
+    let conf = cfg.write(&t);
+    let args = [
+        "-y",
+        &conf.display().to_string(),
+        "-c",
+        &ini.display().to_string(),
+    ];
+    let tested = cli(t.path(), &conf, &t.tag(), &["-t"]);
+    assert_eq!(tested.code(), Some(0), "{tested}");
+    let mut with_c: Vec<&str> = args.to_vec();
+    with_c.push("-t");
+    let out = Command::new(FPMD_BIN).args(&with_c).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains(&format!(
+            "# PHP reads, in this order:\n#   {}\n#   {}\n",
+            ini.join("custom.ini").display(),
+            ini.join("scan/50-charset.ini").display()
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("\nphp_ini = {:?} #", ini.display().to_string())),
+        "the -c directory:\n{text}"
+    );
+    let addrs = cfg
+        .pools
+        .iter()
+        .map(|p| Addr::parse(&p.address(t.path())))
+        .collect::<Vec<_>>();
+    let fpmd = Fpmd::start_file(&t, &cfg, &conf, &args, addrs.clone());
+    for (addr, expected) in [
+        (
+            &addrs[0],
+            format!(
+                "{}|{}|33M|ISO-8859-2",
+                ini.join("custom.ini").display(),
+                ini.join("scan/50-charset.ini").display()
+            ),
+        ),
+        (&addrs[1], format!("{}|", ini.join("php.ini").display())),
+    ] {
+        let nginx = Nginx::start(
+            &t,
+            NginxOpts::default().upstream(addr.nginx()).name(&format!(
+                "nginx-{}",
+                addrs
+                    .iter()
+                    .position(|a| a.nginx() == addr.nginx())
+                    .unwrap()
+            )),
+        );
+        let r = get(&nginx.url("/phpini.php"));
+        assert!(
+            r.text().starts_with(&expected),
+            "{} (expected {expected}); fpmd log:\n{}",
+            r.text(),
+            fpmd.log()
+        );
+    }
 }

@@ -12,6 +12,8 @@
 pub(super) enum Kind {
     /// `fpm_conf_set_string`: text; `$pool` replaced; empty = unset.
     Str,
+    /// Text where empty means empty (fpmd's `php_ini_scan_dir = ""`: none).
+    Text,
     /// A string that is a path: relative to the prefix.
     Path,
     /// A string that is a listen address (a unix path without `/` is
@@ -85,6 +87,8 @@ pub(super) const GLOBAL: &[(&str, Action)] = &[
     ("control_socket", To("control_socket", Path)),
     ("watch", To("watch", Bool)),
     ("metrics.listen", To("metrics.listen", Listen)),
+    ("php_ini", To("php_ini", Path)),
+    ("php_ini_scan_dir", To("php_ini_scan_dir", Text)),
 ];
 
 /// Pool directives.
@@ -143,6 +147,8 @@ pub(super) const POOL: &[(&str, Action)] = &[
     ("cgroup.pids_max", To("cgroup.pids_max", Int)),
     ("cgroup.cpu_weight", To("cgroup.cpu_weight", Int)),
     ("security.pcntl", To("security.pcntl", Bool)),
+    ("php_ini", To("php_ini", Path)),
+    ("php_ini_scan_dir", To("php_ini_scan_dir", Text)),
 ];
 
 /// The array directives (`name[key] = value`), php-fpm's exact names.

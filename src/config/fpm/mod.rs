@@ -673,7 +673,7 @@ impl Reading<'_> {
         };
         Ok(Some(match kind {
             Kind::Str if v.is_empty() => return Ok(None),
-            Kind::Str => toml_str(v),
+            Kind::Str | Kind::Text => toml_str(v),
             Kind::Path | Kind::Listen | Kind::Chroot | Kind::ErrorLog if v.is_empty() => return Ok(None),
             Kind::Path => toml_str(&path(v)),
             Kind::ErrorLog if v.eq_ignore_ascii_case("syslog") => {
@@ -727,7 +727,7 @@ impl Reading<'_> {
 fn is_string(kind: Kind) -> bool {
     matches!(
         kind,
-        Kind::Str | Kind::Path | Kind::Listen | Kind::Chroot | Kind::ErrorLog
+        Kind::Str | Kind::Text | Kind::Path | Kind::Listen | Kind::Chroot | Kind::ErrorLog
     )
 }
 

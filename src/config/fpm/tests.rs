@@ -613,3 +613,35 @@ fn socket_acls() {
     );
     assert_at(dir.path(), &e, "php-fpm.conf", 9, Some("www"), Some("listen.owner"), "listen.owner has no effect with listen.acl_users or listen.acl_groups (php-fpm ignores it then): remove one of them");
 }
+
+/// A chroot pool's children see only /etc/php of the host's /etc: a
+/// php.ini elsewhere is refused (as root, where chroot is allowed).
+#[test]
+fn chroot_pools_read_php_ini_under_etc_php_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let ini = write(dir.path(), "custom.ini", "");
+    let extra = format!("chroot = /usr\nchdir = /\nphp_ini = {}\n", ini.display());
+    let (dir2, r) = try_conf(&pool("www", &extra), &[]);
+    if !nix::unistd::geteuid().is_root() {
+        assert!(r.is_err(), "chroot needs root");
+        return;
+    }
+    let e = r.unwrap_err();
+    assert_at(
+        dir2.path(),
+        &e,
+        "php-fpm.conf",
+        10,
+        Some("www"),
+        Some("php_ini"),
+        &format!("{} is outside /etc/php, the only part of the host's /etc a chroot pool's children see: move it under /etc/php", ini.display()),
+    );
+    let extra = "chroot = /usr\nchdir = /\nphp_ini = /etc/php/8.2/cgi/php.ini\nphp_ini_scan_dir = /etc/php/8.2/cgi/conf.d\n";
+    if Path::new("/etc/php/8.2/cgi/php.ini").is_file() {
+        let (_, c) = conf_ok(&pool("www", extra), &[]);
+        assert_eq!(
+            c.pools[0].php_ini.file.as_deref(),
+            Some(Path::new("/etc/php/8.2/cgi/php.ini"))
+        );
+    }
+}

@@ -208,6 +208,7 @@ pub fn changed_fields(old: &PoolConfig, new: &PoolConfig) -> Vec<&'static str> {
         slowlog,
         access_log,
         access_format,
+        access_suppress_paths,
         request_queue_timeout,
         catch_workers_output,
         decorate_workers_output,
@@ -263,6 +264,10 @@ pub fn changed_fields(old: &PoolConfig, new: &PoolConfig) -> Vec<&'static str> {
     field("slowlog", *slowlog != new.slowlog);
     field("access.log", *access_log != new.access_log);
     field("access.format", *access_format != new.access_format);
+    field(
+        "access.suppress_path",
+        *access_suppress_paths != new.access_suppress_paths,
+    );
     field(
         "request_queue_timeout",
         *request_queue_timeout != new.request_queue_timeout,
@@ -462,6 +467,7 @@ mod tests {
             slowlog: None,
             access_log: None,
             access_format: Default::default(),
+            access_suppress_paths: Vec::new(),
             request_queue_timeout: None,
             catch_workers_output: false,
             decorate_workers_output: true,

@@ -130,6 +130,7 @@ pub(super) const KEYS: &[Key] = &[
     supported("ping.response"),
     supported("access.log"),
     supported("access.format"),
+    supported("access.suppress_path"),
     supported("security.pcntl"),
     supported("cgroup.memory_max"),
     supported("cgroup.pids_max"),

@@ -599,6 +599,7 @@ php_admin_flag.log_errors = true
             slowlog: None,
             access_log: None,
             access_format: Default::default(),
+            access_suppress_paths: Vec::new(),
             request_queue_timeout: None,
             catch_workers_output: false,
             decorate_workers_output: true,

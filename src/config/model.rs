@@ -216,6 +216,12 @@ pub struct PoolConfig {
     /// `%R - %u %t "%m %r" %s`. php-fpm: same (see
     /// [`crate::observe::access_log`] for the specifiers).
     pub access_format: crate::observe::access_log::Format,
+    /// `access.suppress_path` (php-fpm 8.2's `access.suppress_path[]`):
+    /// request URIs whose successful plain requests are not logged. As
+    /// php-fpm's `fpm_access_log_suppress`: a `GET` or `HEAD` without a
+    /// query string or a body, answered 2xx, whose URI (`%r`) is exactly
+    /// one of them. Each starts with `/`. Default: none.
+    pub access_suppress_paths: Vec<String>,
     /// `request_queue_timeout` (fpmd only): a request that waited longer
     /// for a child is answered 503 with `Retry-After`; `None`: it waits.
     pub request_queue_timeout: Option<std::time::Duration>,

@@ -310,6 +310,7 @@ pub(super) struct RawPing {
 pub(super) struct RawAccess {
     pub(super) log: Option<String>,
     pub(super) format: Option<String>,
+    pub(super) suppress_path: Option<StrList>,
 }
 
 #[derive(Deserialize, Default)]

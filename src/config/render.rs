@@ -381,6 +381,14 @@ impl PoolConfig {
             "access.format = {}\n",
             toml_str(self.access_format.as_str())
         ));
+        if !self.access_suppress_paths.is_empty() {
+            let paths: Vec<String> = self
+                .access_suppress_paths
+                .iter()
+                .map(|p| toml_str(p))
+                .collect();
+            out.push_str(&format!("access.suppress_path = [{}]\n", paths.join(", ")));
+        }
         match &self.local.status_path {
             Some(p) => out.push_str(&format!("pm.status_path = {}\n", toml_str(p))),
             None => out.push_str("# pm.status_path: no status page\n"),

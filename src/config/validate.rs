@@ -354,6 +354,18 @@ pub(super) fn validate_pool(
         .as_deref()
         .filter(|p| !p.is_empty())
         .map(|p| src.resolve(p));
+    let access_suppress_paths = raw
+        .access
+        .suppress_path
+        .as_ref()
+        .map(|l| l.0.clone())
+        .unwrap_or_default();
+    if let Some(p) = access_suppress_paths.iter().find(|p| !p.starts_with('/')) {
+        return Err(ctx.err(
+            &["access", "suppress_path"],
+            format!("access.suppress_path '{p}' must begin with '/' (php-fpm's rule)"),
+        ));
+    }
     let access_format = match raw.access.format.as_deref() {
         None => crate::observe::access_log::Format::default(),
         Some(f) => crate::observe::access_log::Format::parse(f).map_err(|e| {
@@ -612,6 +624,7 @@ pub(super) fn validate_pool(
         slowlog,
         access_log,
         access_format,
+        access_suppress_paths,
         request_queue_timeout,
         catch_workers_output: raw.catch_workers_output.unwrap_or(false),
         decorate_workers_output: raw.decorate_workers_output.unwrap_or(true),

@@ -674,32 +674,7 @@ fn repeated_array_keys_as_php_fpm() {
             .upstream(php_fpm.upstream())
             .name("nginx-php-fpm"),
     );
-    let sock = t.join("www.sock");
-    let pools = vec![("www".to_string(), sock.display().to_string())];
-    let main = t.join("php-fpm.conf");
-    std::fs::write(
-        &main,
-        format!(
-            "[www]\nuser = www-data\ngroup = www-data\nlisten = {}\npm = static\npm.max_children = 1\n{}\n{}",
-            sock.display(),
-            lines.join("\n"),
-            fpmd_lines(t.path(), &pools)
-        ),
-    )
-    .unwrap();
-    let fpmd = Fpmd::start_file(
-        &t,
-        &FpmdConfig::new(),
-        &main,
-        &["-y", &main.display().to_string()],
-        vec![Addr::Unix(sock.clone())],
-    );
-    let ours = Nginx::start(
-        &t,
-        NginxOpts::default()
-            .upstream(format!("unix:{}", sock.display()))
-            .name("nginx-fpmd"),
-    );
+    let (fpmd, ours) = one_pool(&t, &lines, "nginx-fpmd");
     for path in [
         "/env.php?names=DUP",
         "/ini.php?name=memory_limit",
@@ -714,6 +689,39 @@ fn repeated_array_keys_as_php_fpm() {
         );
     }
     assert_eq!(get(&ours.url("/env.php?names=DUP")).text(), "DUP='first'\n");
+}
+
+/// fpmd on a php-fpm file of one static pool `www` (one child, on
+/// `<test dir>/www.sock`) with `lines` added, behind an nginx called
+/// `nginx_name`.
+fn one_pool(t: &TestDir, lines: &[&str], nginx_name: &str) -> (Fpmd, Nginx) {
+    let sock = t.join("www.sock");
+    let pools = vec![("www".to_string(), sock.display().to_string())];
+    let main = t.join("php-fpm.conf");
+    std::fs::write(
+        &main,
+        format!(
+            "[www]\nuser = www-data\ngroup = www-data\nlisten = {}\npm = static\npm.max_children = 1\n{}\n{}",
+            sock.display(),
+            lines.join("\n"),
+            fpmd_lines(t.path(), &pools)
+        ),
+    )
+    .unwrap();
+    let fpmd = Fpmd::start_file(
+        t,
+        &FpmdConfig::new(),
+        &main,
+        &["-y", &main.display().to_string()],
+        vec![Addr::Unix(sock.clone())],
+    );
+    let nginx = Nginx::start(
+        t,
+        NginxOpts::default()
+            .upstream(format!("unix:{}", sock.display()))
+            .name(nginx_name),
+    );
+    (fpmd, nginx)
 }
 
 const PHPINI_PHP: &str = "<?php\necho php_ini_loaded_file(), \"|\", trim((string) php_ini_scanned_files()), \"|\", ini_get('memory_limit'), \"|\", ini_get('default_charset');\n";
@@ -811,4 +819,35 @@ fn php_ini_keys_and_the_c_flag() {
             fpmd.log()
         );
     }
+}
+
+/// `access.suppress_path` leaves out of the access log exactly what
+/// php-fpm's `fpm_access_log_suppress` does: a plain successful GET of the
+/// path; with a query string, or a path not listed, the line is written.
+#[test]
+fn access_suppress_path_as_php_fpm() {
+    let t = TestDir::new();
+    let log = t.join("access.log");
+    let format = format!("access.log = {}", log.display());
+    let lines = [
+        format.as_str(),
+        "access.format = \"%m %r%Q%q %s\"",
+        "access.suppress_path[] = /hello.php",
+    ];
+    let (fpmd, nginx) = one_pool(&t, &lines, "nginx");
+    for path in ["/hello.php", "/hello.php?name=x", "/hello.php", "/env.php"] {
+        assert_eq!(get(&nginx.url(path)).status, 200, "{path}");
+    }
+    // The last request's line would follow the others: wait for env.php's.
+    wait_for(
+        std::time::Duration::from_secs(10),
+        "the access log lines",
+        || std::fs::read_to_string(&log).is_ok_and(|l| l.lines().count() >= 2),
+    );
+    assert_eq!(
+        read(&log),
+        "GET /hello.php?name=x 200\nGET /env.php 200\n",
+        "fpmd log:\n{}",
+        fpmd.log()
+    );
 }

@@ -161,9 +161,6 @@ pub(super) const ARRAYS: &[&str] = &[
     "access.suppress_path",
 ];
 
-/// The refusal of `access.suppress_path[]`.
-pub(super) const SUPPRESS_PATH: &str = "fpmd logs every request: leave the path out of the access log with a filter where you read it (e.g. grep -v ' /ping ')";
-
 /// The directive called `name` (any case) in `table`.
 pub(super) fn find(
     table: &'static [(&'static str, Action)],

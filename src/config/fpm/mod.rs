@@ -125,6 +125,8 @@ struct PoolIni {
     scalars: Vec<(String, Val)>,
     /// (family: `env`, `php_value`, `php_admin_value`; key; value).
     arrays: Vec<(&'static str, String, Val)>,
+    /// `access.suppress_path[] = …`, in order.
+    suppress: Vec<Val>,
 }
 
 struct Reading<'r> {
@@ -261,6 +263,7 @@ impl Reading<'_> {
                         name,
                         scalars: Vec::new(),
                         arrays: Vec::new(),
+                        suppress: Vec::new(),
                     });
                     self.current = Some(self.pools.len() - 1);
                 }
@@ -354,12 +357,9 @@ impl Reading<'_> {
                     "php_value" | "php_flag" => "php_value",
                     "php_admin_value" | "php_admin_flag" => "php_admin_value",
                     "access.suppress_path" => {
-                        return Err(error(
-                            &origin,
-                            pool,
-                            Some(&origin.directive),
-                            format!("not supported by fpmd: {}", directives::SUPPRESS_PATH),
-                        ));
+                        let p = &mut self.pools[c];
+                        p.suppress.push(Val { value, at: origin });
+                        return Ok(());
                     }
                     _ => {
                         return Err(error(
@@ -628,6 +628,13 @@ impl Reading<'_> {
                         toml_str(&value)
                     ),
                     Some(val.at.clone()),
+                );
+            }
+            if let Some(first) = p.suppress.first() {
+                let list: Vec<String> = p.suppress.iter().map(|v| toml_str(&v.value)).collect();
+                out.line(
+                    format!("access.suppress_path = [{}]", list.join(", ")),
+                    Some(first.at.clone()),
                 );
             }
             self.prefix = saved_prefix;

@@ -378,13 +378,8 @@ fn errors_name_file_line_and_directive() {
 /// Each refused directive says what to do instead.
 #[test]
 fn refused_directives() {
-    for (line, key, advice) in [
-        ("apparmor_hat = www", "apparmor_hat", "fpmd cannot change a child's AppArmor hat: confine fpmd with an AppArmor profile, or the pool with chroot, landlock.read and landlock.write"),
-        ("access.suppress_path[] = /ping", "access.suppress_path[]", "fpmd logs every request: leave the path out of the access log with a filter where you read it (e.g. grep -v ' /ping ')"),
-    ] {
-        let (dir, e) = conf_err(&pool("www", &format!("{line}\n")), &[]);
-        assert_at(dir.path(), &e, "php-fpm.conf", 8, Some("www"), Some(key), &format!("not supported by fpmd: {advice}"));
-    }
+    let (dir, e) = conf_err(&pool("www", "apparmor_hat = www\n"), &[]);
+    assert_at(dir.path(), &e, "php-fpm.conf", 8, Some("www"), Some("apparmor_hat"), "not supported by fpmd: fpmd cannot change a child's AppArmor hat: confine fpmd with an AppArmor profile, or the pool with chroot, landlock.read and landlock.write");
     let (dir, e) = conf_err(&pool("www", "access.suppress_path[x] = /ping\n"), &[]);
     assert_at(
         dir.path(),
@@ -644,4 +639,98 @@ fn chroot_pools_read_php_ini_under_etc_php_only() {
             Some(Path::new("/etc/php/8.2/cgi/php.ini"))
         );
     }
+}
+
+/// INDEX.md quirk 12: what Debian's php-fpm 8.2 has when a directive is
+/// unset is what a php-fpm file gives in fpmd.
+#[test]
+fn quirk_12_php_fpm_defaults() {
+    let dynamic = pool(
+        "www",
+        "pm.min_spare_servers = 1\npm.max_spare_servers = 3\n",
+    )
+    .replace("pm = static", "pm = dynamic");
+    let (_, c) = conf_ok(&dynamic, &[]);
+    let p = &c.pools[0];
+    assert_eq!(p.limit_extensions, [".php", ".phar"]);
+    assert_eq!(p.listen.backlog, super::somaxconn(), "php-fpm's -1");
+    assert!(p.clear_env && p.decorate_workers_output && !p.catch_workers_output);
+    assert_eq!(p.access_format.as_str(), "%R - %u %t \"%m %r\" %s");
+    match p.pm.mode {
+        PmMode::Dynamic {
+            start_servers,
+            max_spawn_rate,
+            ..
+        } => assert_eq!((start_servers, max_spawn_rate), (2, 32)),
+        m => panic!("{m:?}"),
+    }
+    assert_eq!(c.origins.at("www", "listen.backlog"), None, "a default");
+}
+
+/// INDEX.md quirk 7: `$NAME` in an env value stays literal through the
+/// scanner and is fpmd's variable when a child starts (php-fpm reads its
+/// own environment then); `${NAME}` is replaced while reading.
+#[test]
+fn quirk_7_env_values() {
+    std::env::set_var("FPMD_QUIRK7", "seven");
+    let (_, c) = conf_ok(
+        &pool(
+            "www",
+            "env[A] = $FPMD_QUIRK7\nenv[B] = ${FPMD_QUIRK7}/x\nenv[C] = '$FPMD_QUIRK7'\n",
+        ),
+        &[],
+    );
+    let env = &c.pools[0].env;
+    assert_eq!(
+        (env["A"].as_str(), env["B"].as_str(), env["C"].as_str()),
+        ("seven", "seven/x", "seven")
+    );
+}
+
+/// php-fpm 8.2's `access.suppress_path[]` append syntax (php-src
+/// config-array.phpt): every value, in order; keys and paths not starting
+/// with '/' refused as php-fpm refuses them.
+#[test]
+fn access_suppress_path_appends() {
+    let (dir, c) = conf_ok(
+        &pool(
+            "www",
+            "access.suppress_path[] = /ping\naccess.suppress_path[] = /health_check.php\n",
+        ),
+        &[],
+    );
+    assert_eq!(
+        c.pools[0].access_suppress_paths,
+        ["/ping", "/health_check.php"]
+    );
+    assert_eq!(
+        c.origins.at("www", "access.suppress_path"),
+        Some((dir.path().join("php-fpm.conf").as_path(), 8))
+    );
+    let (dir, e) = conf_err(&pool("www", "access.suppress_path[] = ping\n"), &[]);
+    assert_at(
+        dir.path(),
+        &e,
+        "php-fpm.conf",
+        8,
+        Some("www"),
+        Some("access.suppress_path[]"),
+        "Values provided to field 'access.suppress_path' must begin with '/'",
+    );
+}
+
+/// php-src gh13563-conf-bool-env.phpt: a boolean from `${VAR}` is the
+/// variable's text, which php-fpm's boolean parser reads (on, false, none…).
+#[test]
+fn booleans_from_the_environment() {
+    std::env::set_var("FPMD_T_ON", "on");
+    std::env::set_var("FPMD_T_NONE", "none");
+    let (_, c) = conf_ok(
+        &pool(
+            "www",
+            "catch_workers_output = ${FPMD_T_ON}\nclear_env = ${FPMD_T_NONE}\n",
+        ),
+        &[],
+    );
+    assert!(c.pools[0].catch_workers_output && !c.pools[0].clear_env);
 }

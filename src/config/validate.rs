@@ -716,7 +716,7 @@ fn php_ini(
 
 /// The `X.Y` of a Debian php-cgi (`/usr/bin/php-cgi8.2`, or a symlink to
 /// it), whose compiled-in configuration is `/etc/php/X.Y/cgi`.
-fn debian_php_version(php_cgi: &Path) -> Option<String> {
+pub(super) fn debian_php_version(php_cgi: &Path) -> Option<String> {
     let real = std::fs::canonicalize(php_cgi).ok()?;
     let v = real
         .file_name()?

@@ -506,15 +506,33 @@ impl Reading<'_> {
                 Action::Prefix => unreachable!("a pool directive"),
             }
         }
-        // What this php-fpm's children read (see the module docs).
-        if !global.iter().any(|(n, _)| n == "php_ini") {
-            let ini = main_dir.join("php.ini");
-            if self.reader.canonicalize(&ini).is_some() {
+        // What this php-fpm's children read (see the module docs): the
+        // php.ini beside the file, else Debian's php-fpmX.Y's compiled-in
+        // PHP_CONFIG_FILE_PATH for the X.Y of the php-cgi the pools run.
+        let fpm_dir = |php_cgi: Option<&str>| -> Option<PathBuf> {
+            let cgi =
+                super::users::resolve_php_cgi(php_cgi, main_dir, std::env::var_os("PATH")).ok()?;
+            let v = super::validate::debian_php_version(&cgi)?;
+            Some(PathBuf::from(format!("/etc/php/{v}/fpm")))
+        };
+        let first_cgi = self.pools.first().and_then(|p| {
+            p.scalars
+                .iter()
+                .find(|(n, _)| n == "php_cgi")
+                .map(|(_, v)| v.value.clone())
+        });
+        let ini_dir = [Some(main_dir.to_path_buf()), fpm_dir(first_cgi.as_deref())]
+            .into_iter()
+            .flatten()
+            .find(|d| self.reader.canonicalize(&d.join("php.ini")).is_some());
+        if let Some(dir) = ini_dir.filter(|_| !global.iter().any(|(n, _)| n == "php_ini")) {
+            let ini = dir.join("php.ini");
+            {
                 out.line(
                     format!("php_ini = {}", toml_str(&ini.to_string_lossy())),
                     None,
                 );
-                let confd = main_dir.join("conf.d");
+                let confd = dir.join("conf.d");
                 let scan = if self.reader.canonicalize(&confd).is_some() {
                     confd.to_string_lossy().into_owned()
                 } else {
@@ -941,7 +959,7 @@ impl Translation {
                     out.push_str(" # php-fpm's default -1: the kernel's maximum")
                 }
                 None if line.starts_with("php_ini") => {
-                    out.push_str(" # beside the php-fpm configuration, as php-fpm reads it")
+                    out.push_str(" # what php-fpm reads: the php.ini beside its configuration, else its compiled-in one")
                 }
                 None => {}
             }

@@ -734,3 +734,28 @@ fn booleans_from_the_environment() {
     );
     assert!(c.pools[0].catch_workers_output && !c.pools[0].clear_env);
 }
+
+/// Without a php.ini beside the file: what Debian's php-fpmX.Y reads
+/// (its compiled-in /etc/php/X.Y/fpm), X.Y of the pools' php-cgi.
+#[test]
+fn php_ini_of_debian_php_fpm() {
+    let cgi = Path::new("/usr/bin/php-cgi8.2");
+    assert!(
+        cgi.is_file() && Path::new("/etc/php/8.2/fpm/php.ini").is_file(),
+        "this test reads Debian's PHP 8.2: apt-get install php8.2-cgi php8.2-fpm"
+    );
+    let (_, c) = conf_ok(
+        &pool("www", "").replace("php_cgi = /bin/sh", "php_cgi = /usr/bin/php-cgi8.2"),
+        &[],
+    );
+    let ini = &c.pools[0].php_ini;
+    assert_eq!(
+        ini.file.as_deref(),
+        Some(Path::new("/etc/php/8.2/fpm/php.ini"))
+    );
+    assert_eq!(ini.scan_dir.as_deref(), Some("/etc/php/8.2/fpm/conf.d"));
+    assert_eq!(
+        ini.reads.as_ref().unwrap()[0],
+        Path::new("/etc/php/8.2/fpm/php.ini")
+    );
+}

@@ -67,7 +67,14 @@
 //! - when the main file's directory holds `php.ini` (and `conf.d/`), as
 //!   Debian's `/etc/php/8.2/fpm` does, they become `global.php_ini` and
 //!   `global.php_ini_scan_dir`, so the children read what that php-fpm
-//!   read; else php-cgi reads its own.
+//!   read; else, when the first pool's php-cgi is Debian's `php-cgiX.Y`,
+//!   what Debian's `php-fpmX.Y` has compiled in (`/etc/php/X.Y/fpm`, its
+//!   `PHP_CONFIG_FILE_PATH`, and `conf.d` there); else php-cgi reads its
+//!   own;
+//! - `listen.acl_users`/`acl_groups` and `access.suppress_path[]` are
+//!   honoured (see `listen/bind.rs` and the access log); php-fpm applies
+//!   every pool's suppressed paths to every pool's log, fpmd each pool's
+//!   to its own.
 
 mod directives;
 pub(crate) mod scan;
@@ -161,7 +168,9 @@ fn place(at: &Origin) -> String {
 }
 
 /// Reads `main` and its includes and translates them (see the module
-/// docs). `prefix`: php-fpm's `-p`; `None` is `main`'s directory.
+/// docs). `opts.prefix`: php-fpm's `-p`; `None` is `main`'s directory.
+/// Errors: a file that cannot be read, a syntax error, a directive
+/// php-fpm would refuse or fpmd refuses, each at its file and line.
 pub(super) fn translate(
     reader: &dyn Reader,
     main: &Path,

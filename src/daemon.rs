@@ -566,9 +566,10 @@ impl Daemon {
             self.config.file.display()
         );
         let config = self.config.file.clone();
+        let options = self.config.options.args();
         self.board.set_phase(Phase::Upgrading);
         let outcome = tokio::task::spawn_blocking(move || {
-            crate::upgrade::start_new(&exe, &config, listeners)
+            crate::upgrade::start_new(&exe, &config, &options, listeners)
         })
         .await;
         if !matches!(outcome, Ok(crate::upgrade::Outcome::Ready(_))) {

@@ -48,11 +48,18 @@ pub fn listeners_of(table: &ListenerTable) -> io::Result<Vec<(ListenKey, OwnedFd
         .collect()
 }
 
-/// Old process: starts `exe` on `config` with the other end of a socket
-/// pair, hands it `listeners` when it validated its configuration, and
-/// waits until it serves. Blocking: run it off the runtime thread.
-pub fn start_new(exe: &Path, config: &Path, listeners: Vec<(ListenKey, OwnedFd)>) -> Outcome {
-    match start_new_inner(exe, config, listeners) {
+/// Old process: starts `exe` on `config` (with the command line's
+/// `options`, [`crate::config::LoadOptions::args`]) with the other end of
+/// a socket pair, hands it `listeners` when it validated its
+/// configuration, and waits until it serves. Blocking: run it off the
+/// runtime thread.
+pub fn start_new(
+    exe: &Path,
+    config: &Path,
+    options: &[std::ffi::OsString],
+    listeners: Vec<(ListenKey, OwnedFd)>,
+) -> Outcome {
+    match start_new_inner(exe, config, options, listeners) {
         Ok(o) => o,
         Err(e) => Outcome::Failed(e.to_string()),
     }
@@ -61,6 +68,7 @@ pub fn start_new(exe: &Path, config: &Path, listeners: Vec<(ListenKey, OwnedFd)>
 fn start_new_inner(
     exe: &Path,
     config: &Path,
+    options: &[std::ffi::OsString],
     listeners: Vec<(ListenKey, OwnedFd)>,
 ) -> io::Result<Outcome> {
     let (ours, theirs) = UnixStream::pair()?;
@@ -69,9 +77,12 @@ fn start_new_inner(
         theirs.as_raw_fd(),
         nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
     )?;
+    // -y: the configuration whatever its name ends in (-c would take a
+    // name not ending in .toml or .conf for a php.ini).
     let mut child = std::process::Command::new(exe)
-        .arg("-c")
+        .arg("-y")
         .arg(config)
+        .args(options)
         .arg("--upgrade-fd")
         .arg(theirs.as_raw_fd().to_string())
         .stdin(std::process::Stdio::null())

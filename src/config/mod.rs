@@ -158,6 +158,20 @@ pub struct LoadOptions {
     pub php_ini: Option<PathBuf>,
 }
 
+impl LoadOptions {
+    /// The command-line arguments that give these options to another fpmd
+    /// (a binary upgrade's): `-c PHP_INI` (and `-p PREFIX` once the command
+    /// line has it).
+    pub fn args(&self) -> Vec<std::ffi::OsString> {
+        let mut out = Vec::new();
+        if let Some(ini) = &self.php_ini {
+            out.push("-c".into());
+            out.push(ini.clone().into_os_string());
+        }
+        out
+    }
+}
+
 /// Which files a path names on fpmd's command line: `-c PATH` is the
 /// configuration when PATH ends in `.toml` or `.conf`, else (a php.ini
 /// file, or a directory) php-fpm's `-c`, the php.ini of the children.

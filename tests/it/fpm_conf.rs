@@ -691,10 +691,8 @@ fn repeated_array_keys_as_php_fpm() {
     assert_eq!(get(&ours.url("/env.php?names=DUP")).text(), "DUP='first'\n");
 }
 
-/// fpmd on a php-fpm file of one static pool `www` (one child, on
-/// `<test dir>/www.sock`) with `lines` added, behind an nginx called
-/// `nginx_name`.
-fn one_pool(t: &TestDir, lines: &[&str], nginx_name: &str) -> (Fpmd, Nginx) {
+/// The php-fpm file of [`one_pool`]: its path and the pool's socket.
+fn one_pool_file(t: &TestDir, lines: &[&str]) -> (PathBuf, PathBuf) {
     let sock = t.join("www.sock");
     let pools = vec![("www".to_string(), sock.display().to_string())];
     let main = t.join("php-fpm.conf");
@@ -708,6 +706,14 @@ fn one_pool(t: &TestDir, lines: &[&str], nginx_name: &str) -> (Fpmd, Nginx) {
         ),
     )
     .unwrap();
+    (main, sock)
+}
+
+/// fpmd on a php-fpm file of one static pool `www` (one child, on
+/// `<test dir>/www.sock`) with `lines` added, behind an nginx called
+/// `nginx_name`.
+fn one_pool(t: &TestDir, lines: &[&str], nginx_name: &str) -> (Fpmd, Nginx) {
+    let (main, sock) = one_pool_file(t, lines);
     let fpmd = Fpmd::start_file(
         t,
         &FpmdConfig::new(),
@@ -848,6 +854,62 @@ fn access_suppress_path_as_php_fpm() {
         read(&log),
         "GET /hello.php?name=x 200\nGET /env.php 200\n",
         "fpmd log:\n{}",
+        fpmd.log()
+    );
+}
+
+/// A binary upgrade of an fpmd started on a php-fpm file with `-c DIR`:
+/// the new process reads the same files with the same php.ini.
+#[test]
+fn upgrade_keeps_the_php_ini_of_the_command_line() {
+    let t = TestDir::new();
+    std::fs::write(t.docroot().join("phpini.php"), PHPINI_PHP).unwrap();
+    let ini = t.join("ini");
+    std::fs::create_dir_all(&ini).unwrap();
+    std::fs::write(ini.join("php.ini"), "memory_limit = 55M\n").unwrap();
+    let (main, sock) = one_pool_file(&t, &[]);
+    let args = [
+        "-y",
+        &main.display().to_string(),
+        "-c",
+        &ini.display().to_string(),
+    ];
+    let mut fpmd = Fpmd::start_file(
+        &t,
+        &FpmdConfig::new(),
+        &main,
+        &args,
+        vec![Addr::Unix(sock.clone())],
+    );
+    let nginx = Nginx::start(
+        &t,
+        NginxOpts::default().upstream(format!("unix:{}", sock.display())),
+    );
+    let memory = || {
+        get(&nginx.url("/phpini.php"))
+            .text()
+            .split('|')
+            .nth(2)
+            .map(str::to_string)
+    };
+    assert_eq!(
+        memory().as_deref(),
+        Some("55M"),
+        "fpmd log:\n{}",
+        fpmd.log()
+    );
+    let r = cli(t.path(), &main, &t.tag(), &["upgrade"]);
+    assert_eq!(r.code(), Some(0), "{r}\nfpmd log:\n{}", fpmd.log());
+    // The old process exits once the new one serves.
+    assert!(
+        fpmd.wait_exit(std::time::Duration::from_secs(60)).is_some(),
+        "{}",
+        fpmd.log()
+    );
+    assert_eq!(
+        memory().as_deref(),
+        Some("55M"),
+        "after the upgrade; fpmd log:\n{}",
         fpmd.log()
     );
 }

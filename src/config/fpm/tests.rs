@@ -759,3 +759,43 @@ fn php_ini_of_debian_php_fpm() {
         Path::new("/etc/php/8.2/fpm/php.ini")
     );
 }
+
+/// php-src bug68423-multi-pool-all-pms.phpt, bug68458-pm-no-start-server.phpt
+/// and pm-max-spawn-rate-config.phpt: three pools of one file, one per
+/// process manager; a dynamic pool without pm.start_servers starts
+/// min + (max - min) / 2; pm.max_spawn_rate is the pool's.
+#[test]
+fn php_src_pm_configurations() {
+    let text = "[global]\nlog_level = warning\n[pool_dynamic]\nuser = nobody\nphp_cgi = /bin/sh\nlisten = 9611\nping.path = /ping\nping.response = pong-dynamic\npm = dynamic\npm.max_children = 5\n;pm.start_servers = 2\npm.min_spare_servers = 1\npm.max_spare_servers = 3\npm.max_spawn_rate = 64\n[pool_ondemand]\nuser = nobody\nphp_cgi = /bin/sh\nlisten = 9612\nping.path = /ping\nping.response = pong-on-demand\npm = ondemand\npm.max_children = 2\npm.process_idle_timeout = 10\n[pool_static]\nuser = nobody\nphp_cgi = /bin/sh\nlisten = 9613\nping.path = /ping\nping.response = pong-static\npm = static\npm.max_children = 1\n";
+    let (_, c) = conf_ok(text, &[]);
+    assert_eq!(c.global.log_level.as_str(), "warning");
+    let modes: Vec<_> = c
+        .pools
+        .iter()
+        .map(|p| (p.name.as_str(), p.pm.mode, p.local.ping_response.as_str()))
+        .collect();
+    assert_eq!(
+        modes,
+        [
+            (
+                "pool_dynamic",
+                PmMode::Dynamic {
+                    start_servers: 2,
+                    min_spare_servers: 1,
+                    max_spare_servers: 3,
+                    max_spawn_rate: 64
+                },
+                "pong-dynamic"
+            ),
+            (
+                "pool_ondemand",
+                PmMode::Ondemand {
+                    process_idle_timeout: Duration::from_secs(10),
+                    max_spawn_rate: 32
+                },
+                "pong-on-demand"
+            ),
+            ("pool_static", PmMode::Static, "pong-static"),
+        ]
+    );
+}

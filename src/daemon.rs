@@ -739,6 +739,11 @@ impl Daemon {
                 self.activation.apply(&mut c);
                 c
             });
+        if let Ok(c) = &loaded {
+            for n in &c.notices {
+                info!("{n}");
+            }
+        }
         let answer = self.apply(loaded).await;
         self.post_pools();
         self.board.set_phase(Phase::Ready);

@@ -24,17 +24,23 @@ mod man_pages;
     disable_help_flag = true
 )]
 struct Cli {
-    /// Configuration file (default: ./fpmd.toml, then /etc/fpmd/fpmd.toml).
-    /// `-y`/`--fpm-config` is accepted too, as php-fpm spells it.
+    /// Configuration file (default: ./fpmd.toml, then /etc/fpmd/fpmd.toml):
+    /// fpmd's TOML, or php-fpm's configuration when it ends in `.conf`.
+    /// A PATH that ends in neither `.toml` nor `.conf` (a php.ini file or a
+    /// directory) is php-fpm's `-c`: the php.ini every pool's php-cgi reads
+    /// unless the pool sets `php_ini`.
     #[arg(
         short = 'c',
         long = "config",
-        value_name = "FILE",
-        visible_short_alias = 'y',
-        visible_alias = "fpm-config",
+        visible_alias = "php-ini",
+        value_name = "PATH",
         global = true
     )]
     config: Option<PathBuf>,
+    /// php-fpm's configuration file (php-fpm's `-y`/`--fpm-config`): the
+    /// same as `-c FILE`.
+    #[arg(short = 'y', long = "fpm-config", value_name = "FILE", global = true)]
+    fpm_config: Option<PathBuf>,
     /// Test the configuration, print the effective configuration, and exit
     /// (0 when valid, 78 when not). Given twice (`-tt`, as php-fpm), the same.
     #[arg(short = 't', long = "test", action = clap::ArgAction::Count)]
@@ -61,10 +67,10 @@ struct Cli {
     allow_to_run_as_root: bool,
     /// An ini entry for every child (`-d foo=bar`, `-d foo` is `foo=1`);
     /// repeated.
-    #[arg(short = 'd', value_name = "foo[=bar]", action = clap::ArgAction::Append, global = true)]
+    #[arg(short = 'd', long = "define", value_name = "foo[=bar]", action = clap::ArgAction::Append, global = true)]
     define: Vec<String>,
     /// The children read no php.ini (php-cgi -n).
-    #[arg(short = 'n', global = true)]
+    #[arg(short = 'n', long = "no-php-ini", global = true)]
     no_php_ini: bool,
     /// Print PHP's information (php-cgi -i of the first pool) and exit.
     #[arg(short = 'i', long = "info")]
@@ -108,6 +114,14 @@ enum Command {
     /// Start the fpmd binary now on disk and hand it the sockets; the old
     /// process drains and exits.
     Upgrade,
+    /// Print a php-fpm configuration (FILE.conf and what it includes) as
+    /// one fpmd TOML document, each value's php-fpm file, line and
+    /// directive in a comment; exits 78 printing why when it does not load.
+    Convert {
+        /// The php-fpm configuration (default: the -c/-y file).
+        #[arg(value_name = "FILE")]
+        file: Option<PathBuf>,
+    },
 }
 
 /// `fpmd status [POOL] [--json] [--once] [--interval D]`.
@@ -215,7 +229,8 @@ fn control_running(
 /// about to refuse: the daemon says why), else the default when the main
 /// file sets none. Errors: the main file cannot be read or is not TOML, so
 /// which daemon is meant cannot be told (guessing the default could reach
-/// another fpmd): the load error, with file and line. A relative path is
+/// another fpmd): the load error, with file and line. A php-fpm `.conf` is
+/// read leniently as the TOML it translates to. A relative path is
 /// relative to the prefix (`-p`) when there is one, as in the daemon.
 fn control_socket_of(
     path: &std::path::Path,
@@ -225,8 +240,12 @@ fn control_socket_of(
         Ok(c) => return Ok(c.global.control_socket),
         Err(e) => e,
     };
-    let table = std::fs::read_to_string(path)
-        .ok()
+    let text = if path.extension().is_some_and(|e| e == "conf") {
+        config::translate(path, options).map_err(|e| e.to_string())?
+    } else {
+        std::fs::read_to_string(path).map_err(|_| err.to_string())?
+    };
+    let table = Some(text)
         .and_then(|t| t.parse::<toml::Table>().ok())
         .ok_or_else(|| err.to_string())?;
     let set = table
@@ -296,11 +315,14 @@ fn parse_define(text: &str) -> Result<(String, String), String> {
     Ok((name.to_string(), value.to_string()))
 }
 
-/// The configuration file: `-c`/`-y`, else with `-p` `PREFIX/etc/fpmd.toml`
+/// The configuration file: `-y`, or `-c` naming a `.toml`/`.conf`, else with `-p` `PREFIX/etc/fpmd.toml`
 /// then `PREFIX/etc/php-fpm.conf` (php-fpm's default under its prefix),
 /// else [`config::find_default_config`].
 fn config_path(cli: &Cli) -> Option<PathBuf> {
-    if let Some(c) = &cli.config {
+    if let Some(c) = &cli.fpm_config {
+        return Some(c.clone());
+    }
+    if let Some(c) = cli.config.as_ref().filter(|c| config::is_config_file(c)) {
         return Some(c.clone());
     }
     match &cli.prefix {
@@ -382,8 +404,11 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
+    // `-c PATH`: the configuration, or php-fpm's php.ini (see `Cli::config`).
+    let php_ini = cli.config.clone().filter(|p| !config::is_config_file(p));
     let options = config::LoadOptions {
         prefix: cli.prefix.clone(),
+        php_ini,
         pid: cli.pid.clone(),
         allow_to_run_as_root: cli.allow_to_run_as_root,
         php_defines,
@@ -399,6 +424,22 @@ fn main() -> ExitCode {
         let flag = if cli.info { "-i" } else { "-m" };
         return php_cgi_info(config_path(&cli).as_deref(), &options, flag);
     }
+    if let Some(Command::Convert { file }) = &cli.command {
+        let Some(file) = file.clone().or_else(|| config_path(&cli)) else {
+            eprintln!("fpmd: convert: give the php-fpm configuration: fpmd convert /etc/php/8.2/fpm/php-fpm.conf");
+            return ExitCode::from(EXIT_CONFIG);
+        };
+        return match config::convert(&file, &options) {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("fpmd: {e}");
+                ExitCode::from(EXIT_CONFIG)
+            }
+        };
+    }
     let Some(path) = config_path(&cli) else {
         eprintln!("fpmd: no configuration file: give one with -c, or create ./fpmd.toml or /etc/fpmd/fpmd.toml");
         return ExitCode::from(EXIT_CONFIG);
@@ -409,6 +450,7 @@ fn main() -> ExitCode {
         Some(Command::Stop) => return control_running(&path, &options, Request::Stop),
         Some(Command::Upgrade) => return control_running(&path, &options, Request::Upgrade),
         Some(Command::Status(args)) => return status(&path, &options, args),
+        Some(Command::Convert { .. }) => unreachable!("handled above"),
     }
     let mut handover = match cli.upgrade_fd.map(fpmd::upgrade::Handover::from_fd) {
         None => None,
@@ -442,6 +484,9 @@ fn main() -> ExitCode {
         }
     };
     if cli.test > 0 {
+        for n in &config.notices {
+            eprintln!("fpmd: {n}");
+        }
         for w in &config.warnings {
             eprintln!("fpmd: warning: {w}");
         }
@@ -491,6 +536,9 @@ fn main() -> ExitCode {
     std::panic::set_hook(Box::new(|info| tracing::error!("panic: {info}")));
     for w in &config.warnings {
         tracing::warn!("{w}");
+    }
+    for n in &config.notices {
+        tracing::info!("{n}");
     }
     // One thread: the FastCGI hop is I/O-bound, and on small machines the
     // cores belong to php-cgi and the web server.

@@ -18,39 +18,6 @@ use clap::CommandFactory;
 const FPMD_8: &str = include_str!("../man/fpmd.8");
 const FPMD_TOML_5: &str = include_str!("../man/fpmd.toml.5");
 
-/// Described in fpmd.8 ahead of the branches of issue 11 that add them (the
-/// php-fpm command line, `fpmd convert`); each is accepted here whether the
-/// command line has it yet or not. Once they are all merged this list can
-/// be emptied: the check then needs every described option to exist.
-const PENDING_OPTIONS: &[&str] = &[
-    "-p",
-    "--prefix",
-    "-g",
-    "--pid",
-    "-D",
-    "--daemonize",
-    "-O",
-    "--force-stderr",
-    "-R",
-    "--allow-to-run-as-root",
-    "-d",
-    "--define",
-    "-n",
-    "--no-php-ini",
-    "-i",
-    "--info",
-    "-m",
-    "--modules",
-];
-const PENDING_COMMANDS: &[&str] = &["convert"];
-/// The same for fpmd.toml.5: (in `[global]`, key).
-const PENDING_KEYS: &[(bool, &str)] = &[
-    (true, "daemonize"),
-    (true, "log_format"),
-    (false, "php_ini"),
-    (false, "php_ini_scan_dir"),
-];
-
 /// One `.TP` entry: its tag as text (fonts and escapes removed) and the
 /// lines of its body, as text too.
 #[derive(Debug)]
@@ -279,22 +246,21 @@ fn fpmd_8_describes_every_option_and_command() {
         .get_subcommands()
         .flat_map(|s| std::iter::once(s.get_name()).chain(s.get_all_aliases()))
         .collect();
-    let pending = |s: &str| PENDING_OPTIONS.contains(&s);
     let mut unknown: Vec<String> = described
         .iter()
-        .filter(|s| !real.contains(*s) && !pending(s))
+        .filter(|s| !real.contains(*s))
         .map(|s| format!("option {s}"))
         .collect();
     unknown.extend(
         described_sub
             .iter()
-            .filter(|s| !real_sub.contains(*s) && !pending(s))
+            .filter(|s| !real_sub.contains(*s))
             .map(|s| format!("command option {s}")),
     );
     unknown.extend(
         described_commands
             .iter()
-            .filter(|c| !real_commands.contains(*c) && !PENDING_COMMANDS.contains(c))
+            .filter(|c| !real_commands.contains(*c))
             .map(|c| format!("command {c}")),
     );
     assert!(
@@ -356,9 +322,7 @@ fn fpmd_toml_5_describes_every_key_of_the_registry() {
         .iter()
         .map(|k| (true, k))
         .chain(pool.iter().map(|k| (false, k)))
-        .filter(|&(g, k)| {
-            !known.contains(&(g, k.clone())) && !PENDING_KEYS.contains(&(g, k.as_str()))
-        })
+        .filter(|&(g, k)| !known.contains(&(g, k.clone())))
         .map(|(g, k)| format!("{}{k}", if g { "global." } else { "" }))
         .collect();
     assert!(

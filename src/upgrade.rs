@@ -117,8 +117,10 @@ fn start_new_inner(
         theirs.as_raw_fd(),
         nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
     )?;
+    // -y: the configuration whatever its name ends in (-c would take a
+    // name not ending in .toml or .conf for a php.ini).
     let mut child = std::process::Command::new(exe)
-        .arg("-c")
+        .arg("-y")
         .arg(config)
         .args(args)
         .arg("--upgrade-fd")

@@ -208,6 +208,7 @@ pub fn changed_fields(old: &PoolConfig, new: &PoolConfig) -> Vec<&'static str> {
         slowlog,
         access_log,
         access_format,
+        access_suppress_paths,
         request_queue_timeout,
         catch_workers_output,
         decorate_workers_output,
@@ -218,6 +219,7 @@ pub fn changed_fields(old: &PoolConfig, new: &PoolConfig) -> Vec<&'static str> {
         limit_extensions,
         local,
         isolation,
+        php_ini,
     } = old;
     let mut out = Vec::new();
     let mut field = |name: &'static str, changed: bool| {
@@ -226,6 +228,7 @@ pub fn changed_fields(old: &PoolConfig, new: &PoolConfig) -> Vec<&'static str> {
         }
     };
     field("file", *file != new.file);
+    field("php_ini", *php_ini != new.php_ini);
     field("user", *user != new.user);
     field("php_cgi", *php_cgi != new.php_cgi);
     for name in listen_fields(listen, &new.listen) {
@@ -262,6 +265,10 @@ pub fn changed_fields(old: &PoolConfig, new: &PoolConfig) -> Vec<&'static str> {
     field("slowlog", *slowlog != new.slowlog);
     field("access.log", *access_log != new.access_log);
     field("access.format", *access_format != new.access_format);
+    field(
+        "access.suppress_path",
+        *access_suppress_paths != new.access_suppress_paths,
+    );
     field(
         "request_queue_timeout",
         *request_queue_timeout != new.request_queue_timeout,
@@ -334,8 +341,12 @@ fn listen_fields(old: &Listen, new: &Listen) -> Vec<&'static str> {
         mode,
         backlog,
         allowed_clients,
+        acl_users,
+        acl_groups,
     } = old;
     [
+        ("listen.acl_users", *acl_users != new.acl_users),
+        ("listen.acl_groups", *acl_groups != new.acl_groups),
         ("listen.address", *address != new.address),
         ("listen.owner", *owner != new.owner),
         ("listen.group", *group != new.group),
@@ -392,6 +403,8 @@ fn global_changes<'a>(old: &'a Global, new: &'a Global) -> GlobalChanges<'a> {
         daemonize: _,  // read at start only
         log_format: _, // applied by the daemon on every reload
         metrics_listen,
+        php_ini: _,
+        php_ini_scan_dir: _,
     } = old;
     GlobalChanges {
         pid: change(pid.as_deref(), new.pid.as_deref()),
@@ -438,6 +451,8 @@ mod tests {
                 mode: 0o660,
                 backlog: 511,
                 allowed_clients: None,
+                acl_users: Vec::new(),
+                acl_groups: Vec::new(),
             },
             chdir: "/".into(),
             clear_env: true,
@@ -456,6 +471,7 @@ mod tests {
             slowlog: None,
             access_log: None,
             access_format: Default::default(),
+            access_suppress_paths: Vec::new(),
             request_queue_timeout: None,
             catch_workers_output: false,
             decorate_workers_output: true,
@@ -466,6 +482,7 @@ mod tests {
             limit_extensions: vec![".php".into(), ".phar".into()],
             local: Default::default(),
             isolation: Default::default(),
+            php_ini: Default::default(),
         }
     }
 
@@ -481,6 +498,8 @@ mod tests {
             daemonize: false,
             log_format: Default::default(),
             metrics_listen: None,
+            php_ini: None,
+            php_ini_scan_dir: None,
         }
     }
 
@@ -493,6 +512,7 @@ mod tests {
             origins: Default::default(),
             options: Default::default(),
             warnings: Vec::new(),
+            notices: Vec::new(),
         }
     }
 

@@ -85,6 +85,8 @@ pub(super) const KEYS: &[Key] = &[
     global("daemonize"),
     global("log_format"),
     global("metrics.listen"),
+    global("php_ini"),
+    global("php_ini_scan_dir"),
     supported("user"),
     supported("group"),
     supported("php_cgi"),
@@ -94,6 +96,8 @@ pub(super) const KEYS: &[Key] = &[
     supported("listen.mode"),
     supported("listen.backlog"),
     supported("listen.allowed_clients"),
+    supported("listen.acl_users"),
+    supported("listen.acl_groups"),
     supported("chdir"),
     supported("clear_env"),
     supported("pm.mode"),
@@ -127,11 +131,14 @@ pub(super) const KEYS: &[Key] = &[
     supported("ping.response"),
     supported("access.log"),
     supported("access.format"),
+    supported("access.suppress_path"),
     supported("security.pcntl"),
     supported("cgroup.memory_max"),
     supported("cgroup.pids_max"),
     supported("cgroup.cpu_weight"),
     supported("security.limit_extensions"),
+    supported("php_ini"),
+    supported("php_ini_scan_dir"),
     map("env"),
     map("php_value"),
     map("php_flag"),
@@ -527,10 +534,10 @@ mod tests {
                 "unknown key (did you mean 'php_admin_value.memory_limit'?)",
             ),
             (
-                "listen.acl_users = \"x\"",
+                "listen.acl_user = \"x\"",
                 7,
-                "listen.acl_users",
-                "unknown key",
+                "listen.acl_user",
+                "unknown key (did you mean 'listen.acl_users'?)",
             ),
             (
                 "completely_unrelated = 1",
@@ -618,6 +625,16 @@ mod tests {
             None,
             Some("global.daemonise"),
             "unknown key (did you mean 'global.daemonize'?)",
+        );
+        let (dir, e) = load_err("[global]\nnothing_like_it = false\n", &[]);
+        assert_err(
+            &dir,
+            &e,
+            "fpmd.toml",
+            Some(2),
+            None,
+            Some("global.nothing_like_it"),
+            "unknown key (global keys are: pid, error_log, log_level, include, emergency_restart_threshold, emergency_restart_interval, process_control_timeout, control_socket, watch, daemonize, log_format, metrics.listen, php_ini, php_ini_scan_dir)",
         );
         let (dir, e) = load_err("pid = \"/run/fpmd.pid\"\n", &[]);
         assert_err(&dir, &e, "fpmd.toml", Some(1), None, Some("pid"), "unknown top-level key (did you mean 'global.pid'? global keys go in the [global] table)");

@@ -55,6 +55,7 @@
 use std::path::{Path, PathBuf};
 
 mod diff;
+mod fpm;
 mod keys;
 mod model;
 mod raw;
@@ -73,8 +74,8 @@ pub use diff::{
 pub use keys::{registry, RegistryKey};
 pub use model::{
     Config, Credentials, Global, Isolation, Landlock, Listen, ListenAddress, LocalEndpoints,
-    LogFormat, LogLevel, LogTarget, Origins, PmMode, PoolConfig, ProcessManager, Sources, Spawn,
-    DEFAULT_LIMIT_EXTENSIONS,
+    LogFormat, LogLevel, LogTarget, Origins, PhpIni, PmMode, PoolConfig, ProcessManager, Sources,
+    Spawn, DEFAULT_LIMIT_EXTENSIONS,
 };
 pub use raw::{ByteSize, Duration};
 
@@ -139,7 +140,7 @@ impl ConfigError {
 // ---------------------------------------------------------------------------
 
 /// Load, parse and validate the main configuration file at `path` and every
-/// file its `global.include` matches.
+/// file its `global.include` matches, with the default [`LoadOptions`].
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
     load_with(path, &LoadOptions::default())
 }
@@ -173,6 +174,10 @@ pub struct LoadOptions {
     /// `-D/--daemonize` (`Some(true)`) or `-F/--nodaemonize`
     /// (`Some(false)`): instead of `[global] daemonize`.
     pub daemonize: Option<bool>,
+    /// php-fpm's `-c`: the php.ini file or directory every pool's php-cgi
+    /// gets as `-c`, unless the pool sets `php_ini` (it wins over
+    /// `global.php_ini`). `None`: `global.php_ini`, else php-cgi's own.
+    pub php_ini: Option<PathBuf>,
     /// `-O/--force-stderr`: log to stderr, whatever `error_log` says,
     /// unless fpmd detaches (php-fpm's `fpm_use_error_log`, `fpm_stdio.c`:
     /// in the foreground with -O its error_log file is not used).
@@ -201,6 +206,9 @@ impl LoadOptions {
         if self.no_php_ini {
             args.push("-n".into());
         }
+        if let Some(ini) = &self.php_ini {
+            args.extend(["-c".into(), ini.into()]);
+        }
         args.push("-F".into());
         if self.force_stderr && !daemonized {
             args.push("-O".into());
@@ -219,10 +227,42 @@ impl LoadOptions {
     }
 }
 
-/// [`load`] with the command line's [`LoadOptions`].
+/// [`load`] with the command line's [`LoadOptions`]. A main file ending
+/// in `.conf` is php-fpm's configuration (its includes too), read with
+/// php-fpm's rules (see `fpm/mod.rs`); any other is fpmd's TOML.
 pub fn load_with(path: &Path, options: &LoadOptions) -> Result<Config, ConfigError> {
     let ids = Ids::current();
     load_from(&FileSystem, path, ids, &users::Host::of(ids), options)
+}
+
+/// Which files a path names on fpmd's command line: `-c PATH` is the
+/// configuration when PATH ends in `.toml` or `.conf`, else (a php.ini
+/// file, or a directory) php-fpm's `-c`, the php.ini of the children.
+pub fn is_config_file(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "toml" || e == "conf")
+}
+
+/// The TOML document the php-fpm configuration at `path` translates to,
+/// not validated (for finding `control_socket` in a configuration a
+/// reload is about to refuse). Errors: reading or translating the files.
+pub fn translate(path: &Path, opts: &LoadOptions) -> Result<String, ConfigError> {
+    Ok(fpm::translate(&FileSystem, path, opts)?.text)
+}
+
+/// `fpmd convert`: the php-fpm configuration at `path` as one TOML document
+/// (the global table and every pool), each value's php-fpm file, line and
+/// directive in a comment. It is converted only when it loads: loading the
+/// output gives the same configuration (`fpmd -t` prints the same values).
+/// Errors: those of [`load_with`]; a file that is not a `.conf`.
+pub fn convert(path: &Path, opts: &LoadOptions) -> Result<String, ConfigError> {
+    if !fpm::is_fpm_conf(path) {
+        return Err(ConfigError::file_only(
+            path,
+            "fpmd convert reads php-fpm's configuration: a file ending in .conf",
+        ));
+    }
+    load_with(path, opts)?;
+    Ok(fpm::translate(&FileSystem, path, opts)?.annotated())
 }
 
 /// [`load`] on files held in memory instead of the file system: `main` is
@@ -250,7 +290,13 @@ pub fn load_from_memory(
 /// Where the configuration's files come from: the file system ([`load`]) or
 /// memory ([`load_from_memory`]).
 trait Reader {
-    fn read(&self, path: &Path) -> Result<SourceFile, ConfigError>;
+    /// The text of the file at `path`. Errors: "cannot read configuration
+    /// file: …" (missing, unreadable, not UTF-8).
+    fn read_text(&self, path: &Path) -> Result<String, ConfigError>;
+    /// The file at `path`, parsed as TOML.
+    fn read(&self, path: &Path) -> Result<SourceFile, ConfigError> {
+        SourceFile::parse(path, self.read_text(path)?)
+    }
     /// The files (not directories) whose paths match the glob `pattern`, in
     /// any order; an error is a message naming what could not be read.
     fn glob(&self, pattern: &glob::Pattern) -> Result<Vec<PathBuf>, String>;
@@ -261,8 +307,10 @@ trait Reader {
 struct FileSystem;
 
 impl Reader for FileSystem {
-    fn read(&self, path: &Path) -> Result<SourceFile, ConfigError> {
-        SourceFile::read(path)
+    fn read_text(&self, path: &Path) -> Result<String, ConfigError> {
+        std::fs::read_to_string(path).map_err(|e| {
+            ConfigError::file_only(path, format!("cannot read configuration file: {e}"))
+        })
     }
 
     /// As php-fpm (`fpm_conf.c`, `fpm_conf_load_ini_file` and its
@@ -364,7 +412,7 @@ fn include_kind(p: &Path) -> Result<IncludeKind, String> {
 struct Memory<'a>(&'a std::collections::BTreeMap<PathBuf, Vec<u8>>);
 
 impl Reader for Memory<'_> {
-    fn read(&self, path: &Path) -> Result<SourceFile, ConfigError> {
+    fn read_text(&self, path: &Path) -> Result<String, ConfigError> {
         let cannot = |e: &dyn std::fmt::Display| {
             ConfigError::file_only(path, format!("cannot read configuration file: {e}"))
         };
@@ -372,9 +420,7 @@ impl Reader for Memory<'_> {
             .0
             .get(path)
             .ok_or_else(|| cannot(&std::io::Error::from(std::io::ErrorKind::NotFound)))?;
-        let text = String::from_utf8(bytes.clone())
-            .map_err(|_| cannot(&"stream did not contain valid UTF-8"))?;
-        SourceFile::parse(path, text)
+        String::from_utf8(bytes.clone()).map_err(|_| cannot(&"stream did not contain valid UTF-8"))
     }
 
     fn glob(&self, pattern: &glob::Pattern) -> Result<Vec<PathBuf>, String> {
@@ -433,18 +479,43 @@ fn load_from(
         })?),
         None => None,
     };
-    let read = |p: &Path| -> Result<SourceFile, ConfigError> {
-        let mut src = reader.read(p)?;
+    let with_prefix = |mut src: SourceFile| {
         if let Some(prefix) = &prefix {
             src.dir = prefix.clone();
         }
-        Ok(src)
+        src
     };
-    let main = read(path)?;
+    if fpm::is_fpm_conf(path) {
+        let t = fpm::translate(reader, path, options)?;
+        let mut config = SourceFile::parse(path, t.text.clone())
+            .and_then(|main| {
+                load_document(reader, with_prefix(main), &with_prefix, ids, host, options)
+            })
+            .map_err(|e| t.map_error(e))?;
+        t.fix_up(&mut config);
+        return Ok(config);
+    }
+    let main = with_prefix(reader.read(path)?);
+    load_document(reader, main, &with_prefix, ids, host, options)
+}
+
+/// The pipeline from the main file's document on; `with_prefix` gives an
+/// included file the directory its relative paths are relative to.
+fn load_document(
+    reader: &dyn Reader,
+    main: SourceFile,
+    with_prefix: &dyn Fn(SourceFile) -> SourceFile,
+    ids: Ids,
+    host: &users::Host,
+    options: &LoadOptions,
+) -> Result<Config, ConfigError> {
+    let path = main.path.clone();
+    let path = path.as_path();
+    let read = |p: &Path| -> Result<SourceFile, ConfigError> { Ok(with_prefix(reader.read(p)?)) };
     keys::check_structure(&main, true)?;
     let raw_main = raw::deserialize_file(&main)?;
     let (mut global, includes) =
-        validate::validate_global(&main, raw_main.global.unwrap_or_default(), ids)?;
+        validate::validate_global(&main, raw_main.global.unwrap_or_default(), ids, options)?;
     if let Some(pid) = &options.pid {
         global.pid = Some(options.resolve(pid));
     }
@@ -508,6 +579,7 @@ fn load_from(
         origins,
         options: options.clone(),
         warnings,
+        notices: Vec::new(),
     })
 }
 
@@ -642,6 +714,8 @@ php_admin_flag.log_errors = true
                 daemonize: false,
                 log_format: LogFormat::Fpmd,
                 metrics_listen: None,
+                php_ini: None,
+                php_ini_scan_dir: None,
             }
         );
         let names: Vec<&str> = c.pools.iter().map(|p| p.name.as_str()).collect();
@@ -694,6 +768,8 @@ php_admin_flag.log_errors = true
                 mode: 0o600,
                 backlog: 128,
                 allowed_clients: None,
+                acl_users: Vec::new(),
+                acl_groups: Vec::new(),
             },
             chdir: "/tmp".into(),
             clear_env: false,
@@ -720,6 +796,7 @@ php_admin_flag.log_errors = true
             slowlog: None,
             access_log: None,
             access_format: Default::default(),
+            access_suppress_paths: Vec::new(),
             request_queue_timeout: None,
             catch_workers_output: false,
             decorate_workers_output: true,
@@ -733,6 +810,7 @@ php_admin_flag.log_errors = true
                 ..Default::default()
             },
             isolation: Default::default(),
+            php_ini: bbb.php_ini.clone(),
         };
         assert_eq!(bbb, &expected);
         assert!(bbb.user.groups.contains(&gid));
@@ -759,6 +837,8 @@ php_admin_flag.log_errors = true
                 daemonize: false,
                 log_format: LogFormat::Fpmd,
                 metrics_listen: None,
+                php_ini: None,
+                php_ini_scan_dir: None,
             }
         );
         let p = &c.pools[0];

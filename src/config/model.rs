@@ -30,23 +30,32 @@ pub struct Config {
     /// line, key): an include pattern that matches nothing. Printed by
     /// `fpmd -t`, logged at start and reload.
     pub warnings: Vec<String>,
+    /// Notices and warnings about php-fpm files (directives accepted
+    /// without effect, constants), each `FILE:LINE: LEVEL: text`: logged
+    /// at start and on reload, printed by `fpmd -t`.
+    pub notices: Vec<String>,
 }
 
 /// Where each key that a file sets was set: per table (`""` for
 /// `[global]`, else the pool's name) the key, dotted without quotes
 /// (`listen.address`, `env.FOO`, `php_value.session.save_path`; a
 /// `php_flag.X` as `php_value.X`, a `php_admin_flag.X` as
-/// `php_admin_value.X`, as they are printed), and its 1-based line in that
-/// table's file ([`Config::file`] for `[global]`, [`PoolConfig::file`] for
-/// a pool). A key not in it has its default. `fpmd -t` prints it beside
-/// each value ([`Config::to_toml_with_origins`]).
+/// `php_admin_value.X`, as they are printed), and the file and 1-based
+/// line that set it (a php-fpm pool may be set in several files). A key not
+/// in it has its default. `fpmd -t` prints it beside each value
+/// ([`Config::to_toml_with_origins`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Origins(pub BTreeMap<String, BTreeMap<String, usize>>);
+pub struct Origins(pub BTreeMap<String, BTreeMap<String, (PathBuf, usize)>>);
 
 impl Origins {
-    /// The line of `key` (as above) in `table`'s file, if a file sets it.
+    /// The line of `key` (as above) in the file that set it, if one did.
     pub fn line(&self, table: &str, key: &str) -> Option<usize> {
-        self.0.get(table)?.get(key).copied()
+        self.at(table, key).map(|(_, l)| l)
+    }
+
+    /// The file and line that set `key` (as above) in `table`.
+    pub fn at(&self, table: &str, key: &str) -> Option<(&std::path::Path, usize)> {
+        self.0.get(table)?.get(key).map(|(f, l)| (f.as_path(), *l))
     }
 }
 
@@ -118,6 +127,12 @@ pub struct Global {
     /// pool's listen address nor the control socket. `None` (default): no
     /// metrics endpoint.
     pub metrics_listen: Option<ListenAddress>,
+    /// `php_ini` (fpmd only; php-fpm's `-c`): the default of every pool's
+    /// [`PhpIni::file`]; the command line's `-c PATH` wins over it.
+    pub php_ini: Option<PathBuf>,
+    /// `php_ini_scan_dir` (fpmd only): the default of every pool's
+    /// [`PhpIni::scan_dir`].
+    pub php_ini_scan_dir: Option<String>,
 }
 
 /// Where fpmd writes its own log.
@@ -240,6 +255,12 @@ pub struct PoolConfig {
     /// `%R - %u %t "%m %r" %s`. php-fpm: same (see
     /// [`crate::observe::access_log`] for the specifiers).
     pub access_format: crate::observe::access_log::Format,
+    /// `access.suppress_path` (php-fpm 8.2's `access.suppress_path[]`):
+    /// request URIs whose successful plain requests are not logged. As
+    /// php-fpm's `fpm_access_log_suppress`: a `GET` or `HEAD` without a
+    /// query string or a body, answered 2xx, whose URI (`%r`) is exactly
+    /// one of them. Each starts with `/`. Default: none.
+    pub access_suppress_paths: Vec<String>,
     /// `request_queue_timeout` (fpmd only): a request that waited longer
     /// for a child is answered 503 with `Retry-After`; `None`: it waits.
     pub request_queue_timeout: Option<std::time::Duration>,
@@ -289,6 +310,32 @@ pub struct PoolConfig {
     /// How the children are confined: `chroot`, resource limits,
     /// priority, `no_new_privs`, Landlock (see [`crate::sandbox`]).
     pub isolation: Isolation,
+    /// Which php.ini and scan directory the children read.
+    pub php_ini: PhpIni,
+}
+
+/// The PHP configuration files of a pool's children (php-cgi reads
+/// `/etc/php/8.2/cgi/php.ini` and `cgi/conf.d` on Debian, not php-fpm's
+/// `fpm/`, unless told).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PhpIni {
+    /// `php_ini`: an absolute php.ini file, or a directory php-cgi looks
+    /// for `php-cgi.ini` then `php.ini` in, passed as `-c PATH` (php-fpm's
+    /// `-c`). `None`: php-cgi's compiled-in search. Default: the command
+    /// line's `-c`, else `global.php_ini`.
+    pub file: Option<PathBuf>,
+    /// `php_ini_scan_dir`: `PHP_INI_SCAN_DIR` of the children (directories
+    /// separated by `:`, whose `*.ini` php-cgi reads after php.ini, in
+    /// name order); `Some("")`: none; `None`: php-cgi's compiled-in
+    /// directory (or what fpmd's environment passes on without
+    /// `clear_env`). Default: `global.php_ini_scan_dir`. Set by fpmd
+    /// after `env.*`, whatever `clear_env` says.
+    pub scan_dir: Option<String>,
+    /// The files PHP reads, in order: the php.ini, then every `*.ini` of
+    /// the scan directories, as found on the file system when the
+    /// configuration was loaded. `None`: fpmd cannot tell (php-cgi's
+    /// compiled-in paths of a binary it does not recognise).
+    pub reads: Option<Vec<PathBuf>>,
 }
 
 /// A pool's confinement keys. Every one of them is applied in the child
@@ -385,17 +432,23 @@ impl PoolConfig {
         v
     }
 
-    /// The php-cgi arguments carrying the pool's ini values:
-    /// `["-n"]` with [`PoolConfig::no_php_ini`], then `["-d", "name=value", …]`, plain values first, then admin values
+    /// The php-cgi arguments carrying the pool's ini values: `["-n"]` with
+    /// [`PoolConfig::no_php_ini`] (php-cgi then reads no php.ini and no
+    /// scan directory), else `["-c", php_ini]` when the pool names one;
+    /// then `["-d", "name=value", …]` (which win over any php.ini), plain
+    /// values first, then admin values
     /// (admin values win on the same name; see [`PoolConfig::php_values`]).
     /// Without `security.pcntl`, [`PCNTL_FUNCTIONS`] are appended to the
     /// pool's own `disable_functions` (kept, not replaced), or make it up
     /// when the pool sets none.
     pub fn ini_args(&self) -> Vec<String> {
         let mut args =
-            Vec::with_capacity(2 * (self.php_values.len() + self.php_admin_values.len() + 1) + 1);
+            Vec::with_capacity(2 * (self.php_values.len() + self.php_admin_values.len() + 2));
         if self.no_php_ini {
             args.push("-n".to_string());
+        } else if let Some(ini) = &self.php_ini.file {
+            args.push("-c".to_string());
+            args.push(ini.to_string_lossy().into_owned());
         }
         let plain = self
             .php_values
@@ -498,6 +551,13 @@ pub struct Listen {
     /// `listen.allowed_clients`: client addresses allowed on a TCP socket;
     /// `None` (default) allows any. Ignored for unix sockets, as php-fpm.
     pub allowed_clients: Option<Vec<IpAddr>>,
+    /// `listen.acl_users`, `listen.acl_groups`: uids and gids given read
+    /// and write on a unix socket by a POSIX ACL (php-fpm's, built with
+    /// ACL support as Debian and RHEL build it). With either, the socket
+    /// keeps fpmd's owner and group (`listen.owner`/`listen.group` may not
+    /// be set, as php-fpm ignores them then). Empty: no ACL.
+    pub acl_users: Vec<u32>,
+    pub acl_groups: Vec<u32>,
 }
 
 /// Where a pool listens. Ordered (unix paths, then TCP addresses) so that

@@ -161,6 +161,8 @@ pub(super) struct RawGlobal {
     pub(super) log_format: Option<LogFormat>,
     #[serde(default)]
     pub(super) metrics: RawMetrics,
+    pub(super) php_ini: Option<String>,
+    pub(super) php_ini_scan_dir: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -209,6 +211,8 @@ pub(super) struct RawPool {
     pub(super) security: RawSecurity,
     #[serde(default)]
     pub(super) cgroup: RawCgroup,
+    pub(super) php_ini: Option<String>,
+    pub(super) php_ini_scan_dir: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -228,6 +232,8 @@ pub(super) struct RawListen {
     pub(super) mode: Option<Mode>,
     pub(super) backlog: Option<u32>,
     pub(super) allowed_clients: Option<AllowedClients>,
+    pub(super) acl_users: Option<StrList>,
+    pub(super) acl_groups: Option<StrList>,
 }
 
 #[derive(Deserialize, Default)]
@@ -305,6 +311,7 @@ pub(super) struct RawPing {
 pub(super) struct RawAccess {
     pub(super) log: Option<String>,
     pub(super) format: Option<String>,
+    pub(super) suppress_path: Option<StrList>,
 }
 
 #[derive(Deserialize, Default)]

@@ -1,8 +1,6 @@
 //! `fpmd -t`: the effective configuration printed as TOML, every key with
 //! its resolved value or default.
 
-use std::path::Path;
-
 use super::model::{Config, Global, ListenAddress, LogTarget, Origins, PmMode, PoolConfig};
 use super::source::origin_key;
 
@@ -17,10 +15,9 @@ impl Config {
     /// What `fpmd -t` prints: [`to_toml`](Config::to_toml) with, at the end
     /// of each key's line, where its value comes from: `# set in FILE:LINE`
     /// or `# default` (appended to a comment the line has, after `;`), e.g.
-    /// `clear_env = true # set in /etc/fpmd/pool.d/www.toml:12`. A pool is
-    /// one table in one file (a second definition is an error), so the file
-    /// that set a value is the only one that could have. Loads as
-    /// `to_toml` does: the notes are TOML comments.
+    /// `clear_env = true # set in /etc/fpmd/pool.d/www.toml:12` (a php-fpm
+    /// pool may be set in several files: each value names its own). Loads
+    /// as `to_toml` does: the notes are TOML comments.
     pub fn to_toml_with_origins(&self) -> String {
         self.render(true)
     }
@@ -74,6 +71,14 @@ impl Config {
             Some(a) => out.push_str(&format!("metrics.listen = {}\n", toml_str(&a.to_string()))),
             None => out.push_str("# metrics.listen: not set (no metrics endpoint)\n"),
         }
+        match &self.global.php_ini {
+            Some(p) => out.push_str(&format!("php_ini = {}\n", toml_str(&p.to_string_lossy()))),
+            None => out.push_str("# php_ini: php-cgi's own\n"),
+        }
+        match &self.global.php_ini_scan_dir {
+            Some(d) => out.push_str(&format!("php_ini_scan_dir = {}\n", toml_str(d))),
+            None => out.push_str("# php_ini_scan_dir: php-cgi's own\n"),
+        }
         if origins {
             let block = out.split_off(global_start);
             let o = &self.options;
@@ -81,9 +86,10 @@ impl Config {
                 "pid" => o.pid.is_some(),
                 "daemonize" => o.daemonize.is_some(),
                 "error_log" => o.force_stderr && !self.global.daemonize,
+                "php_ini" => o.php_ini.is_some(),
                 _ => false,
             };
-            out.push_str(&annotate(&block, &self.origins, "", &self.file, None, &cli));
+            out.push_str(&annotate(&block, &self.origins, "", None, &cli));
         }
         for pool in &self.pools {
             out.push('\n');
@@ -99,14 +105,7 @@ impl Config {
                             self.options.php_defines.iter().any(|(n, _)| n == name)
                         })
                 };
-                block = annotate(
-                    &block,
-                    &self.origins,
-                    &pool.name,
-                    &pool.file,
-                    Some(&pool.name),
-                    &cli,
-                );
+                block = annotate(&block, &self.origins, &pool.name, Some(&pool.name), &cli);
             }
             out.push_str(&block);
         }
@@ -124,7 +123,6 @@ fn annotate(
     block: &str,
     origins: &Origins,
     table: &str,
-    file: &Path,
     within: Option<&str>,
     cli: &dyn Fn(&str) -> bool,
 ) -> String {
@@ -164,9 +162,9 @@ fn annotate(
                 .map_or(block.len(), |i| span.end + i);
             let has_comment = block[span.end..eol].contains('#');
             let key = origin_key(&segs);
-            let origin = match origins.line(table, &key) {
+            let origin = match origins.at(table, &key) {
                 _ if cli(&key) => "set on the command line".to_string(),
-                Some(l) => format!("set in {}:{l}", file.display()),
+                Some((file, l)) => format!("set in {}:{l}", file.display()),
                 None => "default".to_string(),
             };
             (
@@ -244,6 +242,15 @@ impl PoolConfig {
                 ));
             }
             None => out.push_str("# listen.allowed_clients: any\n"),
+        }
+        for (key, ids) in [("acl_users", &l.acl_users), ("acl_groups", &l.acl_groups)] {
+            if !ids.is_empty() {
+                let list: Vec<String> = ids.iter().map(u32::to_string).collect();
+                out.push_str(&format!(
+                    "listen.{key} = {} # ids\n",
+                    toml_str(&list.join(","))
+                ));
+            }
         }
         let iso = &self.isolation;
         match &iso.chroot {
@@ -405,6 +412,14 @@ impl PoolConfig {
             "access.format = {}\n",
             toml_str(self.access_format.as_str())
         ));
+        if !self.access_suppress_paths.is_empty() {
+            let paths: Vec<String> = self
+                .access_suppress_paths
+                .iter()
+                .map(|p| toml_str(p))
+                .collect();
+            out.push_str(&format!("access.suppress_path = [{}]\n", paths.join(", ")));
+        }
         match &self.local.status_path {
             Some(p) => out.push_str(&format!("pm.status_path = {}\n", toml_str(p))),
             None => out.push_str("# pm.status_path: no status page\n"),
@@ -425,6 +440,25 @@ impl PoolConfig {
             "ping.response = {}\n",
             toml_str(&self.local.ping_response)
         ));
+        let ini = &self.php_ini;
+        match &ini.file {
+            Some(p) => out.push_str(&format!("php_ini = {}\n", toml_str(&p.to_string_lossy()))),
+            None => out.push_str("# php_ini: php-cgi's compiled-in search\n"),
+        }
+        match &ini.scan_dir {
+            Some(d) => out.push_str(&format!("php_ini_scan_dir = {}\n", toml_str(d))),
+            None => out.push_str("# php_ini_scan_dir: php-cgi's compiled-in directory\n"),
+        }
+        match &ini.reads {
+            Some(files) if files.is_empty() => out.push_str("# PHP reads no ini file\n"),
+            Some(files) => {
+                out.push_str("# PHP reads, in this order:\n");
+                for f in files {
+                    out.push_str(&format!("#   {}\n", f.display()));
+                }
+            }
+            None => out.push_str("# PHP reads: php-cgi's compiled-in php.ini and scan directory (unknown to fpmd for this binary)\n"),
+        }
         for (name, value) in &self.env {
             out.push_str(&format!("env.{} = {}\n", toml_key(name), toml_str(value)));
         }

@@ -18,13 +18,6 @@ pub(super) struct SourceFile {
 }
 
 impl SourceFile {
-    pub(super) fn read(path: &Path) -> Result<SourceFile, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            ConfigError::file_only(path, format!("cannot read configuration file: {e}"))
-        })?;
-        SourceFile::parse(path, text)
-    }
-
     /// A file whose text is already read (`path` names it in messages and
     /// gives its directory).
     pub(super) fn parse(path: &Path, text: String) -> Result<SourceFile, ConfigError> {
@@ -107,12 +100,15 @@ impl SourceFile {
 
 /// Every key (leaf) under `table` in `src`, dotted without quotes, with
 /// its line: the keys of [`Origins`](super::Origins).
-pub(super) fn key_lines(src: &SourceFile, table: &dyn TableLike) -> BTreeMap<String, usize> {
+pub(super) fn key_lines(
+    src: &SourceFile,
+    table: &dyn TableLike,
+) -> BTreeMap<String, (PathBuf, usize)> {
     fn walk(
         src: &SourceFile,
         t: &dyn TableLike,
         prefix: &mut Vec<String>,
-        out: &mut BTreeMap<String, usize>,
+        out: &mut BTreeMap<String, (PathBuf, usize)>,
     ) {
         for (key, item) in t.iter() {
             prefix.push(key.to_string());
@@ -124,7 +120,7 @@ pub(super) fn key_lines(src: &SourceFile, table: &dyn TableLike) -> BTreeMap<Str
                         .and_then(|(k, i)| k.span().or_else(|| i.span()))
                         .map(|s| src.line_at(s.start));
                     if let Some(line) = line {
-                        out.insert(origin_key(prefix), line);
+                        out.insert(origin_key(prefix), (src.path.clone(), line));
                     }
                 }
             }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use super::keys;
 use super::model::{
     Global, Isolation, Landlock, Listen, ListenAddress, LocalEndpoints, LogLevel, LogTarget,
-    PmMode, PoolConfig, ProcessManager, Spawn,
+    PhpIni, PmMode, PoolConfig, ProcessManager, Spawn,
 };
 use super::raw::{
     AllowedClients, ByteSize, Duration, EnvValue, IniScalar, IniTable, RawAddress, RawGlobal,
@@ -32,6 +32,7 @@ pub(super) fn validate_global(
     src: &SourceFile,
     raw: RawGlobal,
     ids: Ids,
+    opts: &super::LoadOptions,
 ) -> Result<(Global, Vec<String>), ConfigError> {
     let err = |key: &str, message: String| ConfigError {
         file: src.path.clone(),
@@ -99,8 +100,27 @@ pub(super) fn validate_global(
             Some(ListenAddress::Unix(path))
         }
     };
+    let php_ini = match (&opts.php_ini, raw.php_ini.as_deref()) {
+        (Some(cli), _) => Some(super::source::absolutize(cli).map_err(|e| {
+            ConfigError::file_only(cli, format!("cannot resolve php.ini path: {e}"))
+        })?),
+        (None, Some("")) | (None, None) => None,
+        (None, Some(p)) => Some(src.resolve(p)),
+    };
+    if let Some(p) = &php_ini {
+        if !p.exists() {
+            let message = format!("php.ini file or directory does not exist: {}", p.display());
+            return Err(match &opts.php_ini {
+                Some(cli) => ConfigError::file_only(cli, message),
+                None => err("php_ini", message),
+            });
+        }
+    }
+    let php_ini_scan_dir = raw.php_ini_scan_dir.map(|d| scan_dirs(src, &d));
     Ok((
         Global {
+            php_ini,
+            php_ini_scan_dir,
             pid,
             error_log,
             log_level,
@@ -329,6 +349,18 @@ pub(super) fn validate_pool(
         .as_deref()
         .filter(|p| !p.is_empty())
         .map(|p| src.resolve(p));
+    let access_suppress_paths = raw
+        .access
+        .suppress_path
+        .as_ref()
+        .map(|l| l.0.clone())
+        .unwrap_or_default();
+    if let Some(p) = access_suppress_paths.iter().find(|p| !p.starts_with('/')) {
+        return Err(ctx.err(
+            &["access", "suppress_path"],
+            format!("access.suppress_path '{p}' must begin with '/' (php-fpm's rule)"),
+        ));
+    }
     let access_format = match raw.access.format.as_deref() {
         None => crate::observe::access_log::Format::default(),
         Some(f) => crate::observe::access_log::Format::parse(f).map_err(|e| {
@@ -469,6 +501,50 @@ pub(super) fn validate_pool(
         Some(AllowedClients(list)) => Some(list),
         None => None,
     };
+    // listen.acl_* (php-fpm's fpm_unix_resolve_socket_premissions): names
+    // or ids, separated by commas.
+    let ids_of = |list: Option<super::raw::StrList>,
+                  key: &str,
+                  resolve: fn(&super::raw::IdOrName) -> Result<u32, String>|
+     -> Result<Vec<u32>, ConfigError> {
+        let mut out = Vec::new();
+        for item in list.map(|l| l.0).unwrap_or_default() {
+            for name in item.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+                let id = match name.parse::<u32>() {
+                    Ok(n) => super::raw::IdOrName::Id(n),
+                    Err(_) => super::raw::IdOrName::Name(name.to_string()),
+                };
+                out.push(resolve(&id).map_err(|m| ctx.err(&["listen", key], m))?);
+            }
+        }
+        Ok(out)
+    };
+    let acl_users = ids_of(l.acl_users, "acl_users", resolve_uid)?;
+    let acl_groups = ids_of(l.acl_groups, "acl_groups", resolve_gid)?;
+    let (owner, group) = if acl_users.is_empty() && acl_groups.is_empty() {
+        (owner, group)
+    } else {
+        if let Some(key) = [("owner", l.owner.is_some()), ("group", l.group.is_some())]
+            .into_iter()
+            .find_map(|(k, set)| set.then_some(k))
+        {
+            return Err(ctx.err(&["listen", key], format!("listen.{key} has no effect with listen.acl_users or listen.acl_groups (php-fpm ignores it then): remove one of them")));
+        }
+        if !is_unix {
+            return Err(ctx.err(
+                &[
+                    "listen",
+                    if acl_users.is_empty() {
+                        "acl_groups"
+                    } else {
+                        "acl_users"
+                    },
+                ],
+                "an ACL needs a unix socket",
+            ));
+        }
+        (None, None)
+    };
     let listen = Listen {
         address,
         owner,
@@ -476,6 +552,8 @@ pub(super) fn validate_pool(
         mode: l.mode.map_or(0o660, |m| m.0),
         backlog,
         allowed_clients,
+        acl_users,
+        acl_groups,
     };
 
     // env.*
@@ -528,6 +606,14 @@ pub(super) fn validate_pool(
         .map_err(|(key, msg)| ctx.err(&key, msg))?;
     let limit_extensions = limit_extensions(raw.security.limit_extensions)
         .map_err(|m| ctx.err(&["security", "limit_extensions"], m))?;
+    let php_ini = php_ini(
+        &ctx,
+        (raw.php_ini.as_deref(), raw.php_ini_scan_dir.as_deref()),
+        global,
+        &php_cgi,
+        &env,
+        isolation.chroot.as_deref(),
+    )?;
 
     let pool = PoolConfig {
         name: name.to_string(),
@@ -546,6 +632,7 @@ pub(super) fn validate_pool(
         slowlog,
         access_log,
         access_format,
+        access_suppress_paths,
         request_queue_timeout,
         catch_workers_output: raw.catch_workers_output.unwrap_or(false),
         decorate_workers_output: raw.decorate_workers_output.unwrap_or(true),
@@ -559,6 +646,7 @@ pub(super) fn validate_pool(
         limit_extensions,
         local,
         isolation,
+        php_ini,
     };
     check_exec_size(&ctx, &pool, arg_max())?;
     Ok(pool)
@@ -657,6 +745,134 @@ fn check_exec_size(
         )));
     }
     Ok(())
+}
+
+/// `php_ini_scan_dir`: `:`-separated directories, each relative to the
+/// file's directory unless absolute (empty: none).
+fn scan_dirs(src: &SourceFile, value: &str) -> String {
+    value
+        .split(':')
+        .filter(|d| !d.is_empty())
+        .map(|d| src.resolve(d).to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// A pool's [`PhpIni`]: its keys or the global defaults, checked (the file
+/// or directory exists; a chroot pool's files are under `/etc/php`, the
+/// part of the host's `/etc` its children see), with the files PHP reads.
+fn php_ini(
+    ctx: &PoolCtx<'_>,
+    (raw_file, raw_scan): (Option<&str>, Option<&str>),
+    global: &Global,
+    php_cgi: &Path,
+    env: &BTreeMap<String, String>,
+    chroot: Option<&Path>,
+) -> Result<PhpIni, ConfigError> {
+    let file = match raw_file {
+        Some("") => None,
+        Some(p) => {
+            let p = ctx.src.resolve(p);
+            if !p.exists() {
+                return Err(ctx.err(
+                    &["php_ini"],
+                    format!("php.ini file or directory does not exist: {}", p.display()),
+                ));
+            }
+            Some(p)
+        }
+        None => global.php_ini.clone(),
+    };
+    let scan_dir = match raw_scan {
+        Some(d) => Some(scan_dirs(ctx.src, d)),
+        None => global.php_ini_scan_dir.clone(),
+    };
+    if scan_dir.is_some() && env.contains_key("PHP_INI_SCAN_DIR") {
+        return Err(ctx.err(
+            &["env", "PHP_INI_SCAN_DIR"],
+            "set php_ini_scan_dir or env.PHP_INI_SCAN_DIR, not both (php_ini_scan_dir is the one fpmd checks and prints)",
+        ));
+    }
+    if chroot.is_some() {
+        let dirs = scan_dir
+            .iter()
+            .flat_map(|d| d.split(':'))
+            .map(PathBuf::from);
+        for p in file.iter().cloned().chain(dirs) {
+            if !p.starts_with("/etc/php") {
+                let key = if Some(&p) == file.as_ref() {
+                    "php_ini"
+                } else {
+                    "php_ini_scan_dir"
+                };
+                return Err(ctx.err(
+                    &[key],
+                    format!("{} is outside /etc/php, the only part of the host's /etc a chroot pool's children see: move it under /etc/php", p.display()),
+                ));
+            }
+        }
+    }
+    let reads = php_ini_reads(php_cgi, file.as_deref(), scan_dir.as_deref());
+    Ok(PhpIni {
+        file,
+        scan_dir,
+        reads,
+    })
+}
+
+/// The `X.Y` of a Debian php-cgi (`/usr/bin/php-cgi8.2`, or a symlink to
+/// it), whose compiled-in configuration is `/etc/php/X.Y/cgi`.
+pub(super) fn debian_php_version(php_cgi: &Path) -> Option<String> {
+    let real = std::fs::canonicalize(php_cgi).ok()?;
+    let v = real
+        .file_name()?
+        .to_str()?
+        .strip_prefix("php-cgi")?
+        .to_string();
+    (!v.is_empty() && Path::new(&format!("/etc/php/{v}/cgi")).is_dir()).then_some(v)
+}
+
+/// The files PHP reads (see [`PhpIni::reads`]), as php-src's
+/// `main/php_ini.c` finds them: `-c DIR` → `DIR/php-cgi-fcgi.ini`, else
+/// `DIR/php.ini`; `-c FILE` → FILE; then the `*.ini` regular files of each
+/// scan directory, sorted by name.
+fn php_ini_reads(php_cgi: &Path, file: Option<&Path>, scan: Option<&str>) -> Option<Vec<PathBuf>> {
+    let version = debian_php_version(php_cgi);
+    let compiled = version
+        .as_ref()
+        .map(|v| PathBuf::from(format!("/etc/php/{v}/cgi")));
+    let in_dir = |d: &Path| {
+        ["php-cgi-fcgi.ini", "php.ini"]
+            .iter()
+            .map(|n| d.join(n))
+            .find(|f| f.is_file())
+    };
+    let ini = match file {
+        Some(p) if p.is_dir() => in_dir(p),
+        Some(p) => Some(p.to_path_buf()),
+        None => in_dir(compiled.as_ref()?),
+    };
+    let dirs: Vec<PathBuf> = match scan {
+        Some(s) => s
+            .split(':')
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+            .collect(),
+        None => vec![compiled.as_ref()?.join("conf.d")],
+    };
+    let mut out: Vec<PathBuf> = ini.into_iter().collect();
+    for d in dirs {
+        let mut found: Vec<PathBuf> = std::fs::read_dir(&d)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "ini") && p.is_file())
+            .collect();
+        found.sort();
+        out.extend(found);
+    }
+    Some(out)
 }
 
 /// `rlimit_*`, `process.*`, `no_new_privs` and `landlock.*`, checked as

@@ -355,6 +355,8 @@ mod tests {
             mode: 0o600,
             backlog: 8,
             allowed_clients: None,
+            acl_users: Vec::new(),
+            acl_groups: Vec::new(),
         };
         let mut table = ListenerTable::new();
         table.obtain("www", &listen).unwrap();

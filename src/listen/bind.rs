@@ -230,5 +230,106 @@ fn set_owner_mode(path: &Path, listen: &Listen) -> io::Result<()> {
             )
         })?;
     }
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(listen.mode))
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(listen.mode))?;
+    if listen.acl_users.is_empty() && listen.acl_groups.is_empty() {
+        return Ok(());
+    }
+    let acl = posix_acl(listen.mode, &listen.acl_users, &listen.acl_groups);
+    let name = c"system.posix_acl_access";
+    let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: both strings are NUL-terminated and `acl` outlives the call.
+    let r = unsafe {
+        libc::setxattr(
+            c_path.as_ptr(),
+            name.as_ptr(),
+            acl.as_ptr().cast(),
+            acl.len(),
+            0,
+        )
+    };
+    if r != 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(
+            e.kind(),
+            format!("setting the ACL of listen.acl_users/acl_groups: {e}"),
+        ));
+    }
+    Ok(())
+}
+
+/// The `system.posix_acl_access` value (the kernel's `posix_acl_xattr`
+/// layout, `include/uapi/linux/posix_acl_xattr.h`: version 2, then
+/// entries of tag, permissions and id, little-endian, sorted by tag then
+/// id) that php-fpm's `fpm_unix_set_socket_permissions` builds with
+/// libacl: the mode's owner, group and other bits, read and write for each
+/// of `users` and `groups`, and the mask `acl_calc_mask` computes.
+pub(crate) fn posix_acl(mode: u32, users: &[u32], groups: &[u32]) -> Vec<u8> {
+    const UNDEFINED: u32 = u32::MAX;
+    let (owner, group, other) = ((mode >> 6) & 7, (mode >> 3) & 7, mode & 7);
+    let mut users = users.to_vec();
+    users.sort_unstable();
+    users.dedup();
+    let mut groups = groups.to_vec();
+    groups.sort_unstable();
+    groups.dedup();
+    let rw = 4 | 2;
+    let mut entries = vec![(0x01u16, owner, UNDEFINED)];
+    entries.extend(users.iter().map(|&u| (0x02, rw, u)));
+    entries.push((0x04, group, UNDEFINED));
+    entries.extend(groups.iter().map(|&g| (0x08, rw, g)));
+    let mask = entries
+        .iter()
+        .filter(|(tag, _, _)| *tag != 0x01)
+        .fold(0, |m, (_, perm, _)| m | perm);
+    entries.push((0x10, mask, UNDEFINED));
+    entries.push((0x20, other, UNDEFINED));
+    let mut out = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in entries {
+        out.extend(tag.to_le_bytes());
+        out.extend((perm as u16).to_le_bytes());
+        out.extend(id.to_le_bytes());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The layout the kernel reads (and `getfacl` shows as
+    /// `user::rw- user:33:rw- group::rw- group:48:rw- mask::rw- other::---`).
+    #[test]
+    fn posix_acl_layout() {
+        let acl = posix_acl(0o660, &[33], &[48]);
+        let entries: Vec<(u16, u16, u32)> = acl[4..]
+            .chunks(8)
+            .map(|e| {
+                (
+                    u16::from_le_bytes([e[0], e[1]]),
+                    u16::from_le_bytes([e[2], e[3]]),
+                    u32::from_le_bytes([e[4], e[5], e[6], e[7]]),
+                )
+            })
+            .collect();
+        assert_eq!(acl[..4], 2u32.to_le_bytes());
+        assert_eq!(
+            entries,
+            [
+                (0x01, 6, u32::MAX),
+                (0x02, 6, 33),
+                (0x04, 6, u32::MAX),
+                (0x08, 6, 48),
+                (0x10, 6, u32::MAX),
+                (0x20, 0, u32::MAX)
+            ]
+        );
+        // The mask covers the named entries even when the group bits do not.
+        let acl = posix_acl(0o600, &[33, 33], &[]);
+        assert_eq!(acl.len(), 4 + 5 * 8, "duplicates dropped");
+        assert_eq!(
+            u16::from_le_bytes([acl[4 + 3 * 8 + 2], acl[4 + 3 * 8 + 3]]),
+            6
+        );
+    }
 }

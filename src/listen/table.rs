@@ -473,6 +473,8 @@ mod tests {
             mode,
             backlog,
             allowed_clients: None,
+            acl_users: Vec::new(),
+            acl_groups: Vec::new(),
         }
     }
 
@@ -484,6 +486,8 @@ mod tests {
             mode: 0o660,
             backlog,
             allowed_clients: None,
+            acl_users: Vec::new(),
+            acl_groups: Vec::new(),
         }
     }
 

@@ -380,6 +380,8 @@ fn bind(address: &ListenAddress) -> Result<Bound, crate::listen::BindError> {
         mode: 0o660,
         backlog: 128,
         allowed_clients: None,
+        acl_users: Vec::new(),
+        acl_groups: Vec::new(),
     };
     let (socket, file) = crate::listen::bind_socket("metrics", &listen)?;
     let io = |e: std::io::Error| crate::listen::BindError::Io {

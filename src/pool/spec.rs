@@ -17,7 +17,8 @@ use crate::spawn::ChildSpec;
 /// sub-pool; `pm.max_children` for prefork, whose children fpmd tracks one
 /// by one) and `PHP_FCGI_MAX_REQUESTS=0` (php-cgi must not retire itself:
 /// fpmd applies `pm.max_requests`) are always set, whatever fpmd's own
-/// environment says.
+/// environment says, and `PHP_INI_SCAN_DIR` when the pool sets
+/// `php_ini_scan_dir`.
 pub fn child_spec(config: &PoolConfig, endpoint: PathBuf) -> ChildSpec {
     let mut env: Vec<(OsString, OsString)> = Vec::new();
     if !config.clear_env {
@@ -35,6 +36,11 @@ pub fn child_spec(config: &PoolConfig, endpoint: PathBuf) -> ChildSpec {
     };
     env.push(("PHP_FCGI_CHILDREN".into(), children.to_string().into()));
     env.push(("PHP_FCGI_MAX_REQUESTS".into(), "0".into()));
+    // The pool's scan directory reaches php-cgi whatever clear_env says.
+    if let Some(dir) = &config.php_ini.scan_dir {
+        env.retain(|(k, _)| k != "PHP_INI_SCAN_DIR");
+        env.push(("PHP_INI_SCAN_DIR".into(), dir.into()));
+    }
     ChildSpec {
         program: config.php_cgi.clone(),
         args: config.ini_args(),

@@ -172,14 +172,16 @@ impl AccessLog {
     }
 
     /// Writes the line of `req`, answered as `answered` (nothing when
-    /// nobody answered it), in the pool's `access.format`.
+    /// nobody answered it, or when the pool's `access.suppress_path`
+    /// leaves it out), in the pool's `access.format`.
     fn write(
         &mut self,
         pool: &str,
-        format: &crate::observe::access_log::Format,
+        config: &crate::config::PoolConfig,
         req: &Request,
         answered: Answered,
     ) {
+        let format = &config.access_format;
         let Some(began) = req.began else { return };
         let (pid, status, head) = match answered {
             Answered::Nobody => return,
@@ -190,6 +192,9 @@ impl AccessLog {
                 Some(&self.head),
             ),
         };
+        if suppressed(&config.access_suppress_paths, req, status) {
+            return;
+        }
         let duration = began.elapsed();
         let now = std::time::SystemTime::now();
         let entry = crate::observe::access_log::Entry {
@@ -210,6 +215,18 @@ impl AccessLog {
             }
         }
     }
+}
+
+/// php-fpm's `fpm_access_log_suppress` (`sapi/fpm/fpm/fpm_log.c`): a
+/// `GET` or `HEAD` without a query string or a body, answered 2xx, whose
+/// request URI (`%r`) is exactly one of `paths`.
+fn suppressed(paths: &[String], req: &Request, status: u16) -> bool {
+    !paths.is_empty()
+        && req.param(b"QUERY_STRING").is_none_or(|q| q.is_empty())
+        && matches!(req.param(b"REQUEST_METHOD"), Some(b"GET" | b"HEAD"))
+        && (200..=299).contains(&status)
+        && req.content_length() == 0
+        && paths.iter().any(|p| p.as_bytes() == script_path(req))
 }
 
 /// Client-supplied bytes as text for a log field or message: invalid
@@ -299,12 +316,7 @@ async fn serve<R, W>(
             Ok(Next::Request(req)) => req,
             Ok(Next::Answered(req, answer)) => {
                 if let Some(a) = &mut access {
-                    a.write(
-                        ctx.pool,
-                        &config.access_format,
-                        &req,
-                        Answered::Fpmd(answer.code()),
-                    );
+                    a.write(ctx.pool, &config, &req, Answered::Fpmd(answer.code()));
                 }
                 let (keep, unread) = (req.keep_conn, !req.client_stdin_done);
                 client.recycle(req);
@@ -368,7 +380,7 @@ async fn serve<R, W>(
             }
         };
         if let Some(a) = &mut access {
-            a.write(ctx.pool, &config.access_format, &req, answered);
+            a.write(ctx.pool, &config, &req, answered);
         }
         let drain = !req.client_stdin_done;
         client.recycle(req);

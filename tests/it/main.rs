@@ -15,6 +15,7 @@ mod config_errors;
 mod dokuwiki;
 mod drain;
 mod emergency;
+mod fpm_conf;
 mod fuzz_live;
 mod http;
 mod isolation;

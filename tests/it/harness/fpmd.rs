@@ -278,7 +278,8 @@ pub enum Addr {
 }
 
 impl Addr {
-    /// A `listen.address` as clients reach it.
+    /// A `listen.address` as clients reach it: a unix path, a port (on
+    /// 127.0.0.1) or `host:port`.
     pub fn parse(address: &str) -> Addr {
         if address.starts_with('/') {
             return Addr::Unix(address.into());
@@ -403,6 +404,52 @@ impl Fpmd {
         launch: Launch,
     ) -> Fpmd {
         let conf = cfg.write(dir);
+        let addrs = launch.addrs.clone().unwrap_or_else(|| {
+            cfg.pools
+                .iter()
+                .map(|p| Addr::parse(&p.address(dir.path())))
+                .collect()
+        });
+        let pool_names = cfg.pools.iter().map(|p| p.name.clone()).collect();
+        let mut args = vec!["-c".to_string(), conf.display().to_string()];
+        args.extend(extra_args.iter().map(|a| a.to_string()));
+        Fpmd::launch(dir, cfg, conf, &args, addrs, pool_names, launch)
+    }
+
+    /// Starts `fpmd ARGS` on a configuration file the test wrote itself
+    /// (`conf`, e.g. a php-fpm `.conf` given with `-y`; of `cfg` only the
+    /// environment, `error_log` and `nofile_soft` count) and waits until
+    /// every address of `addrs` accepts and fpmd is ready.
+    pub fn start_file(
+        dir: &TestDir,
+        cfg: &FpmdConfig,
+        conf: &Path,
+        args: &[&str],
+        addrs: Vec<Addr>,
+    ) -> Fpmd {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let mut f = Fpmd::launch(
+            dir,
+            cfg,
+            conf.to_path_buf(),
+            &args,
+            addrs,
+            Vec::new(),
+            Launch::default(),
+        );
+        f.wait_ready(Duration::from_secs(30));
+        f
+    }
+
+    fn launch(
+        dir: &TestDir,
+        cfg: &FpmdConfig,
+        conf: PathBuf,
+        args: &[String],
+        addrs: Vec<Addr>,
+        pool_names: Vec<String>,
+        launch: Launch,
+    ) -> Fpmd {
         let stderr_path = dir.join("fpmd.log");
         let log_path = match &cfg.error_log {
             Some(p) => dir.path().join(p),
@@ -421,7 +468,7 @@ impl Fpmd {
                 c
             }
         };
-        cmd.arg("-c").arg(&conf).args(extra_args);
+        cmd.args(args);
         cmd.current_dir(dir.path());
         cmd.env_remove("RUST_LOG");
         cmd.env("FPMD_TEST_TAG", dir.tag());
@@ -485,15 +532,6 @@ impl Fpmd {
             .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
         drop(launch.fds);
         let pid = child.id() as i32;
-        let mut addrs = Vec::new();
-        let mut pool_names = Vec::new();
-        for p in &cfg.pools {
-            addrs.push(Addr::parse(&p.address(dir.path())));
-            pool_names.push(p.name.clone());
-        }
-        if let Some(real) = launch.addrs {
-            addrs = real;
-        }
         Fpmd {
             child: Some(child),
             pid,

@@ -850,6 +850,17 @@ fn fail(report: RawFd, what: &[u8], path: Option<&CString>) -> io::Error {
 }
 
 impl Prepared {
+    /// Reports a failed step `what` that is not the sandbox's own (the
+    /// cgroup join, the credential change, `PR_SET_PDEATHSIG`) the way the
+    /// sandbox reports its own, with the errno of the call that just
+    /// failed. Async-signal-safe.
+    ///
+    /// # Safety
+    /// Only between fork and exec, in the child.
+    pub unsafe fn fail_step(&self, what: &[u8]) -> io::Error {
+        fail(self.report.as_raw_fd(), what, None)
+    }
+
     /// Steps 1 to 3 of the order at the top of this file: limits, the
     /// chroot, `chdir`. Runs in the forked child before the credential
     /// change.

@@ -191,28 +191,44 @@ fn spawn_child(spec: &ChildSpec) -> io::Result<Spawned> {
     // of `crate::sandbox`.
     unsafe {
         cmd.pre_exec(move || {
-            // Limits, chroot (mount namespace, pivot_root), chdir.
-            sandbox.apply()?;
-            // Join the pool's cgroup (pid 0: the writer, in v1 and v2)
-            // while still root, before the credentials change.
-            for fd in &cgroup_procs {
-                if libc::write(fd.as_raw_fd(), b"0".as_ptr().cast(), 1) != 1 {
-                    return Err(io::Error::last_os_error());
+            // A failed step ends the child here, its report written, and
+            // never returns the error to std: std would then wait(2) for
+            // the child, which fpmd's reaper (waitpid(-1)) may have reaped
+            // first, and std panics on that ("wait() should either return
+            // Ok or panic"), which took the spawner thread down with it.
+            // The report pipe tells the spawner instead.
+            let steps = || -> io::Result<()> {
+                // Limits, chroot (mount namespace, pivot_root), chdir.
+                sandbox.apply()?;
+                // Join the pool's cgroup (pid 0: the writer, in v1 and v2)
+                // while still root, before the credentials change.
+                for fd in &cgroup_procs {
+                    if libc::write(fd.as_raw_fd(), b"0".as_ptr().cast(), 1) != 1 {
+                        return Err(sandbox.fail_step(b"join the pool's cgroup"));
+                    }
                 }
-            }
-            sandbox.apply_priority()?;
-            if switch_user {
-                if Uid::effective().is_root() {
-                    nix::unistd::setgroups(&groups)?;
+                sandbox.apply_priority()?;
+                if switch_user {
+                    if Uid::effective().is_root() && nix::unistd::setgroups(&groups).is_err() {
+                        return Err(sandbox.fail_step(b"setgroups"));
+                    }
+                    if nix::unistd::setgid(gid).is_err() {
+                        return Err(sandbox.fail_step(b"setgid"));
+                    }
+                    if nix::unistd::setuid(uid).is_err() {
+                        return Err(sandbox.fail_step(b"setuid"));
+                    }
                 }
-                nix::unistd::setgid(gid)?;
-                nix::unistd::setuid(uid)?;
-            }
-            // Dumpable, no_new_privs, Landlock: after the credential change.
-            sandbox.apply_unprivileged()?;
-            // After the credential change, which clears it.
-            if libc::prctl(libc::PR_SET_PDEATHSIG, death_signal, 0, 0, 0) != 0 {
-                return Err(io::Error::last_os_error());
+                // Dumpable, no_new_privs, Landlock: after the credential change.
+                sandbox.apply_unprivileged()?;
+                // After the credential change, which clears it.
+                if libc::prctl(libc::PR_SET_PDEATHSIG, death_signal, 0, 0, 0) != 0 {
+                    return Err(sandbox.fail_step(b"prctl(PR_SET_PDEATHSIG)"));
+                }
+                Ok(())
+            };
+            if steps().is_err() {
+                libc::_exit(127);
             }
             if nix::unistd::getppid() != parent {
                 // fpmd died between fork and prctl.
@@ -226,22 +242,21 @@ fn spawn_child(spec: &ChildSpec) -> io::Result<Spawned> {
     // write end and of the sandbox's report pipe) is dropped here: the
     // child's death must close its socket.
     drop(cmd);
-    let child = spawned.map_err(|e| {
-        // A failing sandbox step wrote its name to the report pipe.
-        let mut step = String::new();
-        let _ = std::io::Read::read_to_string(&mut std::fs::File::from(report), &mut step);
-        if step.is_empty() {
-            io::Error::new(e.kind(), format!("{}: {e}", spec.program.display()))
-        } else {
-            io::Error::new(
-                e.kind(),
-                format!(
-                    "{}: sandbox step failed: {step} ({e})",
-                    spec.program.display()
-                ),
-            )
-        }
-    })?;
+    // A step that failed before exec wrote its name to the report pipe
+    // (and the child exited 127). std's spawn returns once the child has
+    // exec'd or exited, so every write end is closed by now: the read
+    // cannot block.
+    let mut step = String::new();
+    let _ = std::io::Read::read_to_string(&mut std::fs::File::from(report), &mut step);
+    let child = spawned
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", spec.program.display())))?;
+    if !step.is_empty() {
+        // Its exit is reaped as that of a process fpmd does not know.
+        return Err(io::Error::other(format!(
+            "{}: sandbox step failed: {step}",
+            spec.program.display()
+        )));
+    }
     let pid = child.id() as i32;
     // The reaper waits for the pid; std's Child is never waited on.
     drop(child);

@@ -589,7 +589,8 @@ fn dokuwiki_chrooted_saves_a_page() {
 }
 
 /// A sandbox step that fails in the child stops that spawn with the step,
-/// the path and errno in fpmd's log; the pool keeps trying.
+/// the path and errno in fpmd's log; the pool keeps trying, and serves
+/// once the step can succeed.
 #[test]
 fn failing_sandbox_step_is_logged_with_its_name() {
     let dir = TestDir::new();
@@ -619,6 +620,16 @@ fn failing_sandbox_step_is_logged_with_its_name() {
         Duration::from_secs(60),
         "the killed children to be gone",
         || fpmd.workers().iter().all(|p| !first.contains(p)),
+    );
+    // The directory back, the pool serves again: no failed spawn took the
+    // spawner down (std's spawn once panicked when fpmd's reaper had
+    // collected the failed child first).
+    std::fs::create_dir(site.join("pub")).unwrap();
+    fpmd.wait_workers(2, Duration::from_secs(60));
+    let log = fpmd.log_since(mark);
+    assert!(
+        !log.contains("panic") && !log.contains("spawner thread"),
+        "{log}"
     );
 }
 

@@ -55,6 +55,11 @@ pub(super) struct Host {
     pub(super) pid_max: Option<u64>,
     /// `/proc/sys/kernel/threads-max`: every process is at least a thread.
     pub(super) threads_max: Option<u64>,
+    /// The hard `RLIMIT_NOFILE` and `RLIMIT_CORE` fpmd runs with (`None`:
+    /// unlimited), when fpmd lacks `CAP_SYS_RESOURCE` and so cannot raise
+    /// a child's limits above them (setrlimit(2) fails with `EPERM`, in
+    /// the child, before exec); `None` when it has the capability.
+    pub(super) hard_limits: Option<(Option<u64>, Option<u64>)>,
 }
 
 impl Host {
@@ -69,7 +74,17 @@ impl Host {
             .ok()
             .map(|(soft, _)| soft)
             .filter(|&soft| soft != libc::RLIM_INFINITY);
-        let (cap_chown, cap_net_bind_service, groups) = if ids == Ids::current() {
+        let hard = |r| {
+            nix::sys::resource::getrlimit(r)
+                .ok()
+                .map(|(_, hard)| hard)
+                .filter(|&h| h != libc::RLIM_INFINITY)
+        };
+        let hard_limits = Some((
+            hard(nix::sys::resource::Resource::RLIMIT_NOFILE),
+            hard(nix::sys::resource::Resource::RLIMIT_CORE),
+        ));
+        let (cap_chown, cap_net_bind_service, cap_sys_resource, groups) = if ids == Ids::current() {
             let caps = effective_capabilities();
             let mut groups: Vec<u32> = nix::unistd::getgroups()
                 .map(|gs| gs.into_iter().map(|g| g.as_raw()).collect())
@@ -78,10 +93,11 @@ impl Host {
             (
                 caps & (1 << CAP_CHOWN) != 0,
                 caps & (1 << CAP_NET_BIND_SERVICE) != 0,
+                caps & (1 << CAP_SYS_RESOURCE) != 0,
                 groups,
             )
         } else {
-            (ids.euid == 0, ids.euid == 0, vec![ids.egid])
+            (ids.euid == 0, ids.euid == 0, ids.euid == 0, vec![ids.egid])
         };
         Host {
             cap_chown,
@@ -92,6 +108,7 @@ impl Host {
             nproc,
             pid_max: read_u64("/proc/sys/kernel/pid_max"),
             threads_max: read_u64("/proc/sys/kernel/threads-max"),
+            hard_limits: hard_limits.filter(|_| !cap_sys_resource),
         }
     }
 }
@@ -99,6 +116,7 @@ impl Host {
 /// Bits of `linux/capability.h` (the libc crate does not define them).
 const CAP_CHOWN: u32 = 0;
 const CAP_NET_BIND_SERVICE: u32 = 10;
+const CAP_SYS_RESOURCE: u32 = 24;
 
 /// The effective capability set (`CapEff:` of `/proc/self/status`, a hex
 /// mask of `CAP_*` bits); 0 when unreadable.

@@ -1512,6 +1512,29 @@ pub(super) fn check_host_limits(
             }
         }
 
+        if let Some((nofile, core)) = host.hard_limits {
+            let iso = &pool.isolation;
+            for (key, wanted, hard, what) in [
+                ("rlimit_files", iso.rlimit_files, nofile, "RLIMIT_NOFILE"),
+                ("rlimit_core", iso.rlimit_core, core, "RLIMIT_CORE"),
+            ] {
+                let (Some(wanted), Some(hard)) = (wanted, hard) else {
+                    continue;
+                };
+                if wanted > hard {
+                    let wanted = if wanted == u64::MAX {
+                        "unlimited".to_string()
+                    } else {
+                        wanted.to_string()
+                    };
+                    return Err(ctx.err(&[key], format!(
+                        "{key} = {wanted} is above fpmd's hard {what} ({hard}), which {me} without CAP_SYS_RESOURCE cannot raise: every php-cgi would fail before exec (setrlimit: EPERM); lower it, or raise fpmd's own limit (systemd: Limit{}=)",
+                        if key == "rlimit_files" { "NOFILE" } else { "CORE" }
+                    )));
+                }
+            }
+        }
+
         let max_children = ["pm", "max_children"];
         let n = pool_processes(pool);
         let system = [
@@ -3007,6 +3030,7 @@ php_admin_flag.display_errors = "off"
             nproc: None,
             pid_max: Some(32768),
             threads_max: Some(192_730),
+            hard_limits: None,
         }
     }
 
@@ -3074,6 +3098,50 @@ php_admin_flag.display_errors = "off"
             ..big_host()
         };
         assert!(load_on(&with("100000", ""), &[], ROOT, &none).1.is_ok());
+    }
+
+    #[test]
+    fn rlimits_above_a_hard_limit_fpmd_cannot_raise_are_refused() {
+        let capped = Host {
+            hard_limits: Some((Some(20_000), Some(0))),
+            ..big_host()
+        };
+        let (dir, r) = load_on(&pool("www", "rlimit_files = 65536\n"), &[], ROOT, &capped);
+        assert_err(
+            &dir,
+            &r.unwrap_err(),
+            "fpmd.toml",
+            Some(7),
+            Some("www"),
+            Some("rlimit_files"),
+            "rlimit_files = 65536 is above fpmd's hard RLIMIT_NOFILE (20000), which fpmd runs as uid 0 without CAP_SYS_RESOURCE cannot raise: every php-cgi would fail before exec (setrlimit: EPERM); lower it, or raise fpmd's own limit (systemd: LimitNOFILE=)",
+        );
+        let (_d, r) = load_on(
+            &pool("www", "rlimit_core = \"unlimited\"\n"),
+            &[],
+            ROOT,
+            &capped,
+        );
+        assert!(r
+            .unwrap_err()
+            .message
+            .starts_with("rlimit_core = unlimited is above fpmd's hard RLIMIT_CORE (0)"));
+        for ok in ["rlimit_files = 20000\n", "rlimit_core = 0\n"] {
+            assert!(
+                load_on(&pool("www", ok), &[], ROOT, &capped).1.is_ok(),
+                "{ok}"
+            );
+        }
+        // With CAP_SYS_RESOURCE (no hard limits recorded) any value up to
+        // fs.nr_open goes.
+        assert!(load_on(
+            &pool("www", "rlimit_files = 65536\n"),
+            &[],
+            ROOT,
+            &big_host()
+        )
+        .1
+        .is_ok());
     }
 
     #[test]

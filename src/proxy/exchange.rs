@@ -55,6 +55,9 @@ pub struct Report {
     pub started: Instant,
     /// Prefork: the pid of the child that took the connection, if learned.
     pub learned: Option<i32>,
+    /// With [`Timers::php_messages`]: the messages PHP logged on STDERR
+    /// (at most [`super::php_message::MESSAGES_KEPT`]), and how many more.
+    pub php_messages: (Vec<Vec<u8>>, usize),
 }
 
 /// Why the pump from the web server to the child stopped.
@@ -109,6 +112,9 @@ pub struct Timers {
     pub slowlog: Option<Duration>,
     /// `request_terminate_timeout`.
     pub terminate: Option<Duration>,
+    /// `catch_workers_output`: keep PHP's STDERR messages for fpmd's log,
+    /// as php-fpm's child also writes them to its stderr.
+    pub php_messages: bool,
 }
 
 /// Runs the exchange for `req`, whose head was written on `conn`.
@@ -297,6 +303,7 @@ where
     };
 
     let mut messages = PhpMessages::default();
+    messages.collect = timers.php_messages;
     let mut reframed = Vec::new();
     let down = async {
         loop {
@@ -419,6 +426,7 @@ where
     if messages.finish_request_missing {
         on(Notice::FinishRequestMissing);
     }
+    let php_messages = (messages.take_done(), messages.dropped);
     let short = matches!(up_end, Some(UpEnd::Short | UpEnd::Broke(_)));
     let cut = matches!(up_end, Some(UpEnd::Cut));
     let mut client_error = None;
@@ -462,6 +470,7 @@ where
         child_error,
         started,
         learned,
+        php_messages,
     }
 }
 

@@ -623,6 +623,7 @@ where
         let timers = exchange::Timers {
             slowlog: limits.request_slowlog_timeout,
             terminate: limits.request_terminate_timeout,
+            php_messages: limits.catch_workers_output,
         };
         let (w, death) = lease.worker_and_death();
         let probe = w.pid_probe();
@@ -660,6 +661,11 @@ where
         )
         .await;
         pool.stats.service.observe(started.elapsed());
+        let (messages, dropped) = &report.php_messages;
+        if !messages.is_empty() || *dropped > 0 {
+            let pid = report.learned.unwrap_or(known);
+            crate::output::log_php_messages(&limits, pid, messages, *dropped);
+        }
         if finish_request_missing.load(Ordering::Relaxed) {
             php_message::log_finish_request_missing(
                 ctx.pool,

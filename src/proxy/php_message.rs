@@ -55,7 +55,23 @@ pub struct PhpMessages {
     tail: Vec<u8>,
     /// The script called `fastcgi_finish_request()` and php-cgi has none.
     pub finish_request_missing: bool,
+    /// Keep the messages for fpmd's log (`catch_workers_output`): php-fpm's
+    /// child writes each to its stderr too, which php-fpm's master logs
+    /// as `child N said into stderr: "NOTICE: PHP message: …"`.
+    pub collect: bool,
+    /// The message being read, at most [`MESSAGE_MAX`] bytes.
+    current: Vec<u8>,
+    /// Whole messages not yet taken ([`PhpMessages::take_done`]), at most
+    /// [`MESSAGES_KEPT`].
+    done: Vec<Vec<u8>>,
+    /// Messages beyond [`MESSAGES_KEPT`] in this request, not kept.
+    pub dropped: usize,
 }
+
+/// Bytes of one message kept for the log (php-fpm's default `log_limit`).
+pub const MESSAGE_MAX: usize = 1024;
+/// Messages of one request kept for the log; the rest are counted.
+pub const MESSAGES_KEPT: usize = 64;
 
 impl PhpMessages {
     /// Rewrites `span` (whole, valid records for request `id`, as
@@ -94,14 +110,17 @@ impl PhpMessages {
         !self.held.is_empty()
     }
 
-    /// Writes what is held back (the start of a last line) as a record.
+    /// Writes what is held back (the start of a last line) as a record;
+    /// the last message is then whole.
     fn flush_into(&mut self, id: u16, out: &mut Vec<u8>) {
-        if self.held.is_empty() {
-            return;
+        if !self.held.is_empty() {
+            let mut text = Vec::new();
+            self.start_line(&mut text);
+            StreamWriter::new(RecordType::Stderr, id).write(out, &text);
         }
-        let mut text = Vec::new();
-        self.start_line(&mut text);
-        StreamWriter::new(RecordType::Stderr, id).write(out, &text);
+        if !self.current.is_empty() {
+            self.finish_message();
+        }
     }
 
     /// Reframes `content` into `text`.
@@ -111,6 +130,7 @@ impl PhpMessages {
                 match content.iter().position(|&b| b == b'\n') {
                     Some(nl) => {
                         text.extend_from_slice(&content[..nl]);
+                        self.keep(&content[..nl]);
                         // The newline is written only when the next line
                         // continues the message.
                         self.in_line = false;
@@ -118,6 +138,7 @@ impl PhpMessages {
                     }
                     None => {
                         text.extend_from_slice(content);
+                        self.keep(content);
                         return;
                     }
                 }
@@ -153,16 +174,51 @@ impl PhpMessages {
         let continues = self.started && CONTINUATIONS.iter().any(|c| self.held.starts_with(c));
         if continues {
             text.push(b'\n');
+            self.keep(b"\n");
         } else {
             if self.started {
                 text.extend_from_slice(SEPARATOR);
             }
             text.extend_from_slice(PREFIX);
             self.started = true;
+            self.finish_message();
         }
         text.extend_from_slice(&self.held);
-        self.held.clear();
+        let mut held = std::mem::take(&mut self.held);
+        self.keep(&held);
+        held.clear();
+        self.held = held;
         self.in_line = true;
+    }
+
+    /// Adds `bytes` to the message being read, when collecting.
+    fn keep(&mut self, bytes: &[u8]) {
+        if self.collect {
+            let room = MESSAGE_MAX.saturating_sub(self.current.len());
+            self.current
+                .extend_from_slice(&bytes[..bytes.len().min(room)]);
+        }
+    }
+
+    /// The message being read is whole.
+    fn finish_message(&mut self) {
+        if !self.collect || self.current.is_empty() {
+            return;
+        }
+        let m = std::mem::take(&mut self.current);
+        if self.done.len() < MESSAGES_KEPT {
+            self.done.push(m);
+        } else {
+            self.dropped += 1;
+        }
+    }
+
+    /// The whole messages read so far (when collecting), each without
+    /// php-fpm's `PHP message: ` prefix; the last one once the stream has
+    /// ended.
+    pub fn take_done(&mut self) -> Vec<Vec<u8>> {
+        self.finish_message();
+        std::mem::take(&mut self.done)
     }
 
     fn note_finish_request(&mut self, content: &[u8]) {
@@ -296,6 +352,47 @@ mod tests {
     fn a_last_line_without_newline_is_written_before_the_end() {
         let (text, _) = run(&[b"first\nSta"]);
         assert_eq!(text, b"PHP message: first; PHP message: Sta");
+    }
+
+    #[test]
+    fn messages_are_collected_whole_for_the_log() {
+        let mut m = PhpMessages {
+            collect: true,
+            ..PhpMessages::default()
+        };
+        let mut out = Vec::new();
+        let mut span = Vec::new();
+        encode_record(
+            &mut span,
+            RecordType::Stderr,
+            1,
+            b"PHP Warning:  a\nStack trace:\n#0 {main}\nsec",
+        )
+        .unwrap();
+        m.rewrite(&span, 1, &mut out);
+        assert_eq!(
+            m.take_done(),
+            vec![
+                b"PHP Warning:  a\nStack trace:\n#0 {main}".to_vec(),
+                b"sec".to_vec()
+            ]
+        );
+        let long = vec![b'x'; 3000];
+        let mut span = Vec::new();
+        encode_record(&mut span, RecordType::Stderr, 1, &long).unwrap();
+        m.rewrite(&span, 1, &mut out);
+        assert_eq!(m.take_done(), vec![vec![b'x'; MESSAGE_MAX]]);
+        let many = "m\n".repeat(MESSAGES_KEPT + 5);
+        let mut span = Vec::new();
+        encode_record(&mut span, RecordType::Stderr, 1, many.as_bytes()).unwrap();
+        m.rewrite(&span, 1, &mut out);
+        assert_eq!(m.take_done().len(), MESSAGES_KEPT);
+        assert_eq!(m.dropped, 5);
+        let (_, quiet) = run(&[b"not kept\n"]);
+        assert!(
+            quiet.done.is_empty() && quiet.current.is_empty(),
+            "only when collecting"
+        );
     }
 
     #[test]

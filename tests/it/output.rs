@@ -225,3 +225,53 @@ fn flood_of_100_mib_with_catch_off_adds_nothing_to_the_log() {
         s.fpmd.log()
     );
 }
+
+/// With `catch_workers_output`, the messages PHP sends on FastCGI STDERR
+/// reach fpmd's log as php-fpm's master logs what its child's zlog wrote to
+/// stderr: `[pool www] child N said into stderr: "NOTICE: PHP message: …"`,
+/// one line per line of a message (compared with php-fpm 8.2's log).
+#[test]
+fn catch_on_php_messages_are_logged_as_php_fpm_logs_them() {
+    use crate::harness::phpfpm::{PhpFpm, PhpFpmOpts};
+    let s = one_child(&["catch_workers_output = true"]);
+    let fpm = PhpFpm::start_with(
+        &s.dir,
+        PhpFpmOpts::default().line("catch_workers_output = yes"),
+    );
+    let fpm_nginx = Nginx::start(
+        &s.dir,
+        NginxOpts::default()
+            .upstream(fpm.upstream())
+            .name("nginx-php-fpm"),
+    );
+    let mark = s.fpmd.log_len();
+    assert_eq!(get(&s.url("/messages.php")).status, 500);
+    assert_eq!(get(&fpm_nginx.url("/messages.php")).status, 500);
+    // What follows `said into stderr: ` on each line of each log.
+    let tails = |log: &str| -> Vec<String> {
+        log.lines()
+            .filter_map(|l| Some(l[l.find("said into stderr: ")?..].to_string()))
+            .filter(|l| {
+                ["fpmd_msg", "Stack trace", "#0", "thrown in"]
+                    .iter()
+                    .any(|n| l.contains(n))
+            })
+            .collect()
+    };
+    let mut ours = Vec::new();
+    let mut theirs = Vec::new();
+    wait_for(LONG, "both logs hold the exception's last line", || {
+        ours = tails(&s.fpmd.log_since(mark));
+        theirs = tails(&fpm.log());
+        [&ours, &theirs]
+            .iter()
+            .all(|t| t.iter().any(|l| l.contains("thrown in")))
+    });
+    eprintln!("fpmd: {ours:#?}\nphp-fpm: {theirs:#?}");
+    assert!(
+        theirs[0]
+            .starts_with("said into stderr: \"NOTICE: PHP message: PHP Warning:  first fpmd_msg"),
+        "php-fpm itself: {theirs:?}"
+    );
+    assert_eq!(ours, theirs, "fpmd's lines differ from php-fpm's");
+}

@@ -46,7 +46,8 @@
 #                  default: the kernel's process events (which fpmd reads to
 #                  learn how a pre-forked child died) exist only in the
 #                  initial network namespace, so fpmd runs with less there
-#   --timeout N    per-test timeout of run-tests.php (default 120 s)
+#   --timeout N    per-test timeout of run-tests.php (default 60 s; a test
+#                  still running 30 s later is killed and reported KILLED)
 #   TEST...        test file names (bug68420-ipv4-all-addresses.phpt) or
 #                  globs (log-bwp-*) inside sapi/fpm/tests; default: all
 #
@@ -70,7 +71,7 @@ baseline=0
 php=/usr/bin/php8.2
 scratch=""
 netns=0
-timeout=120
+timeout=60
 php_ini=""
 as_user=""
 heavy=0
@@ -187,7 +188,9 @@ for f in "${targets[@]}"; do
     rm -f "$w" "$scratch/one.sid"
     : >"$w"
     chmod a+w "$w"
-    (setsid -w sh -c 'echo $$ >"$0"; exec "$@"' "$scratch/one.sid" \
+    # run-tests.php's own timeout does not end a test blocked in a read
+    # of the FPM's log: a hard limit of its own.
+    (timeout -s KILL $((timeout + 30)) setsid -w sh -c 'echo $$ >"$0"; exec "$@"' "$scratch/one.sid" \
         ${run_as[@]+"${run_as[@]}"} "$php" run-tests.php -q -p "$scratch/sapi/cli/php" \
         --set-timeout "$timeout" -W "$w" "$f" >"$scratch/one.log" 2>&1 || true; true) 2>/dev/null
     sid=$(cat "$scratch/one.sid" 2>/dev/null || true)
@@ -196,7 +199,7 @@ for f in "${targets[@]}"; do
     fi
     sed 's/\x1b\[[0-9;]*m//g' "$scratch/one.log" | sed -n '/^Running selected tests/,/^=====/p' | sed '1d;$d' >>"$scratch/run.log"
     result=$(awk 'NR==1 {print $1}' "$w")
-    [ -n "$result" ] || { result=KILLED; echo "$f: run-tests.php was killed (a signal to its own process group)" >>"$scratch/run.log"; }
+    [ -n "$result" ] || { result=KILLED; echo "$f: run-tests.php was killed (a signal to its own process group, or the hard timeout)" >>"$scratch/run.log"; }
     reason=$(sed 's/\x1b\[[0-9;]*m//g' "$scratch/one.log" | sed -n 's/.* reason: \(.*\)$/\1/p; s/.*(warn: \(.*\))$/\1/p' | head -1)
     printf '%s\t%s%s\n' "$result" "$name" "${reason:+	($reason)}" | tee -a "$scratch/results.txt"
 done

@@ -1,7 +1,7 @@
 # fpmd: the two commands of the README, and the rest.
 #   make demo   install what is missing, build, run fpmd + nginx, print the URL
 #   make test   install what is missing, run every test
-.PHONY: all deps test-deps build demo test bench clean deb deb-deps
+.PHONY: all deps test-deps build demo test bench clean deb deb-deps php-src-fpm-tests
 
 all: build
 
@@ -118,3 +118,17 @@ fuzz: fuzz-deps
 	cd fuzz && cargo +nightly fuzz run codec -- -runs=$(FUZZ_RUNS) -print_final_stats=1
 	cd fuzz && cargo +nightly fuzz run request_path -- -runs=$(FUZZ_RUNS) -print_final_stats=1
 	cd fuzz && cargo +nightly fuzz run config -- -runs=$(FUZZ_RUNS) -print_final_stats=1
+
+# php-src's own FPM test suite (sapi/fpm/tests of a PHP 8.2 source tree)
+# with fpmd in php-fpm's place (scripts/php-src-fpm-tests.sh says how):
+#   make php-src-fpm-tests PHP_SRC=/path/to/php-src
+#   make php-src-fpm-tests PHP_SRC=... PHP_SRC_TESTS="status-*.phpt"
+#   make php-src-fpm-tests PHP_SRC=... PHP_SRC_ARGS=--baseline   (Debian's php-fpm8.2)
+PHP_SRC ?=
+PHP_SRC_TESTS ?=
+PHP_SRC_ARGS ?=
+
+php-src-fpm-tests:
+	@test -n "$(PHP_SRC)" || { echo "give PHP_SRC=/path/to/php-src" >&2; exit 2; }
+	cargo build --bin fpmd
+	scripts/php-src-fpm-tests.sh $(PHP_SRC_ARGS) $(PHP_SRC) $(PHP_SRC_TESTS)

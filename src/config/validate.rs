@@ -1258,8 +1258,9 @@ enum Collision {
     Same,
     /// Different addresses that cannot both be bound: one TCP address is
     /// the unspecified address (`0.0.0.0`, `[::]`) of the other's family,
-    /// on the same port (IPv6 sockets are bound `IPV6_V6ONLY`, so
-    /// `0.0.0.0:9000` and `[::]:9000` do not collide).
+    /// on the same port, or one is `[::]` (bound dual-stack, as php-fpm
+    /// binds it: it takes IPv4 clients too) and the other any IPv4 address
+    /// on that port.
     Overlap,
 }
 
@@ -1274,8 +1275,10 @@ fn collision(a: &ListenAddress, b: &ListenAddress) -> Option<Collision> {
             if x == y {
                 Some(Collision::Same)
             } else if x.port() == y.port()
-                && x.is_ipv4() == y.is_ipv4()
-                && (x.ip().is_unspecified() || y.ip().is_unspecified())
+                && ((x.is_ipv4() == y.is_ipv4()
+                    && (x.ip().is_unspecified() || y.ip().is_unspecified()))
+                    || (x.is_ipv6() && x.ip().is_unspecified() && y.is_ipv4())
+                    || (y.is_ipv6() && y.ip().is_unspecified() && x.is_ipv4()))
             {
                 Some(Collision::Overlap)
             } else {
@@ -2589,13 +2592,31 @@ php_admin_flag.display_errors = "off"
                 dir.path().join("fpmd.toml").display()
             ),
         );
+        // `[::]` takes IPv4 clients too (dual-stack, as php-fpm binds it):
+        // it overlaps an IPv4 address on the same port.
+        let (dir, e) = load_err(
+            &format!("{INCLUDE_MAIN}{}", tcp("a", "\"127.0.0.1:9000\"")),
+            &[("pool.d/b.toml", &tcp("b", "\"[::]:9000\""))],
+        );
+        assert_err(
+            &dir,
+            &e,
+            "pool.d/b.toml",
+            Some(5),
+            Some("b"),
+            Some("listen.address"),
+            &format!(
+                "[::]:9000 overlaps 127.0.0.1:9000, the listen address of pool 'a' ({}:7): all addresses and one of them on the same port cannot both be bound",
+                dir.path().join("fpmd.toml").display()
+            ),
+        );
         // Different addresses are fine, a unix socket and TCP never collide.
         let (_dir, c) = load_ok(
             &format!(
                 "{}\n{}\n{}\n{}",
                 tcp("a", "\"127.0.0.1:9000\""),
                 tcp("b", "\"127.0.0.2:9000\""),
-                tcp("c", "\"[::]:9000\""),
+                tcp("c", "\"[::1]:9000\""),
                 tcp("d", "\"127.0.0.1:9001\"")
             ),
             &[],
@@ -2615,7 +2636,12 @@ php_admin_flag.display_errors = "off"
             ("[::]:9000", "[::1]:9000", Some(Collision::Overlap)),
             ("[::1]:9000", "[::]:9000", Some(Collision::Overlap)),
             ("[::1]:9000", "[::1]:9000", Some(Collision::Same)),
-            ("0.0.0.0:9000", "[::]:9000", None),
+            ("0.0.0.0:9000", "[::]:9000", Some(Collision::Overlap)),
+            ("[::]:9000", "0.0.0.0:9000", Some(Collision::Overlap)),
+            ("[::]:9000", "127.0.0.1:9000", Some(Collision::Overlap)),
+            ("127.0.0.1:9000", "[::]:9000", Some(Collision::Overlap)),
+            ("[::]:9000", "127.0.0.1:9001", None),
+            ("[::1]:9000", "0.0.0.0:9000", None),
             ("127.0.0.1:9000", "[::1]:9000", None),
             ("127.0.0.1:9000", "127.0.0.2:9000", None),
             ("0.0.0.0:9000", "0.0.0.0:9001", None),

@@ -147,7 +147,12 @@ pub(crate) fn bind(pool: &str, listen: &Listen) -> Result<(Socket, Option<Socket
             let socket = Socket::new(domain, Type::STREAM, None).map_err(err)?;
             socket.set_reuse_address(true).map_err(err)?;
             if addr.is_ipv6() {
-                socket.set_only_v6(true).map_err(err)?;
+                // As php-fpm (which leaves IPV6_V6ONLY at Linux's default,
+                // off): `[::]` takes IPv4 clients too, as IPv4-mapped
+                // addresses; any other IPv6 address only IPv6 ones.
+                socket
+                    .set_only_v6(!addr.ip().is_unspecified())
+                    .map_err(err)?;
             }
             socket.bind(&SockAddr::from(*addr)).map_err(err)?;
             socket.listen(backlog).map_err(err)?;

@@ -14,6 +14,7 @@
 //! child is ever signalled for a reload (unless `graceful_timeout` runs
 //! out).
 
+mod probe;
 pub mod slots;
 pub mod spec;
 pub mod stats;
@@ -375,9 +376,43 @@ pub struct Pool {
     events: mpsc::UnboundedSender<Event>,
     /// Counters for the status page and metrics.
     pub stats: stats::PoolStats,
+    /// The `X-Powered-By` line of the configuration it was learned for
+    /// (see [`Pool::powered_by`]).
+    powered_by: tokio::sync::Mutex<Option<(Arc<PoolConfig>, Option<String>)>>,
 }
 
 impl Pool {
+    /// The `X-Powered-By` header line the current generation's php-cgi
+    /// sends (`X-Powered-By: PHP/8.2.36`; `None` with `expose_php` off),
+    /// for the pages fpmd answers itself, as php-fpm's carry it. Learned
+    /// at the first such page of a configuration by running php-cgi on an
+    /// empty script (see `probe.rs`; not at start, so that an `ondemand`
+    /// pool has no php-cgi process until a request); concurrent callers
+    /// wait for the one probe.
+    pub async fn powered_by(&self) -> Option<String> {
+        let config = self.config();
+        let mut cached = self.powered_by.lock().await;
+        if let Some((c, v)) = &*cached {
+            if Arc::ptr_eq(c, &config) {
+                return v.clone();
+            }
+        }
+        let for_probe = config.clone();
+        let v = match tokio::task::spawn_blocking(move || probe::powered_by(&for_probe)).await {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => {
+                debug!(pool = %self.name, "cannot learn php-cgi's X-Powered-By header: {e}");
+                None
+            }
+            Err(e) => {
+                debug!(pool = %self.name, "cannot learn php-cgi's X-Powered-By header: {e}");
+                None
+            }
+        };
+        *cached = Some((config, v.clone()));
+        v
+    }
+
     /// The pool's name (its table name in the configuration).
     pub fn name(&self) -> &str {
         &self.name

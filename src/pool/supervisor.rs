@@ -154,6 +154,7 @@ pub fn start_pool(
         table: Mutex::new(Table::new(config.clone())),
         events: events_tx.clone(),
         stats: super::stats::PoolStats::new(),
+        powered_by: tokio::sync::Mutex::new(None),
     });
     let mut gens = BTreeMap::new();
     gens.insert(

@@ -477,9 +477,14 @@ where
         }
     };
     let ct = format!("Content-Type: {content_type}");
-    client
-        .answer_page(req.id, &[&ct, NO_CACHE[0], NO_CACHE[1]], body, head_only)
-        .await
+    // php-fpm's pages come from PHP, with its X-Powered-By (expose_php).
+    let powered = pool.powered_by().await;
+    let mut headers = Vec::with_capacity(4);
+    if let Some(p) = &powered {
+        headers.push(p.as_str());
+    }
+    headers.extend([ct.as_str(), NO_CACHE[0], NO_CACHE[1]]);
+    client.answer_page(req.id, &headers, body, head_only).await
 }
 
 /// What becomes of the web server's connection after a request.

@@ -80,6 +80,59 @@ fn tcp_bare_port_listener() {
     serves_over(free_port().to_string());
 }
 
+/// php-fpm binds `[::]:PORT` without `IPV6_V6ONLY`, so it takes IPv4
+/// clients too (as IPv4-mapped addresses), and `listen.allowed_clients`
+/// matches such a client by its IPv4 address (php-src's
+/// sapi/fpm/tests/socket-ipv6-any.phpt, socket-ipv4-allowed-clients.phpt,
+/// bug68421-ipv6-access-log.phpt). A web server set up for php-fpm with
+/// `fastcgi_pass 127.0.0.1:9000` against `listen = [::]:9000` must work.
+#[test]
+fn ipv6_any_listener_takes_ipv4_clients_too() {
+    let port = free_port();
+    let hello = |s: &Stack, addr: &str| {
+        let addr: std::net::SocketAddr = addr.parse().unwrap();
+        let params = fcgi::params_for(&s.dir.docroot(), "hello.php", "name=dual", "GET", 0);
+        let (recs, end) = fcgi::exchange(
+            addr,
+            &fcgi::request(1, 0, &params, b""),
+            1,
+            Duration::from_secs(10),
+        );
+        (
+            end,
+            String::from_utf8_lossy(&fcgi::stdout_of(&recs, 1)).into_owned(),
+        )
+    };
+    let s = Stack::start(Pool::www().tcp(format!("[::]:{port}")));
+    for addr in [format!("127.0.0.1:{port}"), format!("[::1]:{port}")] {
+        let (end, out) = hello(&s, &addr);
+        assert!(
+            out.contains("hello dual"),
+            "a client of [::]:{port} through {addr} got {end:?}: {out}"
+        );
+    }
+    drop(s);
+
+    // listen.allowed_clients = 127.0.0.1 on [::]: the IPv4 client is
+    // allowed, ::1 is not.
+    let port = free_port();
+    let s = Stack::start(
+        Pool::www()
+            .tcp(format!("[::]:{port}"))
+            .line(r#"listen.allowed_clients = ["127.0.0.1"]"#),
+    );
+    let (end, out) = hello(&s, &format!("127.0.0.1:{port}"));
+    assert!(
+        out.contains("hello dual"),
+        "127.0.0.1 refused: {end:?}: {out}"
+    );
+    let (end, out) = hello(&s, &format!("[::1]:{port}"));
+    assert!(
+        end == End::Closed && out.is_empty(),
+        "::1 is not in listen.allowed_clients but got {end:?}: {out}"
+    );
+}
+
 #[test]
 fn client_outside_allowed_clients_is_closed_before_any_record() {
     let port = free_port();

@@ -506,3 +506,34 @@ fn status_listen_serves_status_and_ping_only() {
     // The main listener serves scripts as before, not the status page at "/".
     assert_eq!(get(&s.url("/pid.php")).status, 200);
 }
+
+/// php-fpm's status and ping pages are answered by PHP in a child, so they
+/// carry PHP's `X-Powered-By` when `expose_php` is on (php-src's FPM tests
+/// check it on every ping and status response): fpmd's own pages send the
+/// header the pool's php-cgi sends, and none with `expose_php` off.
+#[test]
+fn status_and_ping_carry_phps_x_powered_by() {
+    for expose in ["1", "0"] {
+        let pool = status_pool().line(format!("php_admin_value.expose_php = \"{expose}\""));
+        let s = Stack::start_with(FpmdConfig::new().pool(pool), NginxOpts::default().status());
+        let script = get(&s.url("/hello.php"));
+        assert_eq!(script.status, 200);
+        let php = script.header("x-powered-by").map(str::to_string);
+        assert_eq!(
+            php.is_some(),
+            expose == "1",
+            "php-cgi's own header with expose_php = {expose}: {:?}",
+            script.headers
+        );
+        for page in ["/ping", "/status", "/status?json"] {
+            let r = get(&s.url(page));
+            assert_eq!(r.status, 200, "{page}");
+            assert_eq!(
+                r.header("x-powered-by").map(str::to_string),
+                php,
+                "{page} with expose_php = {expose}: {:?}",
+                r.headers
+            );
+        }
+    }
+}

@@ -37,8 +37,9 @@ struct Cli {
         global = true
     )]
     config: Option<PathBuf>,
-    /// php-fpm's configuration file (php-fpm's `-y`/`--fpm-config`): the
-    /// same as `-c FILE`.
+    /// php-fpm's configuration file (php-fpm's `-y`/`--fpm-config`): read
+    /// as php-fpm's ini configuration whatever its name ends in, except
+    /// `.toml` (fpmd's).
     #[arg(short = 'y', long = "fpm-config", value_name = "FILE", global = true)]
     fpm_config: Option<PathBuf>,
     /// Test the configuration, print the effective configuration, and exit
@@ -240,7 +241,7 @@ fn control_socket_of(
         Ok(c) => return Ok(c.global.control_socket),
         Err(e) => e,
     };
-    let text = if path.extension().is_some_and(|e| e == "conf") {
+    let text = if options.fpm_syntax || path.extension().is_some_and(|e| e == "conf") {
         config::translate(path, options).map_err(|e| e.to_string())?
     } else {
         std::fs::read_to_string(path).map_err(|_| err.to_string())?
@@ -419,6 +420,10 @@ fn main() -> ExitCode {
             _ => None,
         },
         force_stderr: cli.force_stderr,
+        fpm_syntax: cli
+            .fpm_config
+            .as_ref()
+            .is_some_and(|f| f.extension().is_none_or(|e| e != "toml")),
     };
     if cli.info || cli.modules {
         let flag = if cli.info { "-i" } else { "-m" };

@@ -178,6 +178,11 @@ pub struct LoadOptions {
     /// gets as `-c`, unless the pool sets `php_ini` (it wins over
     /// `global.php_ini`). `None`: `global.php_ini`, else php-cgi's own.
     pub php_ini: Option<PathBuf>,
+    /// php-fpm's `-y FILE` naming a file that does not end in `.toml`:
+    /// FILE is php-fpm's configuration whatever its name ends in
+    /// (php-src's FPM tests name theirs `.ini`). A binary upgrade passes
+    /// the file with `-y` again, which gives the same.
+    pub fpm_syntax: bool,
     /// `-O/--force-stderr`: log to stderr, whatever `error_log` says,
     /// unless fpmd detaches (php-fpm's `fpm_use_error_log`, `fpm_stdio.c`:
     /// in the foreground with -O its error_log file is not used).
@@ -255,7 +260,7 @@ pub fn translate(path: &Path, opts: &LoadOptions) -> Result<String, ConfigError>
 /// output gives the same configuration (`fpmd -t` prints the same values).
 /// Errors: those of [`load_with`]; a file that is not a `.conf`.
 pub fn convert(path: &Path, opts: &LoadOptions) -> Result<String, ConfigError> {
-    if !fpm::is_fpm_conf(path) {
+    if !(opts.fpm_syntax || fpm::is_fpm_conf(path)) {
         return Err(ConfigError::file_only(
             path,
             "fpmd convert reads php-fpm's configuration: a file ending in .conf",
@@ -485,7 +490,7 @@ fn load_from(
         }
         src
     };
-    if fpm::is_fpm_conf(path) {
+    if options.fpm_syntax || fpm::is_fpm_conf(path) {
         let t = fpm::translate(reader, path, options)?;
         let mut config = SourceFile::parse(path, t.text.clone())
             .and_then(|main| {

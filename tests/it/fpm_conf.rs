@@ -913,3 +913,59 @@ fn upgrade_keeps_the_php_ini_of_the_command_line() {
         fpmd.log()
     );
 }
+
+/// `-y FILE` reads php-fpm's syntax whatever FILE ends in (php-src's tests
+/// name theirs `.ini`); a php-fpm configuration logs in php-fpm's format
+/// unless it says otherwise; `$PHPRC` names the children's php.ini, as PHP
+/// reads it before any other place.
+#[test]
+fn y_flag_any_name_php_fpm_log_format_and_phprc() {
+    let t = TestDir::new();
+    let phprc = t.join("phprc.ini");
+    std::fs::write(&phprc, "memory_limit = 55M\n").unwrap();
+    let conf = t.join("fpm.ini");
+    let pool = format!(
+        "[global]\nerror_log = {}\n[www]\nuser = www-data\nlisten = {}\npm = static\npm.max_children = 1\n",
+        t.join("fpmd.log").display(),
+        t.join("www.sock").display()
+    );
+    std::fs::write(&conf, &pool).unwrap();
+    let run = |extra: &str| {
+        std::fs::write(&conf, format!("{pool}{extra}")).unwrap();
+        Command::new(FPMD_BIN)
+            .args(["-t", "-y"])
+            .arg(&conf)
+            .env("PHPRC", &phprc)
+            .output()
+            .unwrap()
+    };
+    let out = run("");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("log_format = \"php-fpm\""), "{text}");
+    assert!(
+        text.contains(&format!("php_ini = {:?}", phprc.display().to_string())),
+        "{text}"
+    );
+    // The same file through -c is a php.ini path, not a configuration.
+    let out = Command::new(FPMD_BIN)
+        .arg("-t")
+        .arg("-c")
+        .arg(&conf)
+        .current_dir(t.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "-c fpm.ini is php-fpm's -c");
+    // A typo is named at its line in php-fpm's file.
+    let out = run("pm.max_childrem = 3\n");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{err}");
+    assert!(
+        err.contains("fpm.ini:8:") && err.contains("pm.max_childrem"),
+        "{err}"
+    );
+}

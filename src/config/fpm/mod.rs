@@ -70,7 +70,9 @@
 //!   read; else, when the first pool's php-cgi is Debian's `php-cgiX.Y`,
 //!   what Debian's `php-fpmX.Y` has compiled in (`/etc/php/X.Y/fpm`, its
 //!   `PHP_CONFIG_FILE_PATH`, and `conf.d` there); else php-cgi reads its
-//!   own;
+//!   own; `$PHPRC` in fpmd's environment wins over both for the php.ini,
+//!   as PHP reads it first;
+//! - the log is written in php-fpm's format (`log_format = "php-fpm"`);
 //! - `listen.acl_users`/`acl_groups` and `access.suppress_path[]` are
 //!   honoured (see `listen/bind.rs` and the access log); php-fpm applies
 //!   every pool's suppressed paths to every pool's log, fpmd each pool's
@@ -473,6 +475,11 @@ impl Reading<'_> {
         let mut pool_defaults: Vec<(&'static str, String, Origin)> = Vec::new();
         let mut process_max: Option<(i64, Origin)> = None;
         let global = std::mem::take(&mut self.global);
+        // php-fpm's configuration, php-fpm's log lines: the tools and
+        // scripts that read its log keep working.
+        if !global.iter().any(|(n, _)| n == "log_format") {
+            out.line("log_format = \"php-fpm\"".into(), None);
+        }
         for (name, val) in &global {
             let (_, action) = directives::find(directives::GLOBAL, name).expect("stored by name");
             let at = &val.at;
@@ -534,13 +541,21 @@ impl Reading<'_> {
             .into_iter()
             .flatten()
             .find(|d| self.reader.canonicalize(&d.join("php.ini")).is_some());
-        if let Some(dir) = ini_dir.filter(|_| !global.iter().any(|(n, _)| n == "php_ini")) {
-            let ini = dir.join("php.ini");
-            {
+        // PHP reads $PHPRC (a php.ini or its directory) before any other
+        // place (`php_ini.c`, every SAPI): php-fpm started with it set
+        // gives its children that php.ini, and so does fpmd.
+        let phprc = std::env::var_os("PHPRC")
+            .filter(|p| !p.is_empty())
+            .map(PathBuf::from);
+        if !global.iter().any(|(n, _)| n == "php_ini") {
+            let ini = phprc.or_else(|| ini_dir.as_ref().map(|d| d.join("php.ini")));
+            if let Some(ini) = ini {
                 out.line(
                     format!("php_ini = {}", toml_str(&ini.to_string_lossy())),
                     None,
                 );
+            }
+            if let Some(dir) = &ini_dir {
                 let confd = dir.join("conf.d");
                 let scan = if self.reader.canonicalize(&confd).is_some() {
                     confd.to_string_lossy().into_owned()

@@ -250,7 +250,10 @@ fn is_pool_prefix(key: &str) -> bool {
 }
 
 /// The closest candidate to `unknown`, when it is close enough.
-fn closest<'a>(unknown: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+pub(super) fn closest<'a>(
+    unknown: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
     let lower = unknown.to_ascii_lowercase();
     let mut best: Option<(&str, f64)> = None;
     for cand in candidates {

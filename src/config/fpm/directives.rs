@@ -85,6 +85,7 @@ pub(super) const GLOBAL: &[(&str, Action)] = &[
     ("systemd_interval", Notice(Time, "fpmd tells systemd its state when it changes, not on a timer")),
     // fpmd's own.
     ("control_socket", To("control_socket", Path)),
+    ("log_format", To("log_format", Str)),
     ("watch", To("watch", Bool)),
     ("metrics.listen", To("metrics.listen", Listen)),
     ("php_ini", To("php_ini", Path)),

@@ -296,6 +296,10 @@ impl Reading<'_> {
                         format!(" ('{name}' belongs in {other_name} section)")
                     } else if directives::ARRAYS.contains(&name.as_str()) {
                         format!(" (write {name}[NAME] = value)")
+                    } else if let Some(s) =
+                        super::keys::closest(&name, table.iter().map(|(n, _)| *n))
+                    {
+                        format!(" (did you mean '{s}'?)")
                     } else {
                         String::new()
                     };
@@ -547,7 +551,8 @@ impl Reading<'_> {
         let phprc = std::env::var_os("PHPRC")
             .filter(|p| !p.is_empty())
             .map(PathBuf::from);
-        if !global.iter().any(|(n, _)| n == "php_ini") {
+        let set = |key: &str| global.iter().any(|(n, _)| n == key);
+        if !set("php_ini") {
             let ini = phprc.or_else(|| ini_dir.as_ref().map(|d| d.join("php.ini")));
             if let Some(ini) = ini {
                 out.line(
@@ -555,6 +560,8 @@ impl Reading<'_> {
                     None,
                 );
             }
+        }
+        if !set("php_ini_scan_dir") {
             if let Some(dir) = &ini_dir {
                 let confd = dir.join("conf.d");
                 let scan = if self.reader.canonicalize(&confd).is_some() {

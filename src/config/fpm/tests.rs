@@ -14,7 +14,7 @@ use super::super::{load_with, Config, ConfigError, ListenAddress, LoadOptions, P
 
 /// A valid php-fpm pool (7 lines after the header), with `extra` appended.
 fn pool(name: &str, extra: &str) -> String {
-    format!("[{name}]\nuser = nobody\ngroup = nogroup\nphp_cgi = /bin/sh\nlisten = /run/fpmd/{name}.sock\npm = static\npm.max_children = 5\n{extra}")
+    format!("[{name}]\nuser = nobody\ngroup = nogroup\nphp_cgi = /bin/sh\nlisten = /tmp/{name}.sock\npm = static\npm.max_children = 5\n{extra}")
 }
 
 fn try_conf(main: &str, files: &[(&str, &str)]) -> (TempDir, Result<Config, ConfigError>) {
@@ -79,7 +79,7 @@ fn directives_become_fpmd_settings() {
     let p = &c.pools[0];
     assert_eq!(
         p.listen.address,
-        ListenAddress::Unix("/run/fpmd/www.sock".into())
+        ListenAddress::Unix("/tmp/www.sock".into())
     );
     assert_eq!(p.listen.backlog, super::somaxconn(), "php-fpm's -1");
     assert_eq!(p.listen.mode, 0o600);
@@ -285,7 +285,7 @@ fn errors_name_file_line_and_directive() {
         8,
         Some("www"),
         Some("pm.max_childs"),
-        "unknown entry 'pm.max_childs'",
+        "unknown entry 'pm.max_childs' (did you mean 'pm.max_children'?)",
     );
     let (dir, e) = conf_err(&pool("www", "log_level = debug\n"), &[]);
     assert_at(
@@ -361,7 +361,7 @@ fn errors_name_file_line_and_directive() {
         "You must provide a key for field 'php_value'",
     );
     let (dir, e) = conf_err(
-        &pool("www", "").replace("/run/fpmd/www.sock", "127.0.0.1:0"),
+        &pool("www", "").replace("/tmp/www.sock", "127.0.0.1:0"),
         &[],
     );
     assert_at(
@@ -550,7 +550,7 @@ fn convert_round_trips() {
         ),
         &[(
             "pool.d/b.conf",
-            &pool("b", "listen.backlog = 100\n").replace("/run/fpmd/b.sock", "127.0.0.1:9777"),
+            &pool("b", "listen.backlog = 100\n").replace("/tmp/b.sock", "127.0.0.1:9777"),
         )],
     );
     let text =
@@ -796,5 +796,28 @@ fn php_src_pm_configurations() {
             ),
             ("pool_static", PmMode::Static, "pong-static"),
         ]
+    );
+}
+
+#[test]
+fn fpmd_keys_in_a_conf_and_suggestions() {
+    // fpmd's own log_format, and the scan directory alone, in [global].
+    let (_d, c) = conf_ok(
+        &format!(
+            "[global]\nlog_format = fpmd\nphp_ini_scan_dir = /tmp\n{}",
+            pool("www", "")
+        ),
+        &[],
+    );
+    assert_eq!(c.global.log_format, crate::config::LogFormat::Fpmd);
+    assert_eq!(c.global.php_ini_scan_dir.as_deref(), Some("/tmp"));
+    // Without it, php-fpm's format.
+    let (_d, c) = conf_ok(&format!("[global]\n{}", pool("www", "")), &[]);
+    assert_eq!(c.global.log_format, crate::config::LogFormat::PhpFpm);
+    // A misspelt directive gets the closest php-fpm name.
+    let (_, e) = conf_err(&pool("www", "pm.max_childern = 3\n"), &[]);
+    assert_eq!(
+        e.message,
+        "unknown entry 'pm.max_childern' (did you mean 'pm.max_children'?)"
     );
 }

@@ -245,22 +245,78 @@ pub fn call_within(
     Ok(Answer::decode(&text))
 }
 
-/// The default control socket: `/run/fpmd/fpmd.sock` for root, else
-/// `fpmd.sock` beside the main configuration file.
-pub fn default_path(main_config: &Path) -> PathBuf {
-    if nix::unistd::Uid::effective().is_root() {
-        PathBuf::from("/run/fpmd/fpmd.sock")
-    } else {
-        main_config
+/// The main configuration file of the packaged service, whose control
+/// socket is [`PACKAGED_SOCKET`].
+pub const PACKAGED_CONFIG: &str = "/etc/fpmd/fpmd.toml";
+/// The packaged service's control socket.
+pub const PACKAGED_SOCKET: &str = "/run/fpmd/fpmd.sock";
+
+/// The default control socket of the daemon started on `main_config`, as
+/// root (`root`) or not:
+/// - root, the packaged `/etc/fpmd/fpmd.toml`: `/run/fpmd/fpmd.sock`;
+/// - root, any other file: `/run/fpmd/STEM-HASH.sock`, STEM the file's
+///   name without extension and HASH 8 hex digits of its canonical path
+///   (FNV-1a), so that two daemons on two configurations (a php8.2 and a
+///   php7.4 php-fpm.conf) never share one, and `fpmd reload -y FILE`
+///   reaches the daemon started on FILE;
+/// - not root: `fpmd.sock` beside the main file.
+pub fn default_path_as(main_config: &Path, root: bool) -> PathBuf {
+    if !root {
+        return main_config
             .parent()
             .unwrap_or(Path::new("."))
-            .join("fpmd.sock")
+            .join("fpmd.sock");
     }
+    let canonical = std::fs::canonicalize(main_config)
+        .or_else(|_| std::path::absolute(main_config))
+        .unwrap_or_else(|_| main_config.to_path_buf());
+    if canonical == Path::new(PACKAGED_CONFIG) {
+        return PathBuf::from(PACKAGED_SOCKET);
+    }
+    use std::os::unix::ffi::OsStrExt;
+    let hash = canonical
+        .as_os_str()
+        .as_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+    let stem = canonical
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "fpmd".into());
+    PathBuf::from(format!("/run/fpmd/{stem}-{:08x}.sock", hash as u32))
+}
+
+/// [`default_path_as`] for this process's effective user.
+pub fn default_path(main_config: &Path) -> PathBuf {
+    default_path_as(main_config, nix::unistd::Uid::effective().is_root())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn default_paths_differ_per_configuration() {
+        assert_eq!(
+            default_path_as(Path::new(PACKAGED_CONFIG), true),
+            PathBuf::from(PACKAGED_SOCKET)
+        );
+        let a = default_path_as(Path::new("/nonexistent/8.2/fpm/php-fpm.conf"), true);
+        let b = default_path_as(Path::new("/nonexistent/7.4/fpm/php-fpm.conf"), true);
+        assert_ne!(a, b);
+        assert!(a.starts_with("/run/fpmd") && a.to_string_lossy().contains("/php-fpm-"));
+        assert_eq!(
+            a,
+            default_path_as(Path::new("/nonexistent/8.2/fpm/php-fpm.conf"), true)
+        );
+        assert_eq!(
+            default_path_as(Path::new("/srv/x/fpmd.toml"), false),
+            PathBuf::from("/srv/x/fpmd.sock")
+        );
+    }
 
     #[test]
     fn answers_round_trip() {

@@ -833,11 +833,7 @@ php_admin_flag.log_errors = true
                 log_level: LogLevel::Notice,
                 emergency_restart: None,
                 process_control_timeout: None,
-                control_socket: if nix::unistd::geteuid().is_root() {
-                    PathBuf::from("/run/fpmd/fpmd.sock")
-                } else {
-                    dir.path().join("fpmd.sock")
-                },
+                control_socket: crate::ctl::default_path(&dir.path().join("fpmd.toml")),
                 watch: false,
                 daemonize: false,
                 log_format: LogFormat::Fpmd,

@@ -103,9 +103,10 @@ pub struct Global {
     pub process_control_timeout: Option<std::time::Duration>,
     /// `control_socket` (fpmd only): absolute path of the unix socket that
     /// `fpmd reload`, `fpmd stop` and `fpmd status` talk to (a relative
-    /// value is relative to the main file's directory). Default:
-    /// `/run/fpmd/fpmd.sock` when fpmd runs as root, else `fpmd.sock`
-    /// beside the main configuration file.
+    /// value is relative to the main file's directory). Default
+    /// ([`crate::ctl::default_path_as`]): as root `/run/fpmd/fpmd.sock`
+    /// for `/etc/fpmd/fpmd.toml` and `/run/fpmd/STEM-HASH.sock` for any
+    /// other main file, else `fpmd.sock` beside the main file.
     pub control_socket: PathBuf,
     /// `watch` (fpmd only): reload when a configuration file changes.
     /// Default `false`.

@@ -23,11 +23,6 @@ use super::users::{
 };
 use super::ConfigError;
 
-/// The default of `global.control_socket`: `/run/fpmd/fpmd.sock` for a
-/// daemon running as root, else `fpmd.sock` beside the main file (a
-/// directory its user can normally write).
-pub(super) const ROOT_CONTROL_SOCKET: &str = "/run/fpmd/fpmd.sock";
-
 pub(super) fn validate_global(
     src: &SourceFile,
     raw: RawGlobal,
@@ -87,8 +82,9 @@ pub(super) fn validate_global(
             ))
         }
         Some(p) => src.resolve(p),
-        None if ids.euid == 0 => PathBuf::from(ROOT_CONTROL_SOCKET),
-        None => src.dir.join("fpmd.sock"),
+        // `crate::ctl::default_path_as`: per configuration as root, else
+        // beside the main file (a directory its user can normally write).
+        None => crate::ctl::default_path_as(&src.path, ids.euid == 0),
     };
     check_socket_path(&control_socket).map_err(|m| err("control_socket", m))?;
     let metrics_listen = match raw.metrics.listen {
@@ -2746,7 +2742,7 @@ php_admin_flag.display_errors = "off"
         assert_eq!(as_root.global.process_control_timeout, None);
         assert_eq!(
             as_root.global.control_socket,
-            PathBuf::from(ROOT_CONTROL_SOCKET)
+            crate::ctl::default_path_as(&main, true)
         );
         assert!(!as_root.global.watch);
         assert_eq!(as_root.pools[0].graceful_timeout, None);
@@ -2890,15 +2886,16 @@ php_admin_flag.display_errors = "off"
             ),
         );
         let dir = tempfile::tempdir().unwrap();
+        let default = crate::ctl::default_path_as(&dir.path().join("fpmd.toml"), true);
         let main = write(
             dir.path(),
             "fpmd.toml",
-            &pool("www", "").replace("/tmp/www.sock", ROOT_CONTROL_SOCKET),
+            &pool("www", "").replace("/tmp/www.sock", &default.to_string_lossy()),
         );
         let e = super::super::load_as(&main, Ids { euid: 0, egid: 0 }).unwrap_err();
         assert_eq!(
             e.message,
-            "/run/fpmd/fpmd.sock is fpmd's control socket (the default of global.control_socket): a pool cannot listen on it"
+            format!("{} is fpmd's control socket (the default of global.control_socket): a pool cannot listen on it", default.display())
         );
     }
 

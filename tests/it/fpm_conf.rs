@@ -969,3 +969,48 @@ fn y_flag_any_name_php_fpm_log_format_and_phprc() {
         "{err}"
     );
 }
+
+/// Two daemons on two php-fpm configurations that set no control_socket
+/// (a php8.2 and a php7.4 php-fpm.conf side by side): each gets its own,
+/// and `fpmd stop -y FILE` stops the daemon started on FILE, not the other
+/// one (found by a new-user trial: both once shared /run/fpmd/fpmd.sock).
+#[test]
+fn two_php_fpm_configurations_two_control_sockets() {
+    let start = |t: &TestDir| {
+        let conf = t.join("php-fpm.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "[global]\nerror_log = {}\n[www]\nuser = www-data\nlisten = {}\npm = static\npm.max_children = 1\n",
+                t.join("fpmd.log").display(),
+                t.join("www.sock").display()
+            ),
+        )
+        .unwrap();
+        let addrs = vec![Addr::parse(&t.join("www.sock").display().to_string())];
+        let conf_s = conf.display().to_string();
+        let f = Fpmd::start_file(t, &FpmdConfig::new(), &conf, &["-F", "-y", &conf_s], addrs);
+        (conf, f)
+    };
+    let (t1, t2) = (TestDir::new(), TestDir::new());
+    let (_c1, mut one) = start(&t1);
+    let (c2, mut two) = start(&t2);
+    let out = Command::new(FPMD_BIN)
+        .arg("-y")
+        .arg(&c2)
+        .arg("stop")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        two.wait_exit(std::time::Duration::from_secs(30)).is_some(),
+        "the daemon of the file named stops"
+    );
+    assert!(one.try_wait().is_none(), "the other daemon keeps running");
+    assert!(!one.log().contains("another fpmd answers"), "{}", one.log());
+    assert!(!two.log().contains("another fpmd answers"), "{}", two.log());
+}

@@ -484,6 +484,17 @@ impl Reading<'_> {
         if !global.iter().any(|(n, _)| n == "log_format") {
             out.line("log_format = \"php-fpm\"".into(), None);
         }
+        // The control socket this file's daemon has by default
+        // (`ctl::default_path`), written out so that its conversion, loaded
+        // from another path, keeps it: `fpmd reload` then reaches the
+        // daemon whichever of the two files it names.
+        if !global.iter().any(|(n, _)| n == "control_socket") {
+            let socket = crate::ctl::default_path(main);
+            out.line(
+                format!("control_socket = {}", toml_str(&socket.to_string_lossy())),
+                None,
+            );
+        }
         for (name, val) in &global {
             let (_, action) = directives::find(directives::GLOBAL, name).expect("stored by name");
             let at = &val.at;
@@ -988,6 +999,9 @@ impl Translation {
                 )),
                 None if line.starts_with("listen.backlog") => {
                     out.push_str(" # php-fpm's default -1: the kernel's maximum")
+                }
+                None if line.starts_with("control_socket") => {
+                    out.push_str(" # the default of the daemon started on the php-fpm configuration")
                 }
                 None if line.starts_with("php_ini") => {
                     out.push_str(" # what php-fpm reads: the php.ini beside its configuration, else its compiled-in one")

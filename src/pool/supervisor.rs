@@ -307,6 +307,10 @@ fn started_serving(leader: i32, prefork: bool, elapsed: Duration) -> bool {
     unknown && elapsed > Duration::from_millis(200)
 }
 
+/// How long a stopped pool's cgroup may take to empty by itself before
+/// what is left in it is killed ([`Supervisor::remove_cgroup`]).
+const CGROUP_GRACE: Duration = Duration::from_secs(1);
+
 async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
     match at {
         Some(t) => tokio::time::sleep_until(t).await,
@@ -412,7 +416,16 @@ impl Supervisor {
         let Some(cg) = self.cgroup.take() else {
             return;
         };
-        let left = cg.pids();
+        // A pre-fork parent's workers are still exiting when the parent is
+        // gone (its SIGTERM reached them as it exited, and the ones it had
+        // just forked anew): give them CGROUP_GRACE to go on their own, so
+        // that only what a script left behind is killed and named.
+        let deadline = tokio::time::Instant::now() + CGROUP_GRACE;
+        let mut left = cg.pids();
+        while !left.is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            left = cg.pids();
+        }
         if !left.is_empty() {
             warn!(pool = %self.name(), "killing {} process(es) still in the pool's cgroup after its children: {left:?}", left.len());
         }

@@ -129,3 +129,25 @@ fn sigterm_stops_fast() {
 fn sigint_stops_fast() {
     fast_stop(Signal::SIGINT);
 }
+
+/// A graceful stop of a dynamic pool, whose pre-fork parent has forked
+/// workers fpmd gave no request (its spare capacity): every php-cgi goes by
+/// itself, none is left for the cgroup sweep to SIGKILL and warn about
+/// (a new-user trial saw "killing 4 process(es) still in the pool's
+/// cgroup" on every stop under pm.spawn = "prefork").
+#[test]
+fn sigquit_of_a_dynamic_pool_kills_nothing_left_behind() {
+    let mut s = Stack::start(Pool::www().max_children(5).lines(&[
+        r#"pm.mode = "dynamic""#,
+        "pm.start_servers = 2",
+        "pm.min_spare_servers = 1",
+        "pm.max_spare_servers = 3",
+    ]));
+    assert_eq!(get(&s.url("/hello.php")).status, 200);
+    s.fpmd.signal(Signal::SIGQUIT);
+    s.fpmd
+        .wait_exit(LONG)
+        .expect("fpmd still running 30 s after SIGQUIT");
+    let log = s.fpmd.log();
+    assert!(!log.contains("still in the pool's cgroup"), "{log}");
+}

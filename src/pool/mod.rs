@@ -398,17 +398,14 @@ impl Pool {
             }
         }
         let for_probe = config.clone();
-        let v = match tokio::task::spawn_blocking(move || probe::powered_by(&for_probe)).await {
-            Ok(Ok(v)) => v,
-            Ok(Err(e)) => {
-                debug!(pool = %self.name, "cannot learn php-cgi's X-Powered-By header: {e}");
-                None
-            }
-            Err(e) => {
-                debug!(pool = %self.name, "cannot learn php-cgi's X-Powered-By header: {e}");
-                None
-            }
-        };
+        let probed = tokio::task::spawn_blocking(move || probe::powered_by(&for_probe))
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| r);
+        let v = probed.unwrap_or_else(|e| {
+            debug!(pool = %self.name, "cannot learn php-cgi's X-Powered-By header: {e}");
+            None
+        });
         *cached = Some((config, v.clone()));
         v
     }

@@ -58,6 +58,9 @@ pub struct Report {
     /// With [`Timers::php_messages`]: the messages PHP logged on STDERR
     /// (at most [`super::php_message::MESSAGES_KEPT`]), and how many more.
     pub php_messages: (Vec<Vec<u8>>, usize),
+    /// The script called `fastcgi_finish_request()`, which php-cgi does
+    /// not have (its fatal error was on STDERR).
+    pub finish_request_missing: bool,
 }
 
 /// Why the pump from the web server to the child stopped.
@@ -100,9 +103,6 @@ pub enum Notice {
     Learned(i32),
     /// `request_slowlog_timeout` passed (once per request).
     Slow { pid: Option<i32>, elapsed: Duration },
-    /// The script called `fastcgi_finish_request()`, which php-cgi does
-    /// not have (its fatal error was on STDERR).
-    FinishRequestMissing,
 }
 
 /// The request's timers, from its pool's configuration.
@@ -423,9 +423,6 @@ where
         };
         (child, why, up_end)
     };
-    if messages.finish_request_missing {
-        on(Notice::FinishRequestMissing);
-    }
     let php_messages = (messages.take_done(), messages.dropped);
     let short = matches!(up_end, Some(UpEnd::Short | UpEnd::Broke(_)));
     let cut = matches!(up_end, Some(UpEnd::Cut));
@@ -471,6 +468,7 @@ where
         started,
         learned,
         php_messages,
+        finish_request_missing: messages.finish_request_missing,
     }
 }
 

@@ -639,7 +639,6 @@ where
             continue;
         };
         let slot = w.slot;
-        let finish_request_missing = std::sync::atomic::AtomicBool::new(false);
         let on = |notice| match notice {
             // The slot table names the child (status page, graceful_timeout).
             exchange::Notice::Learned(pid) => pool.note_pid(slot, pid),
@@ -648,9 +647,6 @@ where
                 if let Some(info) = &slow {
                     write_slowlog(&limits, pid.unwrap_or(known), info, elapsed);
                 }
-            }
-            exchange::Notice::FinishRequestMissing => {
-                finish_request_missing.store(true, Ordering::Relaxed)
             }
         };
         let started = std::time::Instant::now();
@@ -671,7 +667,7 @@ where
             let pid = report.learned.unwrap_or(known);
             crate::output::log_php_messages(&limits, pid, messages, *dropped);
         }
-        if finish_request_missing.load(Ordering::Relaxed) {
+        if report.finish_request_missing {
             php_message::log_finish_request_missing(
                 ctx.pool,
                 req.param(b"SCRIPT_FILENAME").unwrap_or_default(),

@@ -50,9 +50,11 @@ pub struct PhpMessages {
     /// Bytes at the start of a line, held back until they tell whether the
     /// line continues a message (at most [`HOLD_MAX`]).
     held: Vec<u8>,
-    /// Tail of the content seen, to find [`FINISH_REQUEST_MISSING`] across
-    /// records.
+    /// The last bytes of the content seen (one fewer than
+    /// [`FINISH_REQUEST_MISSING`]), to find it across records.
     tail: Vec<u8>,
+    /// The reframed text of one record, reused from record to record.
+    text: Vec<u8>,
     /// The script called `fastcgi_finish_request()` and php-cgi has none.
     pub finish_request_missing: bool,
     /// Keep the messages for fpmd's log (`catch_workers_output`): php-fpm's
@@ -93,10 +95,11 @@ impl PhpMessages {
                 encode_empty(out, RecordType::Stderr, id);
             } else {
                 self.note_finish_request(rec.content);
-                let mut w = StreamWriter::new(RecordType::Stderr, id);
-                let mut text = Vec::with_capacity(rec.content.len() + PREFIX.len() + 2);
+                let mut text = std::mem::take(&mut self.text);
+                text.clear();
                 self.feed(rec.content, &mut text);
-                w.write(out, &text);
+                StreamWriter::new(RecordType::Stderr, id).write(out, &text);
+                self.text = text;
             }
             at += len;
         }
@@ -114,9 +117,11 @@ impl PhpMessages {
     /// the last message is then whole.
     fn flush_into(&mut self, id: u16, out: &mut Vec<u8>) {
         if !self.held.is_empty() {
-            let mut text = Vec::new();
+            let mut text = std::mem::take(&mut self.text);
+            text.clear();
             self.start_line(&mut text);
             StreamWriter::new(RecordType::Stderr, id).write(out, &text);
+            self.text = text;
         }
         if !self.current.is_empty() {
             self.finish_message();
@@ -225,16 +230,19 @@ impl PhpMessages {
         if self.finish_request_missing {
             return;
         }
-        let keep = FINISH_REQUEST_MISSING.len() - 1;
-        self.tail.extend_from_slice(content);
-        if self
-            .tail
-            .windows(FINISH_REQUEST_MISSING.len())
-            .any(|w| w == FINISH_REQUEST_MISSING)
-        {
-            self.finish_request_missing = true;
-        }
-        if self.tail.len() > keep {
+        let needle = FINISH_REQUEST_MISSING;
+        let keep = needle.len() - 1;
+        let has = |hay: &[u8]| hay.windows(needle.len()).any(|w| w == needle);
+        // Across the boundary: the tail and the start of `content`; then
+        // `content` itself, without copying it.
+        let edge = content.len().min(keep);
+        self.tail.extend_from_slice(&content[..edge]);
+        self.finish_request_missing = has(&self.tail) || has(content);
+        if content.len() >= keep {
+            self.tail.clear();
+            self.tail
+                .extend_from_slice(&content[content.len() - keep..]);
+        } else if self.tail.len() > keep {
             self.tail.drain(..self.tail.len() - keep);
         }
     }

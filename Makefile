@@ -61,7 +61,7 @@ clean:
 #                     (more options: make bench BENCH_ARGS="--fpmd-variants exec,prefork")
 #   make bench-smoke  1 round of 1 s per workload into a temp dir, which is removed when it
 #                     passes: proves the bench still works (the test suite runs it); < 1 min
-.PHONY: bench-deps bench-smoke bench-pm bench-reload
+.PHONY: bench-deps bench-smoke bench-pm bench-reload bench-scale
 BENCH_ARGS ?=
 
 bench-deps:
@@ -91,6 +91,18 @@ BENCH_RELOAD_ARGS ?=
 
 bench-reload: bench-deps build
 	/usr/bin/python3 bench/reload.py $(BENCH_RELOAD_ARGS)
+
+# Hundreds of pools against php-fpm: for N in 1, 50, 200, 500 pools, ondemand
+# and dynamic, each backend started alone with the same N pools: start time,
+# manager and total memory, one cold request per pool straight over FastCGI
+# (p50/p99/max and where the slowest were), memory after idle, a second
+# round, the reload of one pool among N, stop; one markdown table per
+# (mode, N) on stdout, bench/results/scale.json and scale.png; about
+# 10 minutes (N=500 alone ~5). BENCH_SCALE_ARGS="--smoke": N=1,5, < 1 min.
+BENCH_SCALE_ARGS ?=
+
+bench-scale: bench-deps build
+	/usr/bin/python3 bench/scale.py $(BENCH_SCALE_ARGS)
 
 # cargo fuzz targets (fuzz/): the codec, the proxy's request path against
 # a fake child, and the configuration parser (the path of fpmd -t). Needs the nightly toolchain and cargo-fuzz (both

@@ -1,0 +1,1202 @@
+#!/usr/bin/python3
+"""Hundreds of pools: fpmd side by side with php-fpm.
+
+For every pm mode (--modes ondemand,dynamic) and pool count N (--pools
+1,50,200,500), each backend (php-fpm 8.2, fpmd) is started fresh, alone,
+with the same N pools: user/group www-data, one unix socket each in the temp
+dir (listen.owner/group www-data, mode 0660), pm.max_children 5,
+pm.max_requests 0; ondemand: pm.process_idle_timeout 10 s (--idle-timeout);
+dynamic: start_servers 1, min_spare 1, max_spare 2. Each pool has its own
+php_admin_value[user_agent] = "pNNNN-gen0", which the test script prints: a
+body names the pool (and the configuration generation) that answered it.
+Then, one backend at a time:
+
+  1. start time: from the exec of the manager until every pool's socket
+     listens (read from /proc/net/unix: a connect() would succeed; no
+     connection is made, since one wakes an ondemand pool), and for
+     dynamic until N x start_servers php processes serve;
+  2. the manager's own VmRSS and PSS, and the PSS of the manager and every
+     descendant, after the start;
+  3. one request per pool, in pool order, one at a time, straight over
+     FastCGI on the pool's socket (a small client below: BEGIN_REQUEST as a
+     responder, PARAMS, empty PARAMS, empty STDIN, read until END_REQUEST),
+     each timed from connect() to END_REQUEST and its body checked: cold
+     p50/p90/p99/max and the positions of the slowest;
+  4. memory right after, and again after idle_timeout + 3 s (ondemand: the
+     children are retired then), with the php process count;
+  5. a second round of one request per pool (cold again for ondemand);
+  6. the reload of one pool among N: its php_admin_value is changed
+     (gen0 -> gen1) and the manager reloaded (php-fpm: SIGUSR2; fpmd:
+     SIGHUP, or `fpmd -c FILE reload` with --fpmd-reload command); the time
+     until that pool answers with the new value, polling its socket; for
+     dynamic, whether the other pools' php processes were replaced; then one
+     more request per pool;
+  7. stop (SIGQUIT): how long, the exit status, nothing left behind.
+
+Prints one markdown table per (mode, N), metrics by backend with the ratio
+fpmd / php-fpm, writes bench/results/scale.json and draws
+bench/results/scale.png. The machinery (processes in their own session
+with PDEATHSIG, cleanup on errors and Ctrl-C, /proc helpers) is bench.py's.
+Exits non-zero when the bench itself failed: a backend that did not start
+or died, a request that failed or returned the wrong body, a reload never
+seen, a manager that did not exit 0 on SIGQUIT, a process left behind.
+What the figures show is reported, not judged.
+
+Stdlib only (matplotlib for the chart); run as root (pools run as www-data,
+php-fpm needs -R).
+"""
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import re
+import resource
+import shutil
+import signal
+import socket
+import struct
+import sys
+import tempfile
+import time
+import types
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import bench as B  # noqa: E402  (bench.py: processes, /proc, machine info)
+import pm_scenarios as P  # noqa: E402  (percentiles, log grouping)
+
+REPO = B.REPO
+POOL_USER = B.POOL_USER
+MODES = ("ondemand", "dynamic")
+MAX_CHILDREN = 5
+START_SERVERS = 1
+REQUEST_TIMEOUT = 30.0
+RELOAD_TIMEOUT = 60.0
+
+# The ini name is not a literal: opcache's optimizer folds ini_get('literal')
+# of a PHP_INI_SYSTEM entry (what php_admin_value makes it) at compile time,
+# and php-fpm's pools share one opcache, so every pool printed the value of
+# the pool that compiled the script first.
+SCALE_PHP = r"""<?php
+// written by bench/scale.py: the pool's marker (php_admin_value[user_agent]) and the pid.
+$ini = getmypid() > 0 ? 'user_agent' : '';  // not a literal: see scale.py
+header('Content-Type: text/plain');
+echo 'scale-ok ', ini_get($ini), ' ', getmypid(), "\n";
+"""
+
+
+def log(msg):
+    print(f"[bench-scale {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def mono():
+    return time.perf_counter()
+
+
+def pool_name(i):
+    return f"p{i:04d}"
+
+
+def marker(i, gen):
+    return f"{pool_name(i)}-gen{gen}"
+
+
+# ---------------------------------------------------------------------------
+# A small FastCGI client (one request per connection)
+# ---------------------------------------------------------------------------
+
+FCGI_BEGIN_REQUEST, FCGI_END_REQUEST, FCGI_PARAMS, FCGI_STDIN, FCGI_STDOUT, FCGI_STDERR = 1, 3, 4, 5, 6, 7
+FCGI_RESPONDER = 1
+
+
+def fcgi_record(rtype, content, rid=1):
+    pad = (-len(content)) % 8
+    return struct.pack("!BBHHBB", 1, rtype, rid, len(content), pad, 0) + content + b"\0" * pad
+
+
+def fcgi_pair(name, value):
+    out = b""
+    for x in (name, value):
+        out += bytes([len(x)]) if len(x) < 128 else struct.pack("!I", len(x) | 0x80000000)
+    return out + name + value
+
+
+def fcgi_get(sock_path, script, uri, timeout=REQUEST_TIMEOUT):
+    """One GET over FastCGI on a unix socket. Returns {ms, status, body,
+    stderr, app_status, protocol_status, error}; ms from connect() to
+    END_REQUEST (or to the failure)."""
+    params = {
+        "GATEWAY_INTERFACE": "CGI/1.1",
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "REQUEST_METHOD": "GET",
+        "SCRIPT_FILENAME": script,
+        "SCRIPT_NAME": uri,
+        "REQUEST_URI": uri,
+        "DOCUMENT_URI": uri,
+        "QUERY_STRING": "",
+        "SERVER_NAME": "localhost",
+    }
+    payload = (fcgi_record(FCGI_BEGIN_REQUEST, struct.pack("!HB5x", FCGI_RESPONDER, 0))
+               + fcgi_record(FCGI_PARAMS, b"".join(fcgi_pair(k.encode(), v.encode())
+                                                   for k, v in params.items()))
+               + fcgi_record(FCGI_PARAMS, b"")
+               + fcgi_record(FCGI_STDIN, b""))
+    out = {"status": None, "body": "", "stderr": "", "error": None,
+           "app_status": None, "protocol_status": None}
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    t0 = mono()
+    stdout, stderr = bytearray(), bytearray()
+    try:
+        s.connect(sock_path)
+        s.sendall(payload)
+        buf = bytearray()
+        done = False
+        while not done:
+            chunk = s.recv(65536)
+            if not chunk:
+                raise ConnectionError("connection closed before FCGI_END_REQUEST")
+            buf += chunk
+            while len(buf) >= 8:
+                _v, rtype, _rid, clen, plen, _r = struct.unpack("!BBHHBB", buf[:8])
+                if len(buf) < 8 + clen + plen:
+                    break
+                content = bytes(buf[8:8 + clen])
+                del buf[:8 + clen + plen]
+                if rtype == FCGI_STDOUT:
+                    stdout += content
+                elif rtype == FCGI_STDERR:
+                    stderr += content
+                elif rtype == FCGI_END_REQUEST:
+                    out["app_status"], out["protocol_status"] = struct.unpack("!IB3x", content[:8])
+                    done = True
+                    break
+    except (OSError, ConnectionError, struct.error) as e:
+        out["error"] = f"{type(e).__name__}: {e}"
+    finally:
+        out["ms"] = (mono() - t0) * 1000
+        s.close()
+    head, sep, body = bytes(stdout).partition(b"\r\n\r\n")
+    if not sep:
+        head, sep, body = bytes(stdout).partition(b"\n\n")
+    status = 200
+    for line in head.decode(errors="replace").splitlines():
+        if line.lower().startswith("status:"):
+            try:
+                status = int(line.split(":", 1)[1].split()[0])
+            except (IndexError, ValueError):
+                status = None
+    if stdout:
+        out["status"] = status
+    out["body"] = body.decode(errors="replace")
+    out["stderr"] = stderr.decode(errors="replace")
+    return out
+
+
+# ---------------------------------------------------------------------------
+# /proc: listening unix sockets, php processes
+# ---------------------------------------------------------------------------
+
+def listening_unix_paths():
+    """Paths of the unix stream sockets that listen (__SO_ACCEPTCON)."""
+    out = set()
+    try:
+        with open("/proc/net/unix") as f:
+            next(f)
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 8 and int(parts[3], 16) & 0x10000:
+                    out.add(parts[7])
+    except OSError:
+        pass
+    return out
+
+
+def cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def nofile_limit(pid):
+    """'soft/hard' of the process's Max open files."""
+    try:
+        with open(f"/proc/{pid}/limits") as f:
+            for line in f:
+                if line.startswith("Max open files"):
+                    parts = line.split()
+                    return f"{parts[3]}/{parts[4]}"
+    except OSError:
+        pass
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Backends
+# ---------------------------------------------------------------------------
+
+class ScaleBackend:
+    """One manager with N pools, in its own directory under the run's temp dir."""
+    kind = "?"
+    label = "?"
+
+    def __init__(self, name, rundir, n, mode, args, www):
+        self.name = name
+        self.n = n
+        self.mode = mode
+        self.args = args
+        self.dir = os.path.join(rundir, name)
+        self.sockdir = os.path.join(self.dir, "sock")
+        self.pooldir = os.path.join(self.dir, "pool.d")
+        for d in (self.dir, self.sockdir, self.pooldir):
+            os.makedirs(d)
+            os.chmod(d, 0o755)
+        self.script = os.path.join(www, "scale.php")
+        self.log_path = os.path.join(self.dir, "stdout.log")
+        self.proc = None
+        self.prefork = False
+
+    def sock(self, i):
+        return os.path.join(self.sockdir, f"{pool_name(i)}.sock")
+
+    def request(self, i, timeout=REQUEST_TIMEOUT):
+        return fcgi_get(self.sock(i), self.script, "/scale.php", timeout)
+
+    def logs(self):
+        return sorted({self.log_path, self.error_log()})
+
+    def write_all(self):
+        for i in range(self.n):
+            self.write_pool(i, 0)
+
+    def write_file(self, path, text):
+        # Whole, then renamed: a reload never reads half a file.
+        with open(path + ".new", "w") as f:
+            f.write(text)
+        os.rename(path + ".new", path)
+
+    def launch(self):
+        self.proc = B.Managed(self.name, self.argv(), self.log_path, signal.SIGQUIT)
+
+    def php_processes(self):
+        """[(pid, ppid, cmdline)] of the live php processes under the manager."""
+        out = []
+        for p in B.descendants(self.proc.pid):
+            if not B.comm(p).startswith("php") or B.proc_state(p) == "Z":
+                continue
+            st = B.proc_stat(p)
+            if st is not None:
+                out.append((p, st[0], cmdline(p)))
+        self.proc.snapshot()
+        return out
+
+    def tree(self):
+        """php processes: serving children, and (fpmd prefork) the php-cgi parents."""
+        procs = self.php_processes()
+        parents = sum(1 for _p, pp, _c in procs if self.prefork and pp == self.proc.pid)
+        return {"php": len(procs) - parents, "parents": parents}
+
+    def pools_pids(self):
+        """{pool index: set of php pids (children and parents)}."""
+        out = {}
+        self.unattributed = []
+        for pid, _pp, cmd in self.php_processes():
+            i = self.pool_of(pid, cmd)
+            if i is not None:
+                out.setdefault(i, set()).add(pid)
+            else:
+                self.unattributed.append(pid)
+        return out
+
+    def memory(self):
+        pids = [self.proc.pid] + B.descendants(self.proc.pid)
+        pss = [B.pss_kib(p) for p in pids]
+        t = self.tree()
+        return {
+            "manager_rss_mib": mib(B.status_kib(self.proc.pid, "VmRSS")),
+            "manager_pss_mib": mib(B.pss_kib(self.proc.pid)),
+            "total_pss_mib": mib(sum(k for k in pss if k)),
+            "processes": sum(1 for k in pss if k is not None),
+            "php": t["php"],
+            "parents": t["parents"],
+        }
+
+    def stop(self, timeout):
+        """SIGQUIT (then SIGTERM, SIGKILL: bench.py's Managed.stop); returns
+        (seconds, problems)."""
+        if self.proc is None or self.proc.stopped:
+            return None, []
+        t0 = mono()
+        left = self.proc.stop(timeout=timeout)
+        rc = self.proc.proc.returncode
+        took = mono() - t0
+        out = []
+        if left:
+            out.append(f"{self.name}: {len(left)} process(es) still alive after it exited "
+                       f"(killed): " + ", ".join(f"{p} ({c})" for p, c in left[:10]))
+        if rc != 0:
+            out.append(f"{self.name} exited with status {rc} after SIGQUIT "
+                       f"({'killed by signal ' + str(-rc) if rc and rc < 0 else 'expected 0'})")
+        return took, out
+
+
+class ScalePhpFpm(ScaleBackend):
+    kind = "php-fpm"
+    label = "php-fpm"
+
+    def __init__(self, name, rundir, n, mode, args, www):
+        super().__init__(name, rundir, n, mode, args, www)
+        self.binary = args.php_fpm
+        self.conf = os.path.join(self.dir, "php-fpm.conf")
+        self.fpm_log = os.path.join(self.dir, "php-fpm.log")
+        with open(self.conf, "w") as f:
+            f.write(f"""; generated by bench/scale.py: {n} {mode} pools
+[global]
+pid = {self.dir}/php-fpm.pid
+error_log = {self.fpm_log}
+daemonize = no
+include = {self.pooldir}/*.conf
+""")
+        self.write_all()
+
+    def error_log(self):
+        return self.fpm_log
+
+    def write_pool(self, i, gen):
+        pm = [f"pm = {self.mode}", f"pm.max_children = {MAX_CHILDREN}"]
+        if self.mode == "ondemand":
+            pm.append(f"pm.process_idle_timeout = {fmt_dur(self.args.idle_timeout)}")
+        else:
+            pm += [f"pm.start_servers = {START_SERVERS}", "pm.min_spare_servers = 1",
+                   "pm.max_spare_servers = 2"]
+        self.write_file(os.path.join(self.pooldir, f"{pool_name(i)}.conf"), "\n".join([
+            f"; generated by bench/scale.py, generation {gen}",
+            f"[{pool_name(i)}]",
+            f"user = {POOL_USER}",
+            f"group = {POOL_USER}",
+            f"listen = {self.sock(i)}",
+            f"listen.owner = {POOL_USER}",
+            f"listen.group = {POOL_USER}",
+            "listen.mode = 0660",
+        ] + pm + [
+            "pm.max_requests = 0",
+            f"php_admin_value[user_agent] = {marker(i, gen)}",
+        ]) + "\n")
+
+    def check_config(self):
+        r = B.run([self.binary, "-t", "-y", self.conf])
+        if r.returncode != 0:
+            raise B.BenchError(f"{self.name}: `{self.binary} -t -y {self.conf}` failed:\n"
+                               + "\n".join(r.stdout.splitlines()[-20:]))
+
+    def argv(self):
+        return [self.binary, "-F", "-R", "-y", self.conf]
+
+    def reload(self):
+        os.kill(self.proc.pid, signal.SIGUSR2)
+        return {"method": "SIGUSR2"}
+
+    POOL_RE = re.compile(r"^php-fpm: pool (p\d{4})\b")
+
+    def pool_of(self, pid, cmd):
+        m = self.POOL_RE.match(cmd)
+        return int(m.group(1)[1:]) if m else None
+
+    def describe(self):
+        return {"name": self.name, "kind": self.kind, "binary": self.binary}
+
+
+class ScaleFpmd(ScaleBackend):
+    kind = "fpmd"
+    label = "fpmd"
+
+    def __init__(self, name, rundir, n, mode, args, www):
+        super().__init__(name, rundir, n, mode, args, www)
+        self.binary = args.fpmd_copy
+        self.spawn = args.spawn
+        self.prefork = args.spawn != "exec"
+        self.conf = os.path.join(self.dir, "fpmd.toml")
+        self.fpmd_log = os.path.join(self.dir, "fpmd.log")
+        self.ctl = os.path.join(self.dir, "fpmd-ctl.sock")
+        q = json.dumps
+        with open(self.conf, "w") as f:
+            f.write(f"# generated by bench/scale.py: {n} {mode} pools\n[global]\n"
+                    f"error_log = {q(self.fpmd_log)}\n"
+                    f"control_socket = {q(self.ctl)}\n"
+                    'include = "pool.d/*.toml"\n')
+        self.write_all()
+
+    def error_log(self):
+        return self.fpmd_log
+
+    def write_pool(self, i, gen):
+        q = json.dumps
+        pm = [f"pm.mode = {q(self.mode)}", f"pm.max_children = {MAX_CHILDREN}"]
+        if self.mode == "ondemand":
+            pm.append(f"pm.process_idle_timeout = {q(fmt_dur(self.args.idle_timeout))}")
+        else:
+            pm += [f"pm.start_servers = {START_SERVERS}", "pm.min_spare_servers = 1",
+                   "pm.max_spare_servers = 2"]
+        if self.spawn:
+            pm.append(f"pm.spawn = {q(self.spawn)}")
+        self.write_file(os.path.join(self.pooldir, f"{pool_name(i)}.toml"), "\n".join([
+            f"# generated by bench/scale.py, generation {gen}",
+            f"[{pool_name(i)}]",
+            f"user = {q(POOL_USER)}",
+            f"group = {q(POOL_USER)}",
+            f"listen.address = {q(self.sock(i))}",
+            f"listen.owner = {q(POOL_USER)}",
+            f"listen.group = {q(POOL_USER)}",
+            'listen.mode = "0660"',
+        ] + pm + [
+            "pm.max_requests = 0",
+            f'php_admin_value."user_agent" = {q(marker(i, gen))}',
+        ]) + "\n")
+
+    def check_config(self):
+        r = B.run([self.binary, "-c", self.conf, "-t"])
+        if r.returncode != 0:
+            raise B.BenchError(f"{self.name}: `fpmd -c {self.conf} -t` failed ({r.returncode}):\n"
+                               + "\n".join(r.stdout.splitlines()[-20:]))
+
+    def argv(self):
+        return [self.binary, "-c", self.conf]
+
+    def reload(self):
+        if self.args.fpmd_reload == "sighup":
+            os.kill(self.proc.pid, signal.SIGHUP)
+            return {"method": "SIGHUP"}
+        t0 = mono()
+        try:
+            r = B.run([self.binary, "-c", self.conf, "reload"], timeout=RELOAD_TIMEOUT)
+            rc, out = r.returncode, r.stdout.strip()
+        except Exception as e:  # subprocess.TimeoutExpired: run() killed it
+            rc, out = None, repr(e)
+        return {"method": "fpmd reload", "command_s": round(mono() - t0, 4), "rc": rc,
+                "output": out[-500:]}
+
+    # php_admin_value reaches php-cgi as `-d user_agent=pNNNN-genG`; a
+    # prefork worker has its parent's command line.
+    POOL_RE = re.compile(r"user_agent=(p\d{4})-gen")
+
+    def pool_of(self, pid, cmd):
+        m = self.POOL_RE.search(cmd)
+        return int(m.group(1)[1:]) if m else None
+
+    def describe(self):
+        return {"name": self.name, "kind": self.kind, "binary": self.args.fpmd,
+                "spawn": self.spawn or "default (prefork)", "reload": self.args.fpmd_reload}
+
+
+def mib(kib):
+    return None if kib is None else round(kib / 1024, 2)
+
+
+def fmt_dur(s):
+    return f"{int(s)}s" if s == int(s) else f"{int(s * 1000)}ms"
+
+
+# ---------------------------------------------------------------------------
+# One run: one backend, one mode, N pools
+# ---------------------------------------------------------------------------
+
+def wait_started(b, timeout):
+    """From the exec until every socket listens, and (dynamic) until
+    N x start_servers php processes serve. Returns the two times (s)."""
+    t0 = mono()
+    b.launch()
+    want_php = b.n * START_SERVERS if b.mode == "dynamic" else 0
+    socks = {b.sock(i) for i in range(b.n)}
+    sockets_s = php_s = None
+    last_proc = 0.0
+    php = 0
+    while True:
+        now = mono()
+        if not b.proc.running():
+            raise B.BenchError(f"{b.name} exited with status {b.proc.proc.returncode} while "
+                               f"starting {b.n} pools; its log ends with:\n  " +
+                               "\n  ".join(sum((B.tail(p) for p in b.logs()), [])))
+        if sockets_s is None:
+            up = socks & listening_unix_paths()
+            if len(up) == len(socks):
+                sockets_s = now - t0
+        if php_s is None and now - last_proc >= 0.05:
+            last_proc = now
+            php = b.tree()["php"]
+            if php >= want_php:
+                php_s = now - t0
+        if sockets_s is not None and php_s is not None:
+            return sockets_s, (php_s if want_php else None)
+        if now - t0 > timeout:
+            up = len(socks & listening_unix_paths())
+            raise B.BenchError(f"{b.name}: not started after {timeout:.0f} s: {up}/{b.n} sockets "
+                               f"listen, {php}/{want_php} php processes; log:\n  " +
+                               "\n  ".join(sum((B.tail(p) for p in b.logs()), [])))
+        time.sleep(0.01)
+
+
+def request_round(b, gen, what, problems):
+    """One request per pool, in pool order; returns the figures."""
+    ms, bad = [], []
+    for i in range(b.n):
+        r = b.request(i)
+        want = f"scale-ok {marker(i, gen)} "
+        ms.append(round(r["ms"], 3))
+        if r["error"] or r["status"] != 200 or not r["body"].startswith(want) \
+                or r["protocol_status"] != 0:
+            bad.append({"pool": i, "error": r["error"], "status": r["status"],
+                        "body": r["body"][:200], "stderr": r["stderr"][:200],
+                        "protocol_status": r["protocol_status"], "ms": r["ms"]})
+    if bad:
+        problems.append(f"{b.name}: {what}: {len(bad)}/{b.n} request(s) failed or answered "
+                        f"the wrong body, e.g. {bad[0]}")
+    return summarize_round(ms, bad)
+
+
+def summarize_round(ms, bad):
+    slowest = sorted(range(len(ms)), key=lambda i: -ms[i])[:5]
+    return {
+        "requests": len(ms),
+        "failed": len(bad),
+        "failures": bad[:5],
+        "p50_ms": P.pct(ms, 50),
+        "p90_ms": P.pct(ms, 90),
+        "p99_ms": P.pct(ms, 99),
+        "max_ms": max(ms) if ms else None,
+        "mean_ms": round(sum(ms) / len(ms), 3) if ms else None,
+        "slowest": [{"pool": i, "ms": ms[i]} for i in slowest],
+        "ms": ms,
+    }
+
+
+def reload_one(b, i, problems):
+    """Changes pool i's user_agent (gen0 -> gen1), reloads, polls pool i
+    until it answers with gen1."""
+    dyn = b.mode == "dynamic"
+    before = b.pools_pids() if dyn else None
+    b.write_pool(i, 1)
+    if isinstance(b, ScaleFpmd):
+        b.check_config()
+    t0 = mono()
+    ev = b.reload()
+    old = failed = polls = 0
+    errors = []
+    seen_s = None
+    want_new, want_old = f"scale-ok {marker(i, 1)} ", f"scale-ok {marker(i, 0)} "
+    while mono() - t0 < RELOAD_TIMEOUT:
+        r = b.request(i, timeout=RELOAD_TIMEOUT)
+        polls += 1
+        if r["status"] == 200 and r["body"].startswith(want_new):
+            seen_s = mono() - t0
+            break
+        if r["status"] == 200 and r["body"].startswith(want_old):
+            old += 1
+        else:
+            failed += 1
+            if len(errors) < 5:
+                errors.append({"error": r["error"], "status": r["status"], "body": r["body"][:200]})
+        if not b.proc.running():
+            break
+        time.sleep(0.005)
+    out = {"pool": i, "trigger": ev, "seen_s": seen_s, "polls": polls,
+           "old_value_answers": old, "failed_polls": failed, "poll_errors": errors}
+    if seen_s is None:
+        problems.append(f"{b.name}: pool {pool_name(i)} never answered with its new value "
+                        f"within {RELOAD_TIMEOUT:.0f} s of the reload ({polls} polls, "
+                        f"{failed} failed: {errors[:2]})")
+    if ev.get("rc") not in (None, 0):
+        problems.append(f"{b.name}: `fpmd reload` exited {ev['rc']}: {ev.get('output')}")
+    if dyn:
+        time.sleep(1.0)  # what the reload retires has gone by now
+        after = b.pools_pids()
+        others = [j for j in range(b.n) if j != i]
+        changed = [j for j in others if not before.get(j, set()) <= after.get(j, set())]
+        gone = sum(len(before.get(j, set()) - after.get(j, set())) for j in others)
+        out["other_pools"] = len(others)
+        out["other_pools_with_pids_replaced"] = len(changed)
+        out["other_pools_pids_before"] = sum(len(before.get(j, set())) for j in others)
+        out["other_pools_pids_gone"] = gone
+        out["other_pools_changed_sample"] = [pool_name(j) for j in changed[:10]]
+        out["reloaded_pool_pids_before"] = sorted(before.get(i, set()))
+        out["reloaded_pool_pids_after"] = sorted(after.get(i, set()))
+        out["unattributed_pids"] = len(b.unattributed)
+    return out
+
+
+def run_one(args, b, problems):
+    """Steps 1-7 for one backend; returns its figures."""
+    res = {"backend": b.name, "load_average": os.getloadavg()}
+    b.check_config()
+    sockets_s, php_s = wait_started(b, args.start_timeout)
+    res["start_sockets_s"] = round(sockets_s, 4)
+    res["start_php_s"] = None if php_s is None else round(php_s, 4)
+    res["manager_nofile"] = nofile_limit(b.proc.pid)
+    time.sleep(0.3)
+    res["mem_after_start"] = b.memory()
+    log(f"{b.name}: {b.n} {b.mode} pools up: sockets {sockets_s:.3f} s"
+        + ("" if php_s is None else f", php {php_s:.3f} s")
+        + f"; manager RSS {res['mem_after_start']['manager_rss_mib']} MiB, "
+          f"total PSS {res['mem_after_start']['total_pss_mib']} MiB")
+
+    res["round1"] = request_round(b, 0, "round 1 (cold)", problems)
+    res["mem_after_round1"] = b.memory()
+    log(f"{b.name}: round 1: p50 {res['round1']['p50_ms']:.2f} ms, p99 "
+        f"{res['round1']['p99_ms']:.2f} ms, max {res['round1']['max_ms']:.2f} ms "
+        f"(pool {res['round1']['slowest'][0]['pool']})")
+
+    wait = args.idle_timeout + args.idle_margin
+    time.sleep(wait)
+    res["idle_wait_s"] = wait
+    res["mem_after_idle"] = b.memory()
+
+    res["round2"] = request_round(b, 0, "round 2 (after idle)", problems)
+    log(f"{b.name}: round 2: p50 {res['round2']['p50_ms']:.2f} ms, p99 "
+        f"{res['round2']['p99_ms']:.2f} ms; php after idle {res['mem_after_idle']['php']}")
+
+    target = b.n // 2
+    res["reload"] = rl = reload_one(b, target, problems)
+    log(f"{b.name}: reload of {pool_name(target)}: new value after "
+        + ("never" if rl["seen_s"] is None else f"{rl['seen_s'] * 1000:.0f} ms")
+        + ("" if "other_pools_with_pids_replaced" not in rl else
+           f"; other pools with replaced php processes: {rl['other_pools_with_pids_replaced']}"
+           f"/{rl['other_pools']}"))
+    # Every pool after the reload: the reloaded one with its new value.
+    ms, bad = [], []
+    for i in range(b.n):
+        r = b.request(i)
+        want = f"scale-ok {marker(i, 1 if i == target else 0)} "
+        ms.append(round(r["ms"], 3))
+        if r["error"] or r["status"] != 200 or not r["body"].startswith(want):
+            bad.append({"pool": i, "error": r["error"], "status": r["status"],
+                        "body": r["body"][:200]})
+    if bad:
+        problems.append(f"{b.name}: after the reload: {len(bad)}/{b.n} request(s) failed or "
+                        f"answered the wrong body, e.g. {bad[0]}")
+    res["round3"] = summarize_round(ms, bad)
+    res["mem_end"] = b.memory()
+    res["manager_alive"] = b.proc.running()
+    if not res["manager_alive"]:
+        problems.append(f"{b.name} died (exit status {b.proc.proc.returncode})")
+    return res
+
+
+def run_all(args, tmp, www, problems, results, warnings):
+    k = 0
+    for mode in args.modes:
+        results[mode] = {}
+        for n in args.pools:
+            rundir = os.path.join(tmp, f"{mode}-{n}")
+            os.makedirs(rundir)
+            os.chmod(rundir, 0o755)
+            per = results[mode][str(n)] = {}
+            kinds = [ScalePhpFpm, ScaleFpmd] if k % 2 == 0 else [ScaleFpmd, ScalePhpFpm]
+            k += 1
+            for cls in kinds:
+                name = cls.kind
+                b = cls(name, rundir, n, mode, args, www)
+                log(f"{mode}, {n} pools: {b.name}")
+                try:
+                    r = run_one(args, b, problems)
+                except B.BenchError as e:
+                    r = {"backend": b.name, "error": str(e)}
+                    problems.append(f"{mode}, {n} pools, {b.name}: {e}")
+                finally:
+                    took, stop_problems = b.stop(args.stop_timeout)
+                problems.extend(f"{mode}, {n} pools: {p}" for p in stop_problems)
+                r["stop_s"] = None if took is None else round(took, 3)
+                r["stop_ok"] = not stop_problems
+                lines = []
+                for p in b.logs():
+                    lines += B.bad_log_lines(p)
+                r["log_warnings"] = len(lines)
+                if lines:
+                    warnings.setdefault(f"{mode}-{n}", {})[b.name] = P.group_warnings(lines)
+                per[b.name] = r
+                if took is not None:
+                    log(f"{b.name}: stopped in {took:.2f} s")
+
+
+# ---------------------------------------------------------------------------
+# Tables
+# ---------------------------------------------------------------------------
+
+def get(r, path):
+    for k in path.split("."):
+        if not isinstance(r, dict) or k not in r:
+            return None
+        r = r[k]
+    return r
+
+
+def ms_of_s(x):
+    return None if x is None else x * 1000
+
+
+# label, getter(result) -> number or text, ratio?
+def rows(mode):
+    dyn = mode == "dynamic"
+    out = [
+        ("start: every socket listens (ms)", lambda r: ms_of_s(r.get("start_sockets_s")), True),
+    ]
+    if dyn:
+        out.append((f"start: N × {START_SERVERS} php processes up (ms)",
+                    lambda r: ms_of_s(r.get("start_php_s")), True))
+    for key, when in (("mem_after_start", "after start"), ("mem_after_round1", "after round 1"),
+                      ("mem_after_idle", "after idle")):
+        out += [
+            (f"manager RSS, {when} (MiB)", lambda r, k=key: get(r, f"{k}.manager_rss_mib"), True),
+            (f"manager PSS, {when} (MiB)", lambda r, k=key: get(r, f"{k}.manager_pss_mib"), True),
+            (f"total PSS, {when} (MiB)", lambda r, k=key: get(r, f"{k}.total_pss_mib"), True),
+            (f"php processes, {when}", lambda r, k=key: f_php(get(r, k)), False),
+        ]
+        if key == "mem_after_start":
+            out += [
+                ("round 1 (cold): p50 (ms)", lambda r: get(r, "round1.p50_ms"), True),
+                ("round 1 (cold): p90 (ms)", lambda r: get(r, "round1.p90_ms"), True),
+                ("round 1 (cold): p99 (ms)", lambda r: get(r, "round1.p99_ms"), True),
+                ("round 1 (cold): max (ms)", lambda r: get(r, "round1.max_ms"), True),
+                ("round 1: slowest (pool #: ms)", lambda r: f_slowest(get(r, "round1.slowest")),
+                 False),
+            ]
+    out += [
+        ("round 2, after idle: p50 (ms)", lambda r: get(r, "round2.p50_ms"), True),
+        ("round 2, after idle: p99 (ms)", lambda r: get(r, "round2.p99_ms"), True),
+        ("round 2: slowest (pool #: ms)", lambda r: f_slowest(get(r, "round2.slowest"), 3), False),
+        ("reload of one pool: new value served after (ms)",
+         lambda r: ms_of_s(get(r, "reload.seen_s")), True),
+        ("reload: polls answered by the old value / failed",
+         lambda r: None if "reload" not in r else
+         f"{r['reload']['old_value_answers']} / {r['reload']['failed_polls']}", False),
+    ]
+    if dyn:
+        out.append(("reload: other pools whose php processes were replaced",
+                    lambda r: None if get(r, "reload.other_pools") is None else
+                    f"{r['reload']['other_pools_with_pids_replaced']}/{r['reload']['other_pools']}"
+                    f" ({r['reload']['other_pools_pids_gone']} of "
+                    f"{r['reload']['other_pools_pids_before']} pids gone)", False))
+    out += [
+        ("after the reload, one request per pool: p50 (ms)", lambda r: get(r, "round3.p50_ms"), True),
+        ("after the reload, one request per pool: p99 (ms)", lambda r: get(r, "round3.p99_ms"), True),
+        ("stop (SIGQUIT) until exit (s)", lambda r: r.get("stop_s"), True),
+        ("the manager's open-file limit (soft/hard)", lambda r: r.get("manager_nofile"), False),
+        ("stopped cleanly (exit 0, nothing left)", lambda r: "yes" if r.get("stop_ok") else "**no**",
+         False),
+        ("warning lines in its log", lambda r: r.get("log_warnings"), False),
+    ]
+    return out
+
+
+def f_php(m):
+    if not m:
+        return None
+    return str(m["php"]) + (f" (+{m['parents']} parents)" if m.get("parents") else "")
+
+
+def f_slowest(s, k=5):
+    if not s:
+        return None
+    return ", ".join(f"#{x['pool']}: {x['ms']:.0f}" if x["ms"] >= 10 else
+                     f"#{x['pool']}: {x['ms']:.1f}" for x in s[:k])
+
+
+def cell(v):
+    if v is None:
+        return "n/a"
+    if isinstance(v, str):
+        return v
+    return B.fmt(v)
+
+
+def table(mode, n, per, args):
+    cols = [c for c in ("php-fpm", "fpmd") if c in per]
+    idle = f"process_idle_timeout {fmt_dur(args.idle_timeout)}" if mode == "ondemand" else \
+        f"start_servers {START_SERVERS}, spare 1–2"
+    lines = [f"### {mode}, {n} pool{'s' if n != 1 else ''} (max_children {MAX_CHILDREN}, {idle})", "",
+             "| metric | " + " | ".join(cols) + " | fpmd / php-fpm |",
+             "|---|" + "---|" * (len(cols) + 1)]
+    for label, fn, ratio in rows(mode):
+        vals = []
+        for c in cols:
+            r = per[c]
+            vals.append("failed" if "error" in r and fn(r) is None else cell(fn(r)))
+        rt = ""
+        if ratio and len(cols) == 2:
+            try:
+                a, f = fn(per["php-fpm"]), fn(per["fpmd"])
+            except Exception:
+                a = f = None
+            if isinstance(a, (int, float)) and isinstance(f, (int, float)) and a:
+                x = f / a
+                rt = f"{x:.2f}×" if x >= 0.1 else f"{x:.2g}×"
+        lines.append(f"| {label} | " + " | ".join(vals) + f" | {rt} |")
+    errs = [f"{c}: {per[c]['error']}" for c in cols if "error" in per[c]]
+    for e in errs:
+        lines.append("")
+        lines.append(f"**{e.splitlines()[0]}**")
+    return "\n".join(lines)
+
+
+def header(res):
+    m, s = res["machine"], res["settings"]
+    load = ", ".join(f"{x:.2f}" for x in m["load_average_at_start"])
+    smoke = ", SMOKE RUN: not a measurement" if res["smoke"] else ""
+    return "\n".join([
+        f"## Hundreds of pools: fpmd vs php-fpm ({res['date']}{smoke})",
+        "",
+        f"Machine: {m['nproc']} CPUs ({m['cpu_model']}), {m['memory_mib']} MiB, Linux {m['kernel']}, "
+        f"{m['os']}; {m['php_cgi']}; {m['php_fpm']}; {m['fpmd']} (repo {m['fpmd_git']}, binary "
+        f"{res['fpmd_binary']['source']}, built {res['fpmd_binary']['mtime']}, sha256 "
+        f"{res['fpmd_binary']['sha256'][:12]}). Load average at start: {load}.",
+        "",
+        f"Setup: each backend alone, started fresh for every (mode, N), same N pools: www-data, "
+        f"one unix socket each (0660), pm.max_children {MAX_CHILDREN}, pm.max_requests 0, one "
+        f"php_admin_value[user_agent] per pool (the script prints it). Requests: one at a time, "
+        f"in pool order, straight over FastCGI on each pool's socket (no web server), timed from "
+        f"connect() to FCGI_END_REQUEST. \"After idle\": {s['idle_wait_s']} s after round 1 "
+        f"(process_idle_timeout + {s['idle_margin_s']:g} s). Reload: one pool's user_agent changed, "
+        f"php-fpm SIGUSR2, fpmd {s['fpmd_reload']}; timed until that pool answers with it, polling "
+        f"its socket. Memory: manager = fpmd / the php-fpm master alone; total = PSS of the manager "
+        f"and every descendant. fpmd spawn: {s['fpmd_spawn']} (\"parents\": its per-pool php-cgi "
+        f"parents, not counted as php processes). {s['rlimit_note']}",
+        "",
+    ])
+
+
+# ---------------------------------------------------------------------------
+# Chart
+# ---------------------------------------------------------------------------
+
+def draw_chart(res, png, problems):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.ticker import FuncFormatter, NullFormatter
+    except ImportError:
+        problems.append("matplotlib missing (apt-get install python3-matplotlib): no chart")
+        return
+    modes = [m for m in res["settings"]["modes"] if m in res["results"]]
+    if not modes:
+        return
+    colors = {"php-fpm": "#ff7f0e", "fpmd": "#1f77b4"}
+    fig, axes = plt.subplots(len(modes), 3, figsize=(15, 4.2 * len(modes)), squeeze=False)
+    for mi, mode in enumerate(modes):
+        per_n = res["results"][mode]
+        ns = sorted(int(n) for n in per_n)
+        for bname in ("php-fpm", "fpmd"):
+            def series(path):
+                xs, ys = [], []
+                for n in ns:
+                    v = get(per_n[str(n)].get(bname, {}), path)
+                    if isinstance(v, (int, float)) and v > 0:
+                        xs.append(n)
+                        ys.append(v)
+                return xs, ys
+            c = colors[bname]
+            ax = axes[mi][0]
+            for path, style, what in (("round1.p50_ms", "-o", "p50"), ("round1.p99_ms", "--s", "p99")):
+                xs, ys = series(path)
+                ax.plot(xs, ys, style, color=c, label=f"{bname} {what}")
+            ax = axes[mi][1]
+            for path, style, what in (("mem_after_start.manager_rss_mib", "-o", "RSS"),
+                                      ("mem_after_start.manager_pss_mib", "--s", "PSS")):
+                xs, ys = series(path)
+                ax.plot(xs, ys, style, color=c, label=f"{bname} {what}")
+            ax = axes[mi][2]
+            for path, style, what in (("mem_after_start.total_pss_mib", "-o", "after start"),
+                                      ("mem_after_idle.total_pss_mib", "--s", "after idle")):
+                xs, ys = series(path)
+                ax.plot(xs, ys, style, color=c, label=f"{bname} {what}")
+        for ax, title, unit in ((axes[mi][0], "cold request (round 1), one per pool", "ms"),
+                                (axes[mi][1], "manager memory after start", "MiB"),
+                                (axes[mi][2], "total PSS (manager + children)", "MiB")):
+            ax.set_title(f"{mode}: {title}", fontsize=10)
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xlabel("pools (N)")
+            ax.set_ylabel(unit)
+            ax.set_xticks(ns)
+            ax.set_xticklabels([str(n) for n in ns])
+            ax.xaxis.set_minor_formatter(NullFormatter())
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:g}"))
+            ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _p: f"{v:g}"
+                                                       if f"{v:.1g}"[0] in "25" else ""))
+            ax.tick_params(axis="y", which="minor", labelsize=7)
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=8)
+    failed = " — RUN FAILED, see problems" if problems else ""
+    smoke = " — smoke run" if res["smoke"] else ""
+    fig.suptitle(f"fpmd vs php-fpm 8.2, N pools ({res['date']}){smoke}{failed}", fontsize=11)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(png)), exist_ok=True)
+    fig.savefig(png, dpi=110)
+    log(f"wrote {png}")
+
+
+# ---------------------------------------------------------------------------
+# Main
+# ---------------------------------------------------------------------------
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description="N pools, fpmd vs php-fpm: start, memory, cold "
+                                            "requests, reload, stop (see bench/README.md)")
+    p.add_argument("--pools", default="1,50,200,500", help="pool counts (default 1,50,200,500)")
+    p.add_argument("--modes", default="ondemand,dynamic", help="pm modes (default ondemand,dynamic)")
+    p.add_argument("--idle-timeout", type=float, default=10.0,
+                   help="ondemand pm.process_idle_timeout, seconds (default 10)")
+    p.add_argument("--idle-margin", type=float, default=3.0,
+                   help="seconds waited beyond the idle timeout before the 'after idle' figures "
+                        "(default 3; php-fpm checks idle children once a second)")
+    p.add_argument("--fpmd-reload", choices=["sighup", "command"], default="sighup",
+                   help="how fpmd is reloaded: SIGHUP (default, as php-fpm's SIGUSR2 a signal) "
+                        "or `fpmd -c FILE reload` (waits until in force)")
+    p.add_argument("--spawn", choices=["exec", "prefork"],
+                   help="write pm.spawn into fpmd's pools (default: no key, fpmd's default prefork)")
+    p.add_argument("--start-timeout", type=float, default=180.0,
+                   help="seconds a backend may take to start its pools (default 180)")
+    p.add_argument("--stop-timeout", type=float, default=60.0,
+                   help="seconds after SIGQUIT before SIGTERM (default 60)")
+    p.add_argument("--smoke", action="store_true",
+                   help="quick check that the bench works: --pools 1,5, --idle-timeout 2, "
+                        "--idle-margin 2 "
+                        "(explicit options win), into a temp dir unless --out/--chart are given")
+    p.add_argument("--out", help="JSON output (default bench/results/scale.json)")
+    p.add_argument("--chart", metavar="PNG", help="chart (default bench/results/scale.png)")
+    p.add_argument("--markdown", help="also write the tables to this file")
+    p.add_argument("--fpmd", default=os.path.join(REPO, "target", "release", "fpmd"),
+                   help="copied into the temp dir first, so a rebuild during the run changes nothing")
+    p.add_argument("--php-fpm", help="default: /usr/sbin/php-fpmX.Y of php-cgi's PHP version")
+    p.add_argument("--keep-tmp", action="store_true", help="keep the temp dir (configs, logs)")
+    a = p.parse_args(argv)
+    given = set(x.split("=")[0] for x in argv)
+    if a.smoke:
+        if "--pools" not in given:
+            a.pools = "1,5"
+        if "--idle-timeout" not in given:
+            a.idle_timeout = 2.0
+        if "--idle-margin" not in given:
+            a.idle_margin = 2.0
+    try:
+        a.pools = [int(x) for x in a.pools.split(",") if x.strip()]
+    except ValueError:
+        p.error("--pools: comma-separated integers")
+    if not a.pools or any(n < 1 or n > 9999 for n in a.pools):
+        p.error("--pools: between 1 and 9999")
+    a.modes = [m.strip() for m in a.modes.split(",") if m.strip()]
+    for m in a.modes:
+        if m not in MODES:
+            p.error(f"unknown mode {m!r} (ondemand, dynamic)")
+    if a.idle_timeout < 1 or a.idle_margin < 0:
+        p.error("--idle-timeout: at least 1 s; --idle-margin: at least 0")
+    if not a.php_fpm:
+        a.php_fpm = f"/usr/sbin/php-fpm{B.php_version('php-cgi') or '8.2'}"
+    return a
+
+
+def preflight(args):
+    if os.geteuid() != 0:
+        raise B.BenchError("run as root: the pools run as www-data and php-fpm needs -R")
+    for path, what in ((args.fpmd, "fpmd (cargo build --release)"), (args.php_fpm, "php-fpm8.2")):
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            raise B.BenchError(f"{path} not found: install {what} (make bench-scale does)")
+    if not shutil.which("php-cgi"):
+        raise B.BenchError("php-cgi not found on PATH (apt-get install php-cgi)")
+    cgi, fpm = B.php_version("php-cgi"), B.php_version(args.php_fpm)
+    if cgi != fpm:
+        raise B.BenchError(f"php-cgi is PHP {cgi} but {args.php_fpm} is PHP {fpm}")
+
+
+def raise_limits():
+    """Soft RLIMIT_NOFILE and RLIMIT_NPROC up to their hard limits, in this
+    process: both managers inherit them (and give them to their children)."""
+    notes = {}
+    for name, lim in (("nofile", resource.RLIMIT_NOFILE), ("nproc", resource.RLIMIT_NPROC)):
+        soft, hard = resource.getrlimit(lim)
+        if soft != hard:
+            try:
+                resource.setrlimit(lim, (hard, hard))
+            except (ValueError, OSError):
+                pass
+        new = resource.getrlimit(lim)
+        notes[name] = {"before": [soft, hard], "now": list(new)}
+    return notes
+
+
+def lim_text(v):
+    return "unlimited" if v == resource.RLIM_INFINITY else str(v)
+
+
+def main(argv):
+    args = parse_args(argv)
+    try:
+        preflight(args)
+    except B.BenchError as e:
+        print(f"bench-scale: {e}", file=sys.stderr)
+        return 2
+
+    def on_signal(signum, _frame):
+        raise B.Interrupted(signal.Signals(signum).name)
+    for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(s, on_signal)
+
+    limits = raise_limits()
+    rlimit_note = ("Limits given to both managers (soft raised to hard by the bench, inherited): "
+                   + ", ".join(f"RLIMIT_{k.upper()} {lim_text(v['now'][0])} (was "
+                               f"{lim_text(v['before'][0])})" for k, v in limits.items()) + ".")
+    log(rlimit_note)
+
+    problems, results, warnings = [], {}, {}
+    started = time.time()
+    date = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+    tmp = tempfile.mkdtemp(prefix="fpmd-bench-scale.")
+    interrupted = False
+    smoke_dir = None
+    if args.smoke and not args.out:
+        smoke_dir = tempfile.mkdtemp(prefix="fpmd-bench-scale-smoke.")
+    out = args.out or (os.path.join(smoke_dir, "scale.json") if smoke_dir else
+                       os.path.join(HERE, "results", "scale.json"))
+    chart = args.chart or (os.path.join(smoke_dir, "scale.png") if smoke_dir else
+                           os.path.join(HERE, "results", "scale.png"))
+    binfo = None
+    try:
+        os.chmod(tmp, 0o755)
+        www = os.path.join(tmp, "www")
+        os.makedirs(www)
+        os.chmod(www, 0o755)
+        with open(os.path.join(www, "scale.php"), "w") as f:
+            f.write(SCALE_PHP)
+        os.chmod(os.path.join(www, "scale.php"), 0o644)
+        bindir = os.path.join(tmp, "bin")
+        os.makedirs(bindir)
+        os.chmod(bindir, 0o755)
+        args.fpmd_copy = os.path.join(bindir, "fpmd")
+        shutil.copy2(args.fpmd, args.fpmd_copy)
+        with open(args.fpmd_copy, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+        binfo = {"source": args.fpmd, "sha256": digest,
+                 "mtime": datetime.datetime.fromtimestamp(os.path.getmtime(args.fpmd)).astimezone()
+                 .isoformat(timespec="seconds")}
+        log(f"temp dir {tmp}")
+        run_all(args, tmp, www, problems, results, warnings)
+    except B.Interrupted as e:
+        interrupted = True
+        problems.append(f"interrupted ({e})")
+        log(f"interrupted ({e}), cleaning up")
+    except B.BenchError as e:
+        problems.append(str(e))
+        log(f"error: {e}")
+    except Exception as e:  # a bug here: still clean up, still fail
+        import traceback
+        traceback.print_exc()
+        problems.append(f"internal error: {e!r}")
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        for line in stray(tmp):
+            problems.append(f"still running after cleanup (killed): {line}")
+
+    if results and binfo:
+        machine = B.machine_info(types.SimpleNamespace(php_fpm=args.php_fpm, nginx="/usr/sbin/nginx",
+                                                       wrk="/nonexistent/wrk", fpmd=args.fpmd))
+        for k in ("wrk", "nginx"):
+            machine.pop(k, None)
+        res = {
+            "schema": 1,
+            "date": date,
+            "command": " ".join([os.path.relpath(sys.argv[0], REPO)] + sys.argv[1:]),
+            "smoke": args.smoke,
+            "machine": machine,
+            "fpmd_binary": binfo,
+            "settings": {
+                "pools": args.pools, "modes": args.modes, "max_children": MAX_CHILDREN,
+                "max_requests": 0, "idle_timeout_s": args.idle_timeout,
+                "idle_margin_s": args.idle_margin,
+                "idle_wait_s": args.idle_timeout + args.idle_margin,
+                "dynamic": {"start_servers": START_SERVERS, "min_spare_servers": 1,
+                            "max_spare_servers": 2},
+                "fpmd_reload": "SIGHUP" if args.fpmd_reload == "sighup" else "`fpmd -c FILE reload`",
+                "fpmd_spawn": args.spawn or "default (prefork)",
+                "limits": limits, "rlimit_note": rlimit_note,
+                "socket_up": "the path listens in /proc/net/unix (no connection is made)",
+                "request": "FastCGI responder over the pool's unix socket, one connection per "
+                           "request, connect() to FCGI_END_REQUEST, in pool order, one at a time",
+                "reloaded_pool": "pool N // 2",
+            },
+            "results": results,
+            "log_warnings": warnings,
+            "problems": problems,
+            "ok": not problems,
+            "elapsed_s": round(time.time() - started, 1),
+        }
+        text = header(res) + "\n" + "\n\n".join(
+            table(mode, int(n), per, args) for mode, byn in results.items() for n, per in byn.items())
+        res["markdown"] = text
+        if interrupted:
+            log(f"interrupted: {out} not written")
+        else:
+            os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+            with open(out, "w") as f:
+                json.dump(res, f, indent=1)
+                f.write("\n")
+            log(f"wrote {out}")
+            draw_chart(res, chart, problems)
+        if args.markdown:
+            with open(args.markdown, "w") as f:
+                f.write(text + "\n")
+        print(text)
+        print()
+        if warnings:
+            print("Warnings in the backends' logs (mode-N, backend: count × message):")
+            for run, per in warnings.items():
+                for name, groups in per.items():
+                    for g in groups[:6]:
+                        print(f"- {run}, {name}: {g['count']} × {g['message'][:200]}")
+            print()
+        if problems:
+            print("PROBLEMS (the run failed):")
+            for p in problems:
+                print(f"- {p}")
+            print()
+
+    if problems:
+        for d in sorted(os.listdir(tmp)) if os.path.isdir(tmp) else []:
+            for name in ("php-fpm", "fpmd"):
+                for f in ("php-fpm.log", "fpmd.log", "stdout.log"):
+                    path = os.path.join(tmp, d, name, f)
+                    if os.path.exists(path) and os.path.getsize(path):
+                        log(f"--- {path} (last lines)")
+                        for line in B.tail(path, 8):
+                            print("    " + B.ANSI.sub("", line), file=sys.stderr)
+    if args.keep_tmp:
+        log(f"temp dir kept: {tmp}")
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if smoke_dir and not problems:
+        shutil.rmtree(smoke_dir, ignore_errors=True)
+    elif smoke_dir:
+        log(f"smoke result and chart kept in {smoke_dir}")
+    if problems:
+        print("FAILED:", file=sys.stderr)
+        for p in problems:
+            print("  - " + p, file=sys.stderr)
+        return 1
+    return 0
+
+
+def stray(tmp):
+    """bench.py's stray_processes, killed."""
+    out = B.stray_processes(tmp)
+    for line in out:
+        try:
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

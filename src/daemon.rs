@@ -253,6 +253,8 @@ pub async fn run(
         board: Board::new(config_file),
     };
     let pools: Vec<PoolConfig> = d.config.pools.clone();
+    crate::pool::warm::configure(d.config.global.warm_min_available);
+    tokio::spawn(crate::pool::warm::monitor());
     // What a SIGKILLed fpmd's scripts left in their cgroups goes now.
     if let Some(layout) = crate::cgroup::Layout::system() {
         layout.sweep_stale();
@@ -305,7 +307,7 @@ pub async fn run(
     // path faults its few pages back in. Less of fpmd counts in each pool.
     tokio::spawn(async {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        release_startup_pages();
+        crate::pageout::release_own_startup_pages();
     });
 
     // Intents that arrived while a reload ran, in order.
@@ -803,6 +805,7 @@ impl Daemon {
             crate::log::set_level(&g.log_level);
         }
         crate::log::set_format(g.log_format);
+        crate::pool::warm::configure(g.warm_min_available);
         if g.error_log != self.config.global.error_log {
             if let Err(e) = self.log.retarget(&g.error_log) {
                 error!(
@@ -959,43 +962,4 @@ fn write_pid_file(config: &Config) -> std::io::Result<Option<PathBuf>> {
         )
     })?;
     Ok(Some(path.clone()))
-}
-
-/// `MADV_PAGEOUT` over the mappings of fpmd's own executable (Linux ≥ 5.4;
-/// a no-op elsewhere). Clean file pages only: nothing is lost, a page that
-/// is used again is read back from the page cache.
-fn release_startup_pages() {
-    let Ok(exe) = std::fs::read_link("/proc/self/exe") else {
-        return;
-    };
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
-        return;
-    };
-    for line in maps.lines() {
-        let mut fields = line.split_whitespace();
-        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else {
-            continue;
-        };
-        if perms.contains('w') || !line.ends_with(exe.to_string_lossy().as_ref()) {
-            continue;
-        }
-        let Some((start, end)) = range.split_once('-') else {
-            continue;
-        };
-        let (Ok(start), Ok(end)) = (
-            usize::from_str_radix(start, 16),
-            usize::from_str_radix(end, 16),
-        ) else {
-            continue;
-        };
-        // SAFETY: advice on a read-only mapping of our own executable; the
-        // kernel keeps the mapping and refaults pages on use.
-        // MADV_RANDOM also turns off fault-around for these mappings, so a
-        // page of code that runs again brings back that page only, not the
-        // 64 KiB around it.
-        unsafe {
-            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_RANDOM);
-            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_PAGEOUT);
-        }
-    }
 }

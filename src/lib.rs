@@ -25,6 +25,7 @@ pub mod listen;
 pub mod log;
 pub mod observe;
 pub mod output;
+pub mod pageout;
 pub mod peer;
 pub mod pool;
 pub mod proc_events;

@@ -405,6 +405,7 @@ fn global_changes<'a>(old: &'a Global, new: &'a Global) -> GlobalChanges<'a> {
         metrics_listen,
         php_ini: _,
         php_ini_scan_dir: _,
+        warm_min_available: _, // applied by the daemon on every reload
     } = old;
     GlobalChanges {
         pid: change(pid.as_deref(), new.pid.as_deref()),
@@ -500,6 +501,7 @@ mod tests {
             metrics_listen: None,
             php_ini: None,
             php_ini_scan_dir: None,
+            warm_min_available: crate::config::MinAvailable::DEFAULT,
         }
     }
 

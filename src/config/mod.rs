@@ -74,8 +74,8 @@ pub use diff::{
 pub use keys::{registry, RegistryKey};
 pub use model::{
     Config, Credentials, Global, Isolation, Landlock, Listen, ListenAddress, LocalEndpoints,
-    LogFormat, LogLevel, LogTarget, Origins, PhpIni, PmMode, PoolConfig, ProcessManager, Sources,
-    Spawn, DEFAULT_LIMIT_EXTENSIONS,
+    LogFormat, LogLevel, LogTarget, MinAvailable, Origins, PhpIni, PmMode, PoolConfig,
+    ProcessManager, Sources, Spawn, DEFAULT_LIMIT_EXTENSIONS,
 };
 pub use raw::{ByteSize, Duration};
 
@@ -721,6 +721,7 @@ php_admin_flag.log_errors = true
                 metrics_listen: None,
                 php_ini: None,
                 php_ini_scan_dir: None,
+                warm_min_available: MinAvailable::DEFAULT,
             }
         );
         let names: Vec<&str> = c.pools.iter().map(|p| p.name.as_str()).collect();
@@ -840,6 +841,7 @@ php_admin_flag.log_errors = true
                 metrics_listen: None,
                 php_ini: None,
                 php_ini_scan_dir: None,
+                warm_min_available: MinAvailable::DEFAULT,
             }
         );
         let p = &c.pools[0];

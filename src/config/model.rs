@@ -134,6 +134,36 @@ pub struct Global {
     /// `php_ini_scan_dir` (fpmd only): the default of every pool's
     /// [`PhpIni::scan_dir`].
     pub php_ini_scan_dir: Option<String>,
+    /// `warm_min_available` (fpmd only): ondemand pools under `pm.spawn =
+    /// "prefork"` keep a warm php-cgi parent while the system's
+    /// `MemAvailable` (`/proc/meminfo`) stays above this; see
+    /// [`crate::pool::warm`]. Default [`MinAvailable::DEFAULT`] (25% of
+    /// `MemTotal`); `"100%"`: never (php-fpm's ondemand: no process while
+    /// idle); `0`: always. Applies live on reload.
+    pub warm_min_available: MinAvailable,
+}
+
+/// An amount of available memory: a share of `MemTotal` or bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MinAvailable {
+    /// Percent of `MemTotal`, 0–100 (`"25%"`).
+    Percent(u8),
+    /// Bytes (`"512M"`, PHP's shorthand, or a number).
+    Bytes(u64),
+}
+
+impl MinAvailable {
+    /// `warm_min_available`'s default: a quarter of the machine's memory.
+    pub const DEFAULT: MinAvailable = MinAvailable::Percent(25);
+}
+
+impl std::fmt::Display for MinAvailable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MinAvailable::Percent(p) => write!(f, "{p}%"),
+            MinAvailable::Bytes(b) => write!(f, "{b}"),
+        }
+    }
 }
 
 /// Where fpmd writes its own log.

@@ -163,6 +163,51 @@ pub(super) struct RawGlobal {
     pub(super) metrics: RawMetrics,
     pub(super) php_ini: Option<String>,
     pub(super) php_ini_scan_dir: Option<String>,
+    pub(super) warm_min_available: Option<RawMinAvailable>,
+}
+
+/// `warm_min_available` as written: `"25%"`, a size (`"512M"`) or a
+/// number of bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct RawMinAvailable(pub(super) super::model::MinAvailable);
+
+impl<'de> Deserialize<'de> for RawMinAvailable {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use super::model::MinAvailable;
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawMinAvailable;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a share of the memory such as \"25%\", a size such as \"512M\" or a number of bytes")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<RawMinAvailable, E> {
+                if let Some(p) = s.trim().strip_suffix('%') {
+                    return match p.trim().parse::<u8>() {
+                        Ok(p) if p <= 100 => Ok(RawMinAvailable(MinAvailable::Percent(p))),
+                        _ => Err(E::custom(format!(
+                            "invalid share \"{s}\" (expected 0% to 100%)"
+                        ))),
+                    };
+                }
+                ByteSize::parse(s)
+                    .map(|b| RawMinAvailable(MinAvailable::Bytes(b)))
+                    .ok_or_else(|| {
+                        E::custom(format!(
+                            "invalid amount \"{s}\" (expected e.g. \"25%\", \"512M\", \"1G\")"
+                        ))
+                    })
+            }
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<RawMinAvailable, E> {
+                Ok(RawMinAvailable(MinAvailable::Bytes(n)))
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<RawMinAvailable, E> {
+                u64::try_from(n)
+                    .map(|n| RawMinAvailable(MinAvailable::Bytes(n)))
+                    .map_err(|_| E::custom("must not be negative"))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 #[derive(Deserialize, Default)]

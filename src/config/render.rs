@@ -1,7 +1,9 @@
 //! `fpmd -t`: the effective configuration printed as TOML, every key with
 //! its resolved value or default.
 
-use super::model::{Config, Global, ListenAddress, LogTarget, Origins, PmMode, PoolConfig};
+use super::model::{
+    Config, Global, ListenAddress, LogTarget, MinAvailable, Origins, PmMode, PoolConfig,
+};
 use super::source::origin_key;
 
 impl Config {
@@ -79,6 +81,19 @@ impl Config {
             Some(d) => out.push_str(&format!("php_ini_scan_dir = {}\n", toml_str(d))),
             None => out.push_str("# php_ini_scan_dir: php-cgi's own\n"),
         }
+        let warm = self.global.warm_min_available;
+        out.push_str(&format!(
+            "warm_min_available = {}{}\n",
+            match warm {
+                MinAvailable::Percent(p) => toml_str(&format!("{p}%")),
+                MinAvailable::Bytes(b) => b.to_string(),
+            },
+            if warm == MinAvailable::DEFAULT {
+                " # default"
+            } else {
+                ""
+            }
+        ));
         if origins {
             let block = out.split_off(global_start);
             let o = &self.options;

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use super::keys;
 use super::model::{
     Global, Isolation, Landlock, Listen, ListenAddress, LocalEndpoints, LogLevel, LogTarget,
-    PhpIni, PmMode, PoolConfig, ProcessManager, Spawn,
+    MinAvailable, PhpIni, PmMode, PoolConfig, ProcessManager, Spawn,
 };
 use super::raw::{
     AllowedClients, ByteSize, Duration, EnvValue, IniScalar, IniTable, RawAddress, RawGlobal,
@@ -113,10 +113,14 @@ pub(super) fn validate_global(
         }
     }
     let php_ini_scan_dir = raw.php_ini_scan_dir.map(|d| scan_dirs(src, &d));
+    let warm_min_available = raw
+        .warm_min_available
+        .map_or(MinAvailable::DEFAULT, |m| m.0);
     Ok((
         Global {
             php_ini,
             php_ini_scan_dir,
+            warm_min_available,
             pid,
             error_log,
             log_level,

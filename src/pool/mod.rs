@@ -19,6 +19,7 @@ pub mod slots;
 pub mod spec;
 pub mod stats;
 mod supervisor;
+pub mod warm;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -366,6 +367,8 @@ enum Event {
     Crashed,
     /// A pre-forked child started or ended (from [`crate::proc_events`]).
     Forked(crate::proc_events::ForkedEvent),
+    /// The permit to start an ondemand pool's warm parent ([`warm`]).
+    WarmPermit(tokio::sync::OwnedSemaphorePermit),
 }
 
 /// A pool: shared by its listeners' connection tasks and its supervisor.

@@ -76,12 +76,16 @@ fn dynamic_spawns_at_once_for_queued_requests() {
 
 #[test]
 fn ondemand_starts_from_nothing_and_gives_everything_back() {
+    // php-fpm's ondemand: no warm parent (`warm_min_available = "100%"`:
+    // memory never allows one).
     let s = Stack::start_with(
-        FpmdConfig::new().pool(
-            Pool::www()
-                .max_children(8)
-                .lines(&["pm.mode = \"ondemand\"", "pm.process_idle_timeout = \"2s\""]),
-        ),
+        FpmdConfig::new()
+            .global("warm_min_available = \"100%\"")
+            .pool(
+                Pool::www()
+                    .max_children(8)
+                    .lines(&["pm.mode = \"ondemand\"", "pm.process_idle_timeout = \"2s\""]),
+            ),
         NginxOpts::default().keepalive(),
     );
     assert!(
@@ -129,6 +133,105 @@ fn ondemand_starts_from_nothing_and_gives_everything_back() {
         try_get_with(&agent, &s.url("/pid.php")).unwrap().status,
         200
     );
+}
+
+/// Issue 12: under prefork an ondemand pool keeps a warm php-cgi parent
+/// while memory allows (`warm_min_available`, default 25% of MemTotal): it
+/// is started with the pool, a cold request runs on one of its forks (no
+/// exec of php-cgi on the request's path), a child that served is retired
+/// after `pm.process_idle_timeout` while the parent stays; once memory is
+/// short (here: a reload to `"100%"`), the idle parent is stopped and the
+/// pool holds nothing, as php-fpm's; memory back (`0`), the parent comes
+/// back ahead of any request.
+#[test]
+fn ondemand_keeps_a_warm_parent_while_memory_allows() {
+    if !prefork() {
+        // Under exec there is no parent to keep: each child is exec'd.
+        return;
+    }
+    let pool = Pool::www()
+        .max_children(3)
+        .lines(&["pm.mode = \"ondemand\"", "pm.process_idle_timeout = \"2s\""]);
+    let mut s = Stack::start(pool.clone());
+    // The parent and its 3 forks, before any request.
+    wait_for(
+        Duration::from_secs(20),
+        "the warm parent and its 3 forks",
+        || php_processes(&s) == 4,
+    );
+    let parent = |s: &Stack| -> i32 {
+        let kids = s.fpmd.children();
+        let parents: BTreeSet<i32> = kids
+            .iter()
+            .filter(|p| p.ppid == s.fpmd.pid())
+            .map(|p| p.pid)
+            .collect();
+        assert_eq!(parents.len(), 1, "one php-cgi parent: {kids:?}");
+        *parents.iter().next().unwrap()
+    };
+    let warm = parent(&s);
+    let r = get(&s.url("/pid.php"));
+    assert_eq!(r.status, 200);
+    let child = pid_of(&r.text());
+    let info = s.fpmd.children();
+    assert!(
+        info.iter().any(|p| p.pid == child && p.ppid == warm),
+        "the cold request ran on a fork ({child}) of the warm parent {warm}: {info:?}"
+    );
+    // Idle past the timeout: the child that served goes, the parent stays.
+    wait_for(
+        Duration::from_secs(15),
+        "the served child to be retired",
+        || {
+            !s.fpmd
+                .children()
+                .iter()
+                .any(|p| p.pid == child && p.alive())
+        },
+    );
+    assert!(
+        s.fpmd.log().contains("pm.process_idle_timeout"),
+        "no idle child was retired:\n{}",
+        s.fpmd.log()
+    );
+    wait_for(Duration::from_secs(10), "a fresh fork in its place", || {
+        php_processes(&s) == 4
+    });
+    assert_eq!(parent(&s), warm, "the warm parent stayed");
+
+    // Memory short: the idle parent goes, nothing is left.
+    s.fpmd.rewrite(
+        &FpmdConfig::new()
+            .global("warm_min_available = \"100%\"")
+            .pool(pool.clone()),
+    );
+    s.fpmd.reload_ok();
+    wait_for(
+        Duration::from_secs(20),
+        "the idle parent to be stopped",
+        || php_processes(&s) == 0,
+    );
+    assert!(
+        s.fpmd.log().contains("memory is short"),
+        "the shortage was not logged:\n{}",
+        s.fpmd.log()
+    );
+    // A request still gets a child (an exec'd parent, on demand).
+    assert_eq!(get(&s.url("/pid.php")).status, 200);
+
+    // Memory back: a warm parent again, ahead of any request.
+    s.fpmd.rewrite(
+        &FpmdConfig::new()
+            .global("warm_min_available = 0")
+            .pool(pool),
+    );
+    s.fpmd.reload_ok();
+    wait_for(Duration::from_secs(20), "a warm parent again", || {
+        php_processes(&s) == 4
+            && s.fpmd
+                .log()
+                .contains("memory allows warm php-cgi parents again")
+    });
 }
 
 #[test]

@@ -1,0 +1,170 @@
+//! Warm parents of ondemand pools: whether the system's memory allows them,
+//! and how many start at once.
+//!
+//! php-fpm's ondemand cold start is a fork of its loaded master (4–7 ms
+//! on this machine); fpmd's, without a parent, is an exec of php-cgi with
+//! every extension (35–60 ms). So an ondemand pool under `pm.spawn =
+//! "prefork"` keeps its php-cgi parent (started with the pool, its
+//! start-up pages given back, its children cold forks; a child that served
+//! is still retired after `pm.process_idle_timeout`) while the system's
+//! `MemAvailable` stays above the global `warm_min_available`. Below it,
+//! pools stop the parents whose children are all idle past the timeout,
+//! and start none until memory is back above it.
+//!
+//! Owns: the one process-wide answer to "does memory allow warm parents"
+//! (read from `/proc/meminfo` once a second by [`monitor`]), and the
+//! semaphore that lets only as many warm parents start at once as there
+//! are CPUs, so that hundreds of pools starting together neither hold
+//! hundreds of un-paged-out parents at once nor delay a request's start
+//! (a pool a request waits for starts its parent at once, without a
+//! permit). Must not touch: the pools (each supervisor asks).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+
+use crate::config::MinAvailable;
+
+/// `warm_min_available` as the monitor applies it (encoded: see
+/// [`encode`]).
+static MIN_AVAILABLE: AtomicU64 = AtomicU64::new(encode(MinAvailable::DEFAULT));
+/// Memory is short: no warm parent is kept or started.
+static SHORT: AtomicBool = AtomicBool::new(false);
+static STARTS: OnceLock<Arc<Semaphore>> = OnceLock::new();
+
+/// How often `/proc/meminfo` is read.
+const PERIOD: Duration = Duration::from_secs(1);
+
+const fn encode(m: MinAvailable) -> u64 {
+    match m {
+        MinAvailable::Percent(p) => 1 << 63 | p as u64,
+        MinAvailable::Bytes(b) => b & !(1 << 63),
+    }
+}
+
+fn decode(v: u64) -> MinAvailable {
+    if v & (1 << 63) != 0 {
+        MinAvailable::Percent((v & 0xff) as u8)
+    } else {
+        MinAvailable::Bytes(v)
+    }
+}
+
+/// Whether memory allows ondemand pools to keep (or start) a warm parent.
+pub fn allowed() -> bool {
+    !SHORT.load(Ordering::Relaxed)
+}
+
+/// Sets `warm_min_available` (at start and on every reload) and applies it
+/// at once.
+pub fn configure(min: MinAvailable) {
+    MIN_AVAILABLE.store(encode(min), Ordering::Relaxed);
+    update();
+}
+
+/// The permits for warm starts: one per CPU.
+pub fn starts() -> Arc<Semaphore> {
+    STARTS
+        .get_or_init(|| {
+            let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+            Arc::new(Semaphore::new(cpus))
+        })
+        .clone()
+}
+
+/// `MemTotal` and `MemAvailable` of `/proc/meminfo`, in bytes.
+fn meminfo(text: &str) -> Option<(u64, u64)> {
+    let field = |name: &str| -> Option<u64> {
+        let line = text.lines().find(|l| l.starts_with(name))?;
+        let kib: u64 = line[name.len()..].split_whitespace().next()?.parse().ok()?;
+        Some(kib * 1024)
+    };
+    Some((field("MemTotal:")?, field("MemAvailable:")?))
+}
+
+/// Whether memory is short: `available` below `min` (of `total`); once
+/// short, it stays so until `available` is 1/16 of `total` above the
+/// threshold, so that a parent started and stopped does not flap.
+fn short(min: MinAvailable, total: u64, available: u64, was_short: bool) -> bool {
+    let threshold = match min {
+        MinAvailable::Percent(p) => total / 100 * u64::from(p),
+        MinAvailable::Bytes(b) => b,
+    };
+    if was_short {
+        available < threshold.saturating_add(total / 16)
+    } else {
+        available < threshold
+    }
+}
+
+fn update() {
+    let min = decode(MIN_AVAILABLE.load(Ordering::Relaxed));
+    let Some((total, available)) = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| meminfo(&t))
+    else {
+        return;
+    };
+    let was = SHORT.load(Ordering::Relaxed);
+    let now = short(min, total, available, was);
+    if now != was {
+        SHORT.store(now, Ordering::Relaxed);
+        let mib = |b: u64| b >> 20;
+        if now {
+            tracing::warn!("memory is short (MemAvailable {} MiB of {} MiB, below warm_min_available = {min}): ondemand pools stop their idle php-cgi parents", mib(available), mib(total));
+        } else {
+            tracing::info!("memory allows warm php-cgi parents again (MemAvailable {} MiB of {} MiB, warm_min_available = {min})", mib(available), mib(total));
+        }
+    }
+}
+
+/// Reads `/proc/meminfo` once a [`PERIOD`], for ever.
+pub async fn monitor() {
+    let mut tick = tokio::time::interval(PERIOD);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        update();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn meminfo_fields_are_bytes() {
+        let text = "MemTotal:       24683520 kB\nMemFree:        24577092 kB\nMemAvailable:   24478624 kB\n";
+        assert_eq!(meminfo(text), Some((24683520 * 1024, 24478624 * 1024)));
+        assert_eq!(meminfo("MemTotal: 1 kB\n"), None);
+    }
+
+    #[test]
+    fn short_has_hysteresis() {
+        let g = 1u64 << 30;
+        let min = MinAvailable::Percent(25);
+        assert!(!short(min, 16 * g, 5 * g, false));
+        assert!(short(min, 16 * g, 3 * g, false));
+        // 4 GiB is the threshold; back only above 4 + 1 GiB.
+        assert!(short(min, 16 * g, 4 * g + g / 2, true));
+        assert!(!short(min, 16 * g, 5 * g + 1, true));
+        assert!(short(MinAvailable::Bytes(2 * g), 16 * g, g, false));
+        assert!(!short(MinAvailable::Bytes(0), 16 * g, 0, false));
+        assert!(short(MinAvailable::Percent(100), 16 * g, 15 * g, false));
+    }
+
+    #[test]
+    fn encoding_round_trips() {
+        for m in [
+            MinAvailable::Percent(0),
+            MinAvailable::Percent(25),
+            MinAvailable::Percent(100),
+            MinAvailable::Bytes(0),
+            MinAvailable::Bytes(512 << 20),
+        ] {
+            assert_eq!(decode(encode(m)), m);
+        }
+    }
+}

@@ -518,7 +518,7 @@ def fmt_dur(s):
 def wait_started(b, timeout):
     """From the exec until every socket listens, and (dynamic) until every
     pool has start_servers php processes. Returns the two times (s)."""
-    t0 = mono()
+    t0 = b.t0 = mono()
     b.launch()
     want_php = b.n * START_SERVERS if b.mode == "dynamic" else 0
     socks = {b.sock(i) for i in range(b.n)}
@@ -552,6 +552,23 @@ def wait_started(b, timeout):
                                f"listen, {php} php processes (want {START_SERVERS} in each of {b.n} pools); log:\n  " +
                                "\n  ".join(sum((B.tail(p) for p in b.logs()), [])))
         time.sleep(0.01)
+
+
+def wait_settled(b, timeout, quiet=1.0):
+    """Until the manager's php process count has not changed for `quiet`
+    seconds (what it starts ahead of any request is up: fpmd's warm
+    parents of ondemand pools, their forks; php-fpm's start_servers).
+    Returns (seconds since the exec when it last changed, the count)."""
+    last_n, last_change = len(b.php_processes()), mono()
+    while mono() - last_change < quiet:
+        if mono() - b.t0 > timeout:
+            raise B.BenchError(f"{b.name}: php processes still changing after {timeout:.0f} s "
+                               f"({last_n} now)")
+        time.sleep(0.1)
+        n = len(b.php_processes())
+        if n != last_n:
+            last_n, last_change = n, mono()
+    return last_change - b.t0, last_n
 
 
 def request_round(b, gen, what, problems):
@@ -650,6 +667,9 @@ def run_one(args, b, problems):
     res["start_sockets_s"] = round(sockets_s, 4)
     res["start_php_s"] = None if php_s is None else round(php_s, 4)
     res["manager_nofile"] = nofile_limit(b.proc.pid)
+    settled_s, settled_php = wait_settled(b, args.start_timeout)
+    res["start_settled_s"] = round(max(settled_s, php_s or sockets_s), 4)
+    res["start_settled_php"] = settled_php
     time.sleep(0.3)
     res["mem_after_start"] = b.memory()
     log(f"{b.name}: {b.n} {b.mode} pools up: sockets {sockets_s:.3f} s"
@@ -760,6 +780,8 @@ def rows(mode):
     if dyn:
         out.append((f"start: every pool has its {START_SERVERS} php process (ms)",
                     lambda r: ms_of_s(r.get("start_php_s")), True))
+    out.append(("start: php processes settled (ms; fpmd: warm parents up)",
+                lambda r: ms_of_s(r.get("start_settled_s")), True))
     for key, when in (("mem_after_start", "after start"), ("mem_after_round1", "after round 1"),
                       ("mem_after_idle", "after idle")):
         out += [

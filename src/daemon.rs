@@ -255,6 +255,7 @@ pub async fn run(
     let pools: Vec<PoolConfig> = d.config.pools.clone();
     crate::pool::warm::configure(d.config.global.warm_min_available);
     tokio::spawn(crate::pool::warm::monitor());
+    tokio::spawn(crate::pageout::trim_heap_periodically());
     // What a SIGKILLed fpmd's scripts left in their cgroups goes now.
     if let Some(layout) = crate::cgroup::Layout::system() {
         layout.sweep_stale();

@@ -133,6 +133,27 @@ pub fn page_out_process(pid: i32) -> io::Result<u64> {
     Ok(advised)
 }
 
+/// How often fpmd's own heap is trimmed ([`trim_heap_periodically`]).
+const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// `malloc_trim(0)` once every [`TRIM_EVERY`], for ever: the memory glibc
+/// keeps for fpmd's threads after a burst (each pool's first requests,
+/// warm parents starting, a reload) goes back to the kernel instead of
+/// staying resident in every arena: with 200 pools each served once, the
+/// manager's PSS otherwise grows from 8.5 to 12.6 MiB and stays there.
+pub async fn trim_heap_periodically() {
+    let mut tick = tokio::time::interval(TRIM_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        // SAFETY: glibc's malloc_trim only releases free memory; it is
+        // thread-safe (it takes each arena's lock).
+        unsafe {
+            libc::malloc_trim(0);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -369,6 +369,8 @@ async fn page_out_parent(pool: String, leader: i32, children: usize, alive: Arc<
 /// How long a stopped pool's cgroup may take to empty by itself before
 /// what is left in it is killed ([`Supervisor::remove_cgroup`]).
 const CGROUP_GRACE: Duration = Duration::from_secs(1);
+/// The longest [`CGROUP_GRACE`] grows to while the cgroup keeps emptying.
+const CGROUP_GRACE_MAX: Duration = Duration::from_secs(10);
 
 async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
     match at {
@@ -478,12 +480,20 @@ impl Supervisor {
         // A pre-fork parent's workers are still exiting when the parent is
         // gone (its SIGTERM reached them as it exited, and the ones it had
         // just forked anew): give them CGROUP_GRACE to go on their own, so
-        // that only what a script left behind is killed and named.
-        let deadline = tokio::time::Instant::now() + CGROUP_GRACE;
+        // that only what a script left behind is killed and named. While
+        // they keep going (hundreds of pools stopping at once exit slowly
+        // on a busy machine) the grace starts again, up to CGROUP_GRACE_MAX.
+        let start = tokio::time::Instant::now();
+        let mut deadline = start + CGROUP_GRACE;
         let mut left = cg.pids();
         while !left.is_empty() && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
-            left = cg.pids();
+            let now = cg.pids();
+            if now.len() < left.len() {
+                deadline =
+                    (tokio::time::Instant::now() + CGROUP_GRACE).min(start + CGROUP_GRACE_MAX);
+            }
+            left = now;
         }
         if !left.is_empty() {
             warn!(pool = %self.name(), "killing {} process(es) still in the pool's cgroup after its children: {left:?}", left.len());

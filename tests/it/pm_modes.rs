@@ -3,8 +3,9 @@
 //! recently used idle children. Under `pm.spawn = "prefork"` every child is
 //! forked up front by the php-cgi parent (a cold child costs ~0.7 MiB), so
 //! "the pool shrinks" means that children which served requests are
-//! replaced by cold ones, and an idle ondemand pool stops its parent; under
-//! `exec` the processes themselves come and go.
+//! replaced by cold ones, and an idle ondemand pool keeps its parent warm
+//! while memory allows (`warm_min_available`), else stops it; under `exec`
+//! the processes themselves come and go.
 
 use crate::harness::http::{assert_all_200, concurrent, get, try_get_with};
 use crate::harness::*;
@@ -145,14 +146,20 @@ fn ondemand_starts_from_nothing_and_gives_everything_back() {
 /// back ahead of any request.
 #[test]
 fn ondemand_keeps_a_warm_parent_while_memory_allows() {
-    if !prefork() {
-        // Under exec there is no parent to keep: each child is exec'd.
-        return;
-    }
     let pool = Pool::www()
         .max_children(3)
         .lines(&["pm.mode = \"ondemand\"", "pm.process_idle_timeout = \"2s\""]);
     let mut s = Stack::start(pool.clone());
+    if !prefork() {
+        // Under exec there is no parent to keep: each child is exec'd for
+        // a request, and none is started ahead of one.
+        assert!(
+            holds_for(Duration::from_secs(2), || php_processes(&s) == 0),
+            "an exec ondemand pool started a php-cgi before any request:\n{}",
+            s.fpmd.log()
+        );
+        return;
+    }
     // The parent and its 3 forks, before any request.
     wait_for(
         Duration::from_secs(20),

@@ -41,7 +41,8 @@ deb: deb-deps
 # a throw-away root: packaging/check-deb.sh), the Dockerfile and the
 # Kubernetes manifests are linted, validated and cross-checked
 # (packaging/check-manifests.sh, on the release binary make deb built); then
-# a one-round smoke run of the benchmark, so that it cannot rot; then each
+# a one-round smoke run of the benchmark and one of the scale bench, so
+# that they cannot rot; then each
 # cargo fuzz target for FUZZ_SECS.
 test: test-deps
 	cargo test
@@ -51,6 +52,7 @@ test: test-deps
 	packaging/check-deb.sh $(DEB_DIR)/fpmd_*.deb
 	packaging/check-manifests.sh
 	$(MAKE) bench-smoke
+	$(MAKE) bench-scale-smoke
 	$(MAKE) fuzz-smoke
 
 clean:
@@ -61,7 +63,7 @@ clean:
 #                     (more options: make bench BENCH_ARGS="--fpmd-variants exec,prefork")
 #   make bench-smoke  1 round of 1 s per workload into a temp dir, which is removed when it
 #                     passes: proves the bench still works (the test suite runs it); < 1 min
-.PHONY: bench-deps bench-smoke bench-pm bench-reload bench-scale
+.PHONY: bench-deps bench-smoke bench-pm bench-reload bench-scale bench-scale-smoke
 BENCH_ARGS ?=
 
 bench-deps:
@@ -103,6 +105,11 @@ BENCH_SCALE_ARGS ?=
 
 bench-scale: bench-deps build
 	/usr/bin/python3 bench/scale.py $(BENCH_SCALE_ARGS)
+
+# 1 and 5 pools, idle timeout 2 s, into a temp dir removed when it passes
+# (the test suite runs it, so that the scale bench cannot rot); < 1 min.
+bench-scale-smoke: bench-deps build
+	/usr/bin/python3 bench/scale.py --smoke $(BENCH_SCALE_ARGS)
 
 # cargo fuzz targets (fuzz/): the codec, the proxy's request path against
 # a fake child, and the configuration parser (the path of fpmd -t). Needs the nightly toolchain and cargo-fuzz (both

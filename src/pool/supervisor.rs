@@ -88,8 +88,9 @@ struct Pending {
     /// The slow start was reported.
     warned: bool,
     /// A warm parent's start permit ([`super::warm::starts`]), given back
-    /// once it serves or is gone.
-    _permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// once it serves or is gone, or when it is reported slow (a php-cgi
+    /// that hangs while starting must not hold other pools' warm starts).
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 struct Stopping {
@@ -1257,6 +1258,7 @@ impl Supervisor {
             }
             if !p.warned && p.since.elapsed() > Duration::from_secs(10) {
                 p.warned = true;
+                p.permit = None;
                 warn!(pool = %name, pid = p.leader, "php-cgi has not finished starting after 10 s");
             }
             waiting.push(p);
@@ -1602,7 +1604,7 @@ impl Supervisor {
             startup,
             since: Instant::now(),
             warned: false,
-            _permit: self.warm_permit.take(),
+            permit: self.warm_permit.take(),
         });
         self.check_pending();
         Ok(())

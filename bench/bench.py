@@ -673,6 +673,32 @@ def measure(backend, workload, wrk, connections, seconds, sample_rss=True):
     }
 
 
+def write_json(path, res):
+    """`res` as indented JSON into `path` (its directory made if missing)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(res, f, indent=1)
+        f.write("\n")
+
+
+def print_list(title, items):
+    """`title` and `items` as a markdown list on stdout; nothing when empty."""
+    if not items:
+        return
+    print(title)
+    for item in items:
+        print(f"- {item}")
+    print()
+
+
+def grouped_warnings(per_run, limit=6):
+    """`{run: {backend: [{count, message}]}}` (the scripts' grouped log
+    warnings) as 'run, backend: count × message' lines, `limit` a pair."""
+    return [f"{run}, {name}: {g['count']} × {g['message'][:200]}"
+            for run, per in per_run.items() for name, groups in per.items()
+            for g in groups[:limit]]
+
+
 def median(xs):
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else None
@@ -1062,27 +1088,17 @@ def main(argv):
         result["elapsed_s"] = round(time.time() - started, 1)
         table = markdown_table(result)
         result["markdown"] = table
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
-            f.write("\n")
+        write_json(args.out, result)
         if args.markdown:
             with open(args.markdown, "w") as f:
                 f.write(table + "\n")
         print(header_text(result))
         print(table)
         print()
-        if log_problems:
-            print("Warnings in the backends' logs (count × message):")
-            for name, groups in log_problems.items():
-                for g in groups[:10]:
-                    print(f"- {name}: {g['count']} × {g['message']}")
-            print()
-        if problems:
-            print("PROBLEMS (the run failed):")
-            for p in problems:
-                print(f"- {p}")
-            print()
+        print_list("Warnings in the backends' logs (count × message):",
+                   [f"{name}: {g['count']} × {g['message']}"
+                    for name, groups in log_problems.items() for g in groups[:10]])
+        print_list("PROBLEMS (the run failed):", problems)
         log(f"wrote {args.out}")
         if args.chart:
             draw_chart(args.out, args.chart, problems)

@@ -817,28 +817,16 @@ def main(argv):
         if interrupted:
             log(f"interrupted: {args.out} not written")
         else:
-            os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-            with open(args.out, "w") as f:
-                json.dump(res, f, indent=1)
-                f.write("\n")
+            B.write_json(args.out, res)
             log(f"wrote {args.out}")
         if args.markdown:
             with open(args.markdown, "w") as f:
                 f.write(text + "\n")
         print(text)
         print()
-        if warnings:
-            print("Warnings in the backends' logs (scenario, backend: count × message):")
-            for sc, per in warnings.items():
-                for name, groups in per.items():
-                    for g in groups[:6]:
-                        print(f"- {sc}, {name}: {g['count']} × {g['message'][:200]}")
-            print()
-        if problems:
-            print("PROBLEMS (the run failed):")
-            for p in problems:
-                print(f"- {p}")
-            print()
+        B.print_list("Warnings in the backends' logs (scenario, backend: count × message):",
+                     B.grouped_warnings(warnings))
+        B.print_list("PROBLEMS (the run failed):", problems)
 
     if args.keep_tmp:
         log(f"temp dir kept: {tmp}")

@@ -1239,10 +1239,7 @@ def main(argv):
         if interrupted:
             log(f"interrupted: {args.out} not written")
         else:
-            os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-            with open(args.out, "w") as f:
-                json.dump(res, f, indent=1)
-                f.write("\n")
+            B.write_json(args.out, res)
             log(f"wrote {args.out}")
         if args.markdown:
             with open(args.markdown, "w") as f:
@@ -1254,21 +1251,11 @@ def main(argv):
             for name, r in per.items():
                 for part in ("with", "without"):
                     for g in (r.get(part) or {}).get("log_warnings", [])[:5]:
-                        warn.append(f"- {key}, {name}, {part} reloads: {g['count']} × {g['message'][:200]}")
-        if warn:
-            print("Warnings in the backends' logs (scenario/variant, backend: count × message):")
-            print("\n".join(warn))
-            print()
-        if fpmd_failures:
-            print("FPMD DID NOT KEEP ITS PROMISE:")
-            for p in fpmd_failures:
-                print(f"- {p}")
-            print()
-        if problems:
-            print("PROBLEMS (the run failed):")
-            for p in problems:
-                print(f"- {p}")
-            print()
+                        warn.append(f"{key}, {name}, {part} reloads: {g['count']} × {g['message'][:200]}")
+        B.print_list("Warnings in the backends' logs (scenario/variant, backend: count × message):",
+                     warn)
+        B.print_list("FPMD DID NOT KEEP ITS PROMISE:", fpmd_failures)
+        B.print_list("PROBLEMS (the run failed):", problems)
 
     if args.keep_tmp:
         log(f"temp dir kept: {tmp}")

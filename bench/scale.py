@@ -1175,10 +1175,7 @@ def main(argv):
         if interrupted:
             log(f"interrupted: {out} not written")
         else:
-            os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-            with open(out, "w") as f:
-                json.dump(res, f, indent=1)
-                f.write("\n")
+            B.write_json(out, res)
             log(f"wrote {out}")
             draw_chart(res, chart, problems)
         if args.markdown:
@@ -1186,18 +1183,9 @@ def main(argv):
                 f.write(text + "\n")
         print(text)
         print()
-        if warnings:
-            print("Warnings in the backends' logs (mode-N, backend: count × message):")
-            for run, per in warnings.items():
-                for name, groups in per.items():
-                    for g in groups[:6]:
-                        print(f"- {run}, {name}: {g['count']} × {g['message'][:200]}")
-            print()
-        if problems:
-            print("PROBLEMS (the run failed):")
-            for p in problems:
-                print(f"- {p}")
-            print()
+        B.print_list("Warnings in the backends' logs (mode-N, backend: count × message):",
+                     B.grouped_warnings(warnings))
+        B.print_list("PROBLEMS (the run failed):", problems)
 
     if problems:
         for d in sorted(os.listdir(tmp)) if os.path.isdir(tmp) else []:

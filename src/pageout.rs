@@ -81,11 +81,9 @@ pub fn release_own_startup_pages() {
 
 /// `process_madvise(MADV_PAGEOUT)` over every file-backed mapping of
 /// process `pid` (Linux ≥ 5.10; needs `CAP_SYS_NICE` and ptrace access to
-/// it: fpmd as root). Returns the bytes of mappings advised (the range
-/// covered, not what the kernel reclaimed). Errors: the process is gone
-/// (`ESRCH`), the kernel lacks the calls (`ENOSYS`), or fpmd may not
-/// (`EPERM`).
-pub fn page_out_process(pid: i32) -> io::Result<u64> {
+/// it: fpmd as root). Errors: the process is gone (`ESRCH`), the kernel
+/// lacks the calls (`ENOSYS`), or fpmd may not (`EPERM`).
+pub fn page_out_process(pid: i32) -> io::Result<()> {
     // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
     let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     if raw < 0 {
@@ -104,7 +102,6 @@ pub fn page_out_process(pid: i32) -> io::Result<u64> {
             iov_len: len,
         })
         .collect();
-    let mut advised = 0u64;
     // The kernel takes at most UIO_MAXIOV (1024) ranges a call.
     for chunk in iov.chunks(1024) {
         // SAFETY: the iovecs name ranges of the other process's address
@@ -128,9 +125,8 @@ pub fn page_out_process(pid: i32) -> io::Result<u64> {
             }
             return Err(e);
         }
-        advised += n as u64;
     }
-    Ok(advised)
+    Ok(())
 }
 
 /// How often fpmd's own heap is trimmed ([`trim_heap_periodically`]).

@@ -85,8 +85,8 @@ impl Config {
         out.push_str(&format!(
             "warm_min_available = {}{}\n",
             match warm {
-                MinAvailable::Percent(p) => toml_str(&format!("{p}%")),
-                MinAvailable::Bytes(b) => b.to_string(),
+                MinAvailable::Percent(_) => toml_str(&warm.to_string()),
+                MinAvailable::Bytes(_) => warm.to_string(),
             },
             if warm == MinAvailable::DEFAULT {
                 " # default"

@@ -340,18 +340,24 @@ async fn page_out_parent(pool: String, leader: i32, children: usize, alive: Arc<
     let mut first = true;
     while alive.load(Ordering::Acquire) {
         let done = tokio::task::spawn_blocking(move || {
-            let before = crate::procfs::resident_bytes(leader);
+            // The resident size is only read for the first time's log line.
+            let rss = || {
+                first
+                    .then(|| crate::procfs::resident_bytes(leader))
+                    .flatten()
+            };
+            let before = rss();
             let advised = crate::pageout::page_out_process(leader);
-            (before, advised, crate::procfs::resident_bytes(leader))
+            (before, advised, rss())
         })
         .await;
         let mib =
             |b: Option<u64>| b.map_or("?".to_string(), |b| format!("{:.1}", b as f64 / 1048576.0));
         match done {
-            Ok((before, Ok(_), after)) if first => {
+            Ok((before, Ok(()), after)) if first => {
                 debug!(pool = %pool, pid = leader, "php-cgi parent's start-up pages given back: resident {} → {} MiB", mib(before), mib(after));
             }
-            Ok((_, Ok(_), _)) => {}
+            Ok((_, Ok(()), _)) => {}
             Ok((_, Err(e), _)) if e.raw_os_error() == Some(libc::ESRCH) => return,
             Ok((_, Err(e), _)) => {
                 debug!(pool = %pool, pid = leader, "cannot give back the php-cgi parent's pages: {e}");

@@ -19,38 +19,22 @@
 //! (a pool a request waits for starts its parent at once, without a
 //! permit). Must not touch: the pools (each supervisor asks).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
 use crate::config::MinAvailable;
 
-/// `warm_min_available` as the monitor applies it (encoded: see
-/// [`encode`]).
-static MIN_AVAILABLE: AtomicU64 = AtomicU64::new(encode(MinAvailable::DEFAULT));
+/// `warm_min_available` as the monitor applies it.
+static MIN_AVAILABLE: Mutex<MinAvailable> = Mutex::new(MinAvailable::DEFAULT);
 /// Memory is short: no warm parent is kept or started.
 static SHORT: AtomicBool = AtomicBool::new(false);
 static STARTS: OnceLock<Arc<Semaphore>> = OnceLock::new();
 
 /// How often `/proc/meminfo` is read.
 const PERIOD: Duration = Duration::from_secs(1);
-
-const fn encode(m: MinAvailable) -> u64 {
-    match m {
-        MinAvailable::Percent(p) => 1 << 63 | p as u64,
-        MinAvailable::Bytes(b) => b & !(1 << 63),
-    }
-}
-
-fn decode(v: u64) -> MinAvailable {
-    if v & (1 << 63) != 0 {
-        MinAvailable::Percent((v & 0xff) as u8)
-    } else {
-        MinAvailable::Bytes(v)
-    }
-}
 
 /// Whether memory allows ondemand pools to keep (or start) a warm parent.
 pub fn allowed() -> bool {
@@ -60,7 +44,7 @@ pub fn allowed() -> bool {
 /// Sets `warm_min_available` (at start and on every reload) and applies it
 /// at once.
 pub fn configure(min: MinAvailable) {
-    MIN_AVAILABLE.store(encode(min), Ordering::Relaxed);
+    *MIN_AVAILABLE.lock().unwrap() = min;
     update();
 }
 
@@ -100,7 +84,7 @@ fn short(min: MinAvailable, total: u64, available: u64, was_short: bool) -> bool
 }
 
 fn update() {
-    let min = decode(MIN_AVAILABLE.load(Ordering::Relaxed));
+    let min = *MIN_AVAILABLE.lock().unwrap();
     let Some((total, available)) = std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|t| meminfo(&t))
@@ -153,18 +137,5 @@ mod tests {
         assert!(short(MinAvailable::Bytes(2 * g), 16 * g, g, false));
         assert!(!short(MinAvailable::Bytes(0), 16 * g, 0, false));
         assert!(short(MinAvailable::Percent(100), 16 * g, 15 * g, false));
-    }
-
-    #[test]
-    fn encoding_round_trips() {
-        for m in [
-            MinAvailable::Percent(0),
-            MinAvailable::Percent(25),
-            MinAvailable::Percent(100),
-            MinAvailable::Bytes(0),
-            MinAvailable::Bytes(512 << 20),
-        ] {
-            assert_eq!(decode(encode(m)), m);
-        }
     }
 }

@@ -419,8 +419,8 @@ pub async fn run(
     // The accept loops end at once; then the sockets close and their files
     // go, so that a web server connecting during the drain is refused at
     // once instead of waiting in a queue nobody accepts from. In a
-    // graceful stop the connections already in a socket's queue are served
-    // first (closing would reset them), right before the close.
+    // graceful stop the connections the kernel has made are served first
+    // (closing would reset them).
     let mut routes = Vec::new();
     for (key, a) in accepting {
         let route = a.route.borrow().clone();
@@ -430,12 +430,7 @@ pub async fn run(
         }
     }
     if mode == StopMode::Graceful {
-        for (key, route) in &routes {
-            let n = listen::serve_queued(&listeners, key, route, &shutdown, &in_flight);
-            if n > 0 {
-                debug!(pool = %route.pool.name(), "{n} connections were waiting on {key} at the stop: served");
-            }
-        }
+        serve_last(&mut listeners, &routes, &shutdown, &in_flight).await;
     }
     drop(listeners);
     drop(in_flight);
@@ -473,6 +468,47 @@ pub async fn run(
     let _ = tokio::time::timeout(STOP_GRACE, crate::observe::reopen::sync()).await;
     info!(php_fpm = "exiting, bye-bye!", "exiting");
     Ok(())
+}
+
+/// How long a TCP handshake under way when its socket begins to refuse new
+/// connections has to complete: its final ACK is one round trip away.
+const HANDSHAKE_SETTLE: Duration = Duration::from_millis(20);
+
+/// The last accepts on sockets about to close for good (`routes`: each
+/// socket and where its connections go, its accept loop ended). Each socket
+/// refuses new connections first ([`ListenerTable::refuse_new`]); then
+/// every connection waiting in it is served, and once more after
+/// [`HANDSHAKE_SETTLE`] for the handshakes that were under way. Closing a
+/// socket resets each connection still queued, with a request the web
+/// server has sent and, for a POST, will not send to another upstream.
+async fn serve_last(
+    listeners: &mut ListenerTable,
+    routes: &[(ListenKey, Arc<Route>)],
+    shutdown: &watch::Receiver<bool>,
+    in_flight: &mpsc::Sender<()>,
+) {
+    let mut served = vec![0; routes.len()];
+    let mut settle = false;
+    for ((key, route), n) in routes.iter().zip(&mut served) {
+        match listeners.refuse_new(key) {
+            Ok(refusing) => settle |= refusing,
+            Err(e) => {
+                warn!(pool = %route.pool.name(), "{key} cannot refuse new connections before it closes: {e}")
+            }
+        }
+        *n += listen::serve_queued(listeners, key, route, shutdown, in_flight);
+    }
+    if settle {
+        tokio::time::sleep(HANDSHAKE_SETTLE).await;
+        for ((key, route), n) in routes.iter().zip(&mut served) {
+            *n += listen::serve_queued(listeners, key, route, shutdown, in_flight);
+        }
+    }
+    for ((key, route), n) in routes.iter().zip(served) {
+        if n > 0 {
+            debug!(pool = %route.pool.name(), "{n} connections were waiting on {key} as it closed: served");
+        }
+    }
 }
 
 /// Opens the access log of every pool of `config` (those open already stay
@@ -614,12 +650,32 @@ impl Daemon {
         }
     }
 
-    /// Stops accepting on `key`; connections already accepted go on.
-    async fn unroute(&mut self, key: &ListenKey) {
-        if let Some(a) = self.accepting.remove(key) {
-            let _ = a.route.send(None);
-            let _ = a.task.await;
+    /// Stops accepting on `key` (connections already accepted go on);
+    /// returns the route its accept loop served, if it had one.
+    async fn unroute(&mut self, key: &ListenKey) -> Option<Arc<Route>> {
+        let a = self.accepting.remove(key)?;
+        let route = a.route.send_replace(None);
+        let _ = a.task.await;
+        route
+    }
+
+    /// Ends the accept loops of `keys`, whose sockets are to close, and
+    /// serves what waits in them ([`serve_last`]): they refuse new
+    /// connections from now on.
+    async fn close_routes(&mut self, keys: Vec<ListenKey>) {
+        let mut closing = Vec::new();
+        for key in keys {
+            if let Some(route) = self.unroute(&key).await {
+                closing.push((key, route));
+            }
         }
+        serve_last(
+            &mut self.listeners,
+            &closing,
+            &self.shutdown,
+            &self.in_flight,
+        )
+        .await;
     }
 
     /// Starts the fpmd binary now on disk on the same configuration and
@@ -834,13 +890,14 @@ impl Daemon {
             .filter(|p| !new_names.contains(&p.name.as_str()))
             .cloned()
             .collect();
+        let closing = removed
+            .iter()
+            .flat_map(|p| p.listeners())
+            .map(|(l, _)| ListenKey::new(&l.address))
+            .filter(|key| !obtained.iter().any(|(k, _)| k == key))
+            .collect();
+        self.close_routes(closing).await;
         for p in &removed {
-            for (l, _) in p.listeners() {
-                let key = ListenKey::new(&l.address);
-                if !obtained.iter().any(|(k, _)| *k == key) {
-                    self.unroute(&key).await;
-                }
-            }
             if let Some(h) = self.pools.remove(&p.name) {
                 info!(pool = %p.name, "removed by the reload: no new requests; it stops once its requests are done");
                 self.removed
@@ -923,9 +980,7 @@ impl Daemon {
             .filter(|k| !keep.contains(k))
             .cloned()
             .collect();
-        for k in stale {
-            self.unroute(&k).await;
-        }
+        self.close_routes(stale).await;
         for k in self.listeners.retain(&keep) {
             info!("no longer listening on {k}");
         }

@@ -160,15 +160,15 @@ pub async fn accept_loop(
     debug!(pool = %last_pool, "stopped accepting on {key}");
 }
 
-/// At a graceful stop, just before the daemon closes the socket of `key`
-/// (its accept loop has ended): accepts every connection waiting in its
-/// queue, without waiting, and serves each on `route` as the accept loop
-/// would have. Closing the socket would reset them, each with a request
-/// the web server has sent or is sending. Call it and close the socket
-/// with no `.await` in between: a connection that arrives after the last
-/// accept and before the close is still reset (for a socket of systemd's,
-/// or one handed to a new fpmd, it waits in the socket for the process
-/// that serves on). Returns how many were taken.
+/// Before the daemon closes the socket of `key` (its accept loop has
+/// ended): accepts every connection waiting in its queue, without waiting,
+/// and serves each on `route` as the accept loop would have. Closing the
+/// socket would reset them, each with a request the web server has sent or
+/// is sending. A connection that arrives after the last accept and before
+/// the close is still reset, unless the socket refuses new ones first
+/// ([`ListenerTable::refuse_new`]; a socket of systemd's, or one handed to
+/// a new fpmd, is not closed: what arrives waits in it for the process that
+/// serves on). Returns how many were taken.
 pub fn serve_queued(
     table: &ListenerTable,
     key: &ListenKey,

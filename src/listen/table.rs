@@ -7,11 +7,12 @@
 //! from systemd enter through [`adopt`] and are then obtained like any
 //! other. [`retain`] closes the sockets no pool uses any more.
 //!
-//! **The unlink rule.** A unix socket's file is removed in two places only:
-//! [`retain`], for the sockets it closes, and the drop of the table (the end
-//! of a normal stop). Either removes only a file fpmd owns: one it bound or
-//! took over from a previous fpmd, never one of a systemd socket unit, and
-//! only while the path still holds the very file recorded when it was bound
+//! **The unlink rule.** A unix socket's file is removed in three places
+//! only: [`retain`], for the sockets it closes, the drop of the table (the
+//! end of a normal stop), and [`refuse_new`], just before either. Each
+//! removes only a file fpmd owns: one it bound or took over from a
+//! previous fpmd, never one of a systemd socket unit, and only while the
+//! path still holds the very file recorded when it was bound
 //! or adopted (same device and inode). After [`disown_files`] (the sockets
 //! went to a new fpmd in a binary upgrade) nothing is unlinked any more.
 //! Accept loops and connections never unlink anything.
@@ -23,6 +24,7 @@
 //! [`adopt`]: ListenerTable::adopt
 //! [`retain`]: ListenerTable::retain
 //! [`disown_files`]: ListenerTable::disown_files
+//! [`refuse_new`]: ListenerTable::refuse_new
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
@@ -366,6 +368,43 @@ impl ListenerTable {
         gone
     }
 
+    /// Makes the socket of `key` refuse new connections while those the
+    /// kernel has made can still be accepted, for the last accepts before
+    /// [`retain`](Self::retain) or the drop of the table closes it: closing
+    /// resets every connection still queued, each with a request the web
+    /// server has sent and will not send elsewhere (nginx retries no POST
+    /// once it was sent). Returns whether the socket refuses now: false,
+    /// changing nothing, for a systemd socket and after
+    /// [`disown_files`](Self::disown_files) (those sockets live on in
+    /// another process, which serves what waits in them), or for a key not
+    /// in the table.
+    ///
+    /// TCP: a socket filter drops every SYN without ACK, the first segment
+    /// of a handshake. The client retransmits it (after 1 s on Linux), is
+    /// refused by then (`ECONNREFUSED`) and goes to its next upstream, its
+    /// request unsent; the final ACK of a handshake already under way still
+    /// passes, so that connection is made and queued. Unix: the file is
+    /// unlinked now (by the unlink rule), and `connect` fails with `ENOENT`.
+    /// Errors: the filter could not be attached (the socket is unchanged).
+    pub fn refuse_new(&mut self, key: &ListenKey) -> io::Result<bool> {
+        let owns_files = self.owns_files;
+        let Some(entry) = self.entries.get_mut(key) else {
+            return Ok(false);
+        };
+        if !owns_files || matches!(entry.origin, Origin::Adopted(Inherited::Systemd)) {
+            return Ok(false);
+        }
+        match key.address() {
+            ListenAddress::Tcp(_) => entry.socket.attach_filter(&DROP_SYN)?,
+            ListenAddress::Unix(_) => {
+                if let Some(file) = entry.file.take() {
+                    file.unlink();
+                }
+            }
+        }
+        Ok(true)
+    }
+
     /// From now on nothing is unlinked, neither by [`retain`](Self::retain)
     /// nor by the drop of the table: for after the sockets were handed to
     /// a new fpmd, which owns their files from then on.
@@ -441,6 +480,32 @@ impl Drop for ListenerTable {
     }
 }
 
+/// A classic BPF socket filter (`SO_ATTACH_FILTER`) that drops each TCP
+/// segment with SYN set and ACK clear and keeps all others. A TCP socket's
+/// filter sees the segment from its TCP header on, so byte 13 holds the
+/// flags (RFC 9293 3.1); a return of 0 drops the segment, `u32::MAX` keeps
+/// it whole. Sockets made from the listener inherit the filter, and see no
+/// such segment once established.
+const DROP_SYN: [libc::sock_filter; 5] = {
+    const fn op(code: u32, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
+        libc::sock_filter {
+            code: code as u16,
+            jt,
+            jf,
+            k,
+        }
+    }
+    const SYN: u32 = 0x02;
+    const ACK: u32 = 0x10;
+    [
+        op(libc::BPF_LD | libc::BPF_B | libc::BPF_ABS, 0, 0, 13),
+        op(libc::BPF_ALU | libc::BPF_AND | libc::BPF_K, 0, 0, SYN | ACK),
+        op(libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K, 0, 1, SYN),
+        op(libc::BPF_RET | libc::BPF_K, 0, 0, 0),
+        op(libc::BPF_RET | libc::BPF_K, 0, 0, u32::MAX),
+    ]
+};
+
 /// The [`ListenAddress`] a socket address is, if fpmd could listen on it.
 fn address_of(local: &SockAddr) -> Option<ListenAddress> {
     if let Some(addr) = local.as_socket() {
@@ -464,6 +529,7 @@ mod tests {
     use super::*;
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::time::Duration;
 
     fn unix_listen(path: &Path, mode: u32, backlog: u32) -> Listen {
         Listen {
@@ -608,11 +674,7 @@ mod tests {
 
     #[test]
     fn obtain_keeps_a_tcp_socket_and_updates_its_backlog() {
-        let port = {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            l.local_addr().unwrap().port()
-        };
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let addr = free_tcp_addr();
         let mut table = ListenerTable::new();
         let key = ListenKey::new(&ListenAddress::Tcp(addr));
         assert_eq!(
@@ -681,6 +743,74 @@ mod tests {
         drop(table);
         assert!(path.exists(), "another process's socket file was unlinked");
         drop(other);
+    }
+
+    /// A free TCP port on 127.0.0.1, as a socket address.
+    fn free_tcp_addr() -> SocketAddr {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    }
+
+    #[test]
+    fn refuse_new_tcp_keeps_made_connections_and_drops_syns() {
+        let addr = free_tcp_addr();
+        let mut table = ListenerTable::new();
+        let key = ListenKey::new(&ListenAddress::Tcp(addr));
+        table.obtain("www", &tcp_listen(addr, 16)).unwrap();
+        let mut made = std::net::TcpStream::connect(addr).unwrap();
+        std::io::Write::write_all(&mut made, b"request").unwrap();
+
+        assert!(table.refuse_new(&key).unwrap());
+        let late = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        let e = late
+            .connect_timeout(&addr.into(), Duration::from_millis(300))
+            .expect_err("a new connection after refuse_new");
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut, "its SYN is dropped: {e}");
+
+        let (mut accepted, _) = table.clone_socket(&key).unwrap().accept().unwrap();
+        let mut got = [0u8; 7];
+        std::io::Read::read_exact(&mut accepted, &mut got).unwrap();
+        assert_eq!(&got, b"request", "the queued connection and its bytes");
+    }
+
+    #[test]
+    fn refuse_new_unix_unlinks_and_keeps_made_connections() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("www.sock");
+        let mut table = ListenerTable::new();
+        let key = ListenKey::new(&ListenAddress::Unix(path.clone()));
+        table.obtain("www", &unix_listen(&path, 0o660, 8)).unwrap();
+        let _made = std::os::unix::net::UnixStream::connect(&path).unwrap();
+
+        assert!(table.refuse_new(&key).unwrap());
+        assert!(!path.exists(), "the file is gone");
+        let e = std::os::unix::net::UnixStream::connect(&path).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert!(table.clone_socket(&key).unwrap().accept().is_ok());
+
+        // The path is another socket's now: the close leaves it alone.
+        let other = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        table.retain(&[]);
+        assert!(path.exists(), "another socket's file was unlinked");
+        drop(other);
+    }
+
+    #[test]
+    fn refuse_new_changes_nothing_after_the_hand_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("www.sock");
+        let addr = free_tcp_addr();
+        let mut table = ListenerTable::new();
+        table.obtain("www", &unix_listen(&path, 0o660, 8)).unwrap();
+        table.obtain("www", &tcp_listen(addr, 8)).unwrap();
+        table.disown_files();
+        for key in table.keys().cloned().collect::<Vec<_>>() {
+            assert!(!table.refuse_new(&key).unwrap(), "{key}");
+        }
+        assert!(path.exists());
+        assert!(std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).is_ok());
+        let unknown = ListenKey::new(&ListenAddress::Unix(dir.path().join("none.sock")));
+        assert!(!table.refuse_new(&unknown).unwrap());
     }
 
     #[test]

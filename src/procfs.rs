@@ -35,10 +35,17 @@ pub fn session_of(pid: i32) -> Option<i32> {
 
 /// The parent pid of `pid`, from `/proc/PID/stat`.
 pub fn parent_of(pid: i32) -> Option<i32> {
+    state_and_parent(pid).map(|(_, ppid)| ppid)
+}
+
+/// The state letter (as [`state`]) and the parent's pid of `pid`, from one
+/// read of `/proc/PID/stat`; `None`: no such process.
+pub fn state_and_parent(pid: i32) -> Option<(char, i32)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // "pid (comm) state ppid …": comm may contain spaces and parentheses.
-    let after = &stat[stat.rfind(')')? + 2..];
-    after.split(' ').nth(1)?.parse().ok()
+    let mut after = stat[stat.rfind(')')? + 1..].split_whitespace();
+    let state = after.next()?.chars().next()?;
+    Some((state, after.next()?.parse().ok()?))
 }
 
 /// Whether `pid` is blocked in `accept()` (`/proc/PID/syscall`): an
@@ -68,8 +75,7 @@ pub fn alive(pid: i32) -> bool {
 /// The state letter of `pid` (`/proc/PID/stat`: `R`, `S`, `D`, `T`
 /// stopped by a signal, `t` stopped by a tracer, `Z`, …).
 pub fn state(pid: i32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat[stat.rfind(')')? + 1..].trim_start().chars().next()
+    state_and_parent(pid).map(|(state, _)| state)
 }
 
 /// The system call `pid` is blocked in and its first argument

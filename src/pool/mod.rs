@@ -41,15 +41,56 @@ pub use supervisor::start_pool;
 /// `request_terminate_timeout` (php-cgi finishes its script on SIGTERM; a
 /// script may even catch it).
 pub const TERMINATE_GRACE: Duration = Duration::from_secs(1);
-/// Read buffer of a child connection, in bytes: one whole record fits.
+/// Read buffer of a child connection while a request runs, in bytes: one
+/// whole record fits.
 const CHILD_BUF: usize = 64 * 1024 + 512;
+/// Read buffers kept for the next requests once theirs have ended; beyond
+/// that many requests at once, a request's buffer is freed as it ends.
+const SPARE_BUFS: usize = 8;
+static SPARE: Mutex<Vec<BytesMut>> = Mutex::new(Vec::new());
 
 /// The persistent keep-conn connection to one child.
 pub struct ChildConn {
     pub reader: OwnedReadHalf,
     pub writer: OwnedWriteHalf,
-    /// Bytes read from the child and not yet forwarded.
+    /// Bytes read from the child and not yet forwarded: a buffer of
+    /// [`CHILD_BUF`] bytes while a request runs ([`lend_buffer`]), none
+    /// between requests ([`return_buffer`]).
     pub buf: BytesMut,
+}
+
+/// Before a request on a child connection: gives `buf` a read buffer if it
+/// has none, a spare one if any.
+pub fn lend_buffer(buf: &mut BytesMut) {
+    if buf.capacity() == 0 {
+        *buf = SPARE
+            .lock()
+            .unwrap()
+            .pop()
+            .unwrap_or_else(|| BytesMut::with_capacity(CHILD_BUF));
+    }
+}
+
+/// After a request on a child connection: an empty `buf` goes back to the
+/// spares (or is freed), so that a kept connection holds no buffer while
+/// its child is idle. Kept, each held what the child's responses filled
+/// of its 64 KiB, for as long as the child lived: with 200 pools each
+/// served once, 1.6 MiB of the manager's 2.2 MiB growth; a pool whose
+/// children send large pages, 64 KiB per child.
+pub fn return_buffer(buf: &mut BytesMut) {
+    if !buf.is_empty() || buf.capacity() == 0 {
+        return;
+    }
+    let mut b = std::mem::take(buf);
+    // Moves the start back over what was consumed (no allocation).
+    b.reserve(CHILD_BUF);
+    if b.capacity() > 2 * CHILD_BUF {
+        return;
+    }
+    let mut spare = SPARE.lock().unwrap();
+    if spare.len() < SPARE_BUFS {
+        spare.push(b);
+    }
 }
 
 /// What moves with a slot between the idle stack and a lease: its
@@ -95,7 +136,7 @@ impl Worker {
             self.conn = Some(ChildConn {
                 reader,
                 writer,
-                buf: BytesMut::with_capacity(CHILD_BUF),
+                buf: BytesMut::new(),
             });
         }
         self.conn
@@ -784,6 +825,25 @@ impl PoolHandle {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn a_child_connection_holds_a_read_buffer_only_while_a_request_runs() {
+        let mut buf = BytesMut::new();
+        lend_buffer(&mut buf);
+        assert!(buf.capacity() >= CHILD_BUF);
+        // A response read and forwarded: consumed from the front.
+        buf.extend_from_slice(&[1; 300]);
+        bytes::Buf::advance(&mut buf, 300);
+        return_buffer(&mut buf);
+        assert_eq!(buf.capacity(), 0, "an idle connection holds no buffer");
+        // What a spare lent next time offers: a whole buffer again.
+        lend_buffer(&mut buf);
+        assert!(buf.capacity() >= CHILD_BUF && buf.is_empty());
+        // Bytes not yet forwarded stay with their connection.
+        buf.extend_from_slice(b"partial record");
+        return_buffer(&mut buf);
+        assert_eq!(&buf[..], b"partial record");
+    }
 
     /// A valid pool configuration (children as `nobody` when run as
     /// root, else as the current user).

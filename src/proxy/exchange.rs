@@ -147,6 +147,7 @@ where
     let id = req.id;
     let until_end = req.owed == Owed::UntilEnd;
     let keep_conn = req.keep_conn;
+    crate::pool::lend_buffer(&mut conn.buf);
     let ChildConn {
         reader: child_r,
         writer: child_w,
@@ -449,6 +450,7 @@ where
             _ => BodyEnd::Unread,
         }
     };
+    crate::pool::return_buffer(child_buf);
     let outcome = Outcome {
         client,
         body,

@@ -354,8 +354,15 @@ async fn page_out_parent(pool: String, leader: i32, children: usize, alive: Arc<
     while crate::peer::children_of(leader).len() < children && since.elapsed() < FORKS_DONE_WAIT {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    // One page-out at a time over all pools: it is kernel work of a few
+    // milliseconds per parent, and hundreds of parents started together
+    // would otherwise take both CPUs from the requests at once.
+    static ONE_AT_A_TIME: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
     let mut first = true;
     while alive.load(Ordering::Acquire) {
+        let Ok(permit) = ONE_AT_A_TIME.acquire().await else {
+            return;
+        };
         let done = tokio::task::spawn_blocking(move || {
             // The resident size is only read for the first time's log line.
             let rss = || {
@@ -385,8 +392,16 @@ async fn page_out_parent(pool: String, leader: i32, children: usize, alive: Arc<
                 return;
             }
         }
+        drop(permit);
+        // The repeats of parents that started together are spread over the
+        // period ([`phase`]).
+        let again = if first {
+            PAGE_OUT_AGAIN + phase(PAGE_OUT_AGAIN)
+        } else {
+            PAGE_OUT_AGAIN
+        };
         first = false;
-        tokio::time::sleep(PAGE_OUT_AGAIN).await;
+        tokio::time::sleep(again).await;
     }
 }
 

@@ -114,7 +114,8 @@ bench-scale-smoke: bench-deps build
 # cargo fuzz targets (fuzz/): the codec, the proxy's request path against
 # a fake child, and the configuration parser (the path of fpmd -t). Needs the nightly toolchain and cargo-fuzz (both
 # installed by scripts/deps-fuzz.sh when missing).
-#   make fuzz-smoke           each target for FUZZ_SECS (30) seconds
+#   make fuzz-smoke           each target for FUZZ_SECS (30) seconds, built
+#                             --dev (fuzz/Cargo.toml: opt-level 1)
 #   make fuzz FUZZ_RUNS=N     each target for N executions (the figure in
 #                             the issue notes: 10 million)
 .PHONY: fuzz-deps fuzz-smoke fuzz
@@ -127,9 +128,9 @@ fuzz-deps:
 fuzz-smoke: fuzz-deps
 	cd fuzz && ./seeds.py corpus/request_path
 	cd fuzz && ./config_seeds.py corpus/config
-	cd fuzz && cargo +nightly fuzz run codec -- -max_total_time=$(FUZZ_SECS) -print_final_stats=1
-	cd fuzz && cargo +nightly fuzz run request_path -- -max_total_time=$(FUZZ_SECS) -print_final_stats=1
-	cd fuzz && cargo +nightly fuzz run config -- -max_total_time=$(FUZZ_SECS) -print_final_stats=1
+	cd fuzz && cargo +nightly fuzz run --dev codec -- -max_total_time=$(FUZZ_SECS) -print_final_stats=1
+	cd fuzz && cargo +nightly fuzz run --dev request_path -- -max_total_time=$(FUZZ_SECS) -print_final_stats=1
+	cd fuzz && cargo +nightly fuzz run --dev config -- -max_total_time=$(FUZZ_SECS) -print_final_stats=1
 
 fuzz: fuzz-deps
 	cd fuzz && ./seeds.py corpus/request_path

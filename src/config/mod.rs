@@ -881,7 +881,7 @@ php_admin_flag.log_errors = true
             [
                 "-d".to_string(),
                 format!(
-                    "disable_functions={}",
+                    "disable_functions=${{disable_functions}},{}",
                     crate::config::model::PCNTL_FUNCTIONS.join(",")
                 )
             ]

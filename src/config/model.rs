@@ -469,9 +469,15 @@ impl PoolConfig {
     /// then `["-d", "name=value", …]` (which win over any php.ini), plain
     /// values first, then admin values
     /// (admin values win on the same name; see [`PoolConfig::php_values`]).
-    /// Without `security.pcntl`, [`PCNTL_FUNCTIONS`] are appended to the
-    /// pool's own `disable_functions` (kept, not replaced), or make it up
-    /// when the pool sets none.
+    ///
+    /// [`ADDITIVE_INI`] values never replace what the php.ini files set:
+    /// they are passed as `name=${name},list`, which PHP's ini parser
+    /// expands to the value read from php.ini and the scan directory
+    /// (`zend_ini_get_var`: an earlier directive of that name), so the
+    /// children disable both lists, as php-fpm does (`fpm_php.c` disables
+    /// a pool's `disable_functions` on top of php.ini's). Without
+    /// `security.pcntl`, [`PCNTL_FUNCTIONS`] are added to
+    /// `disable_functions` the same way.
     pub fn ini_args(&self) -> Vec<String> {
         let mut args =
             Vec::with_capacity(2 * (self.php_values.len() + self.php_admin_values.len() + 2));
@@ -485,32 +491,56 @@ impl PoolConfig {
             .php_values
             .iter()
             .filter(|(name, _)| !self.php_admin_values.contains_key(*name));
-        let mut disabled = None;
+        let mut additive: Vec<(&str, Vec<&str>)> = Vec::new();
         for (name, value) in plain.chain(self.php_admin_values.iter()) {
-            if name == "disable_functions" && !self.pcntl {
-                disabled = Some(value.as_str());
+            if ADDITIVE_INI.contains(&name.as_str()) {
+                additive.push((name, ini_list(value).collect()));
                 continue;
             }
             args.push("-d".to_string());
             args.push(format!("{name}={value}"));
         }
         if !self.pcntl {
-            let mut list: Vec<&str> = disabled
-                .unwrap_or("")
-                .split(',')
-                .map(str::trim)
-                .filter(|f| !f.is_empty())
-                .collect();
-            for f in PCNTL_FUNCTIONS {
-                if !list.contains(f) {
-                    list.push(f);
+            match additive.iter_mut().find(|(n, _)| *n == "disable_functions") {
+                Some((_, list)) => list.extend(PCNTL_FUNCTIONS),
+                None => additive.push(("disable_functions", PCNTL_FUNCTIONS.to_vec())),
+            }
+        }
+        for (name, list) in additive {
+            let mut seen: Vec<&str> = Vec::with_capacity(list.len());
+            for f in list {
+                if !seen.contains(&f) {
+                    seen.push(f);
                 }
             }
+            // Under -n there is no php.ini value to keep.
+            let read = if self.no_php_ini {
+                String::new()
+            } else {
+                format!("${{{name}}},")
+            };
             args.push("-d".to_string());
-            args.push(format!("disable_functions={}", list.join(",")));
+            args.push(format!("{name}={read}{}", seen.join(",")));
         }
         args
     }
+}
+
+/// The ini values whose pool settings add to php.ini's instead of
+/// replacing it: php-fpm disables a pool's `disable_functions` and
+/// `disable_classes` on top of what php.ini disabled at start
+/// (`fpm_php_apply_defines_ex` in php-src `sapi/fpm/fpm/fpm_php.c`), so a
+/// pool can only disable more. fpmd keeps that (see
+/// [`PoolConfig::ini_args`]), and the pool's `php_value`, `php_admin_value`
+/// and the command line's `-d` of one of these names are joined, never one
+/// chosen over another.
+pub const ADDITIVE_INI: &[&str] = &["disable_functions", "disable_classes"];
+
+/// The names of an ini list value (`disable_functions`): split at commas
+/// and spaces, as PHP splits it (`zend_disable_functions` in php-src
+/// `Zend/zend_API.c`), empty names dropped.
+pub fn ini_list(value: &str) -> impl Iterator<Item = &str> {
+    value.split([',', ' ']).filter(|f| !f.is_empty())
 }
 
 /// PHP's `pcntl` functions (php-src 8.2 `ext/pcntl/pcntl.stub.php`),

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use super::keys;
 use super::model::{
-    Global, Isolation, Landlock, Listen, ListenAddress, LocalEndpoints, LogLevel, LogTarget,
-    MinAvailable, PhpIni, PmMode, PoolConfig, ProcessManager, Spawn,
+    ini_list, Global, Isolation, Landlock, Listen, ListenAddress, LocalEndpoints, LogLevel,
+    LogTarget, MinAvailable, PhpIni, PmMode, PoolConfig, ProcessManager, Spawn, ADDITIVE_INI,
 };
 use super::raw::{
     AllowedClients, ByteSize, Duration, EnvValue, IniScalar, IniTable, RawAddress, RawGlobal,
@@ -580,18 +580,8 @@ pub(super) fn validate_pool(
         "php_admin_flag",
         raw.php_admin_flag,
     )?;
-    let mut php_values: std::collections::BTreeMap<String, String> = php_values
-        .into_iter()
-        .filter(|(k, _)| !php_admin_values.contains_key(k))
-        .collect();
-    // `-d name=value` on the command line: below the pool's own values (a
-    // later -d of one name wins over an earlier one).
-    let own: Vec<String> = php_values.keys().cloned().collect();
-    for (name, value) in &options.php_defines {
-        if !own.contains(name) && !php_admin_values.contains_key(name) {
-            php_values.insert(name.clone(), value.clone());
-        }
-    }
+    let (php_values, php_admin_values) =
+        merge_ini_values(php_values, php_admin_values, &options.php_defines);
 
     let status_listen = match raw.pm.status_listen {
         None => None,
@@ -650,6 +640,58 @@ pub(super) fn validate_pool(
     };
     check_exec_size(&ctx, &pool, arg_max())?;
     Ok(pool)
+}
+
+/// A pool's plain and admin ini values with the command line's `-d`
+/// (`defines`): an admin value wins over a plain one of the same name, and
+/// both over `-d` (a later -d of one name wins over an earlier one), as
+/// php-fpm layers them; except the [`ADDITIVE_INI`] names, whose values
+/// from all three are joined into one list (kept as the admin value when
+/// there is one), since php-fpm disables each of them on top of the
+/// others.
+fn merge_ini_values(
+    plain: BTreeMap<String, String>,
+    mut admin: BTreeMap<String, String>,
+    defines: &[(String, String)],
+) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+    let joined: Vec<(&str, String)> = ADDITIVE_INI
+        .iter()
+        .filter_map(|name| {
+            let lists: Vec<&str> = defines
+                .iter()
+                .filter(|(n, _)| n == name)
+                .map(|(_, v)| v.as_str())
+                .chain(plain.get(*name).map(String::as_str))
+                .chain(admin.get(*name).map(String::as_str))
+                .collect();
+            let mut names: Vec<&str> = Vec::new();
+            for f in lists.iter().flat_map(|v| ini_list(v)) {
+                if !names.contains(&f) {
+                    names.push(f);
+                }
+            }
+            (!lists.is_empty()).then(|| (*name, names.join(",")))
+        })
+        .collect();
+    let mut plain: BTreeMap<String, String> = plain
+        .into_iter()
+        .filter(|(k, _)| !admin.contains_key(k))
+        .collect();
+    let own: Vec<String> = plain.keys().cloned().collect();
+    for (name, value) in defines {
+        if !own.contains(name) && !admin.contains_key(name) {
+            plain.insert(name.clone(), value.clone());
+        }
+    }
+    for (name, list) in joined {
+        match admin.get_mut(name) {
+            Some(v) => *v = list,
+            None => {
+                plain.insert(name.to_string(), list);
+            }
+        }
+    }
+    (plain, admin)
 }
 
 /// Linux's bound on one argument or environment string, its NUL included
@@ -1969,7 +2011,9 @@ php_admin_flag.display_errors = "off"
         assert!(!p.pcntl);
         let args = p.ini_args();
         assert_eq!(args.len(), 2);
-        let list = args[1].strip_prefix("disable_functions=").unwrap();
+        let list = args[1]
+            .strip_prefix("disable_functions=${disable_functions},")
+            .unwrap();
         let names: Vec<&str> = list.split(',').collect();
         assert_eq!(&names[..3], ["exec", "system", "pcntl_fork"]);
         assert_eq!(names.iter().filter(|n| **n == "pcntl_fork").count(), 1);
@@ -1981,7 +2025,8 @@ php_admin_flag.display_errors = "off"
             &pool("www", "php_value.disable_functions = \"exec\"\n"),
             &[],
         );
-        assert!(c.pools[0].ini_args()[1].starts_with("disable_functions=exec,pcntl_alarm,"));
+        assert!(c.pools[0].ini_args()[1]
+            .starts_with("disable_functions=${disable_functions},exec,pcntl_alarm,"));
 
         let (_d, c) = load_ok(
             &pool(
@@ -1991,8 +2036,59 @@ php_admin_flag.display_errors = "off"
             &[],
         );
         assert!(c.pools[0].pcntl);
-        assert_eq!(c.pools[0].ini_args(), ["-d", "disable_functions=exec"]);
+        assert_eq!(
+            c.pools[0].ini_args(),
+            ["-d", "disable_functions=${disable_functions},exec"]
+        );
         assert!(c.to_toml().contains("security.pcntl = true\n"));
+
+        // pcntl allowed and no list of the pool's: php.ini's alone.
+        let (_d, c) = load_ok(&pool("www", "security.pcntl = true\n"), &[]);
+        assert!(c.pools[0].ini_args().is_empty());
+    }
+
+    /// php-fpm disables a pool's `disable_functions` and `disable_classes`
+    /// on top of php.ini's; the pool's plain and admin values and the
+    /// command line's -d are joined, never one chosen.
+    #[test]
+    fn additive_ini_values_are_joined_never_replaced() {
+        let plain = BTreeMap::from([
+            ("disable_functions".to_string(), "exec, system".to_string()),
+            ("disable_classes".to_string(), "Phar".to_string()),
+            ("memory_limit".to_string(), "64M".to_string()),
+        ]);
+        let admin = BTreeMap::from([
+            ("disable_functions".to_string(), "system,popen".to_string()),
+            ("memory_limit".to_string(), "128M".to_string()),
+        ]);
+        let defines = [
+            ("disable_functions".to_string(), "proc_open".to_string()),
+            ("disable_classes".to_string(), "SplFileObject".to_string()),
+            ("memory_limit".to_string(), "8M".to_string()),
+            ("html_errors".to_string(), "1".to_string()),
+            ("html_errors".to_string(), "0".to_string()),
+        ];
+        let (plain, admin) = merge_ini_values(plain, admin, &defines);
+        assert_eq!(admin["disable_functions"], "proc_open,exec,system,popen");
+        assert_eq!(admin["memory_limit"], "128M", "admin wins");
+        assert_eq!(plain["disable_classes"], "SplFileObject,Phar");
+        assert_eq!(plain["html_errors"], "0", "the last -d wins");
+        assert!(!plain.contains_key("disable_functions") && !plain.contains_key("memory_limit"));
+
+        let mut p = crate::pool::tests::test_config();
+        p.php_values = plain;
+        p.php_admin_values = admin;
+        let args = p.ini_args();
+        assert!(args.contains(&"disable_classes=${disable_classes},SplFileObject,Phar".into()));
+        assert!(args.iter().any(|a| a.starts_with(
+            "disable_functions=${disable_functions},proc_open,exec,system,popen,pcntl_alarm,"
+        )));
+        p.no_php_ini = true;
+        assert!(
+            p.ini_args()
+                .contains(&"disable_classes=SplFileObject,Phar".into()),
+            "-n: no php.ini to keep"
+        );
     }
 
     #[test]

@@ -147,3 +147,123 @@ fn ini_values_reach_php() {
         "display_errors = {on}"
     );
 }
+
+/// What `disabled.php` reports over FastCGI at `addr`: the functions of
+/// `funcs` (and classes of `classes`) the child does not have.
+fn disabled_at(
+    addr: std::net::SocketAddr,
+    docroot: &std::path::Path,
+    funcs: &str,
+    classes: &str,
+) -> Vec<String> {
+    let query = format!("f={funcs}&c={classes}");
+    let (status, body) = fcgi::get_script(addr, docroot, "disabled.php", &query);
+    assert_eq!(status, 200, "{body}");
+    body.lines()
+        .filter_map(|l| l.strip_suffix("=no"))
+        .map(String::from)
+        .collect()
+}
+
+/// Issue 20, item 1: php.ini's `disable_functions` (from the file or a
+/// scan directory) is kept under the pool's own list, its
+/// `php_admin_value`, and the command line's `-d`: the children disable
+/// the union, and never less than php-fpm with the same files and values.
+#[test]
+fn disable_functions_of_php_ini_scan_dir_admin_value_and_command_line_add_up() {
+    let t = TestDir::new();
+    std::fs::write(t.join("php.ini"), "disable_functions = exec,shell_exec\n").unwrap();
+    std::fs::write(t.join("empty.ini"), "").unwrap();
+    std::fs::create_dir(t.join("conf.d")).unwrap();
+    std::fs::write(
+        t.join("conf.d/50-hardening.ini"),
+        "disable_functions = passthru\ndisable_classes = SplFileObject\n",
+    )
+    .unwrap();
+    let funcs = "exec,shell_exec,passthru,system,proc_open,popen,pcntl_fork,phpinfo";
+    let classes = "SplFileObject,SplTempFileObject,ArrayObject";
+    let admin = [
+        r#"php_admin_value.disable_functions = "system""#,
+        r#"php_admin_value.disable_classes = "SplTempFileObject""#,
+    ];
+    let (ini_port, scan_port) = (free_port(), free_port());
+    let ini = format!("php_ini = {:?}", t.join("php.ini").display().to_string());
+    let empty = format!("php_ini = {:?}", t.join("empty.ini").display().to_string());
+    let scan = format!(
+        "php_ini_scan_dir = {:?}",
+        t.join("conf.d").display().to_string()
+    );
+    let cfg = FpmdConfig::new()
+        .pool(
+            Pool::new("ini")
+                .tcp(format!("127.0.0.1:{ini_port}"))
+                .max_children(1)
+                .lines(&admin)
+                .line(&ini),
+        )
+        .pool(
+            Pool::new("scan")
+                .tcp(format!("127.0.0.1:{scan_port}"))
+                .max_children(1)
+                .lines(&admin)
+                .lines(&[&empty, &scan]),
+        );
+    let mut f = Fpmd::spawn(&t, &cfg, &["-d", "disable_functions=popen"]);
+    f.wait_ready(LONG);
+    let docroot = t.docroot();
+    let ours_ini = disabled_at(f.addr(0).tcp(), &docroot, funcs, classes);
+    let ours_scan = disabled_at(f.addr(1).tcp(), &docroot, funcs, classes);
+    drop(f);
+
+    // php-fpm with the same files and admin values, one run per php.ini.
+    let reference = |args: &[String], env: Option<String>| {
+        let mut o = PhpFpmOpts::default().tcp(free_port());
+        for a in args {
+            o = o.arg(a.clone());
+        }
+        if let Some(dir) = env {
+            o = o.env("PHP_INI_SCAN_DIR", dir);
+        }
+        o = o
+            .line("php_admin_value[disable_functions] = system")
+            .line("php_admin_value[disable_classes] = SplTempFileObject");
+        let fpm = PhpFpm::start_with(&t, o);
+        let got = disabled_at(fpm.addr().tcp(), &docroot, funcs, classes);
+        drop(fpm);
+        got
+    };
+    let theirs_ini = reference(
+        &["-c".into(), t.join("php.ini").display().to_string()],
+        Some(String::new()),
+    );
+    let theirs_scan = reference(
+        &["-c".into(), t.join("empty.ini").display().to_string()],
+        Some(t.join("conf.d").display().to_string()),
+    );
+    eprintln!("fpmd: {ours_ini:?} {ours_scan:?}; php-fpm: {theirs_ini:?} {theirs_scan:?}");
+    for (ours, theirs, from_ini) in [
+        (&ours_ini, &theirs_ini, &["exec", "shell_exec"][..]),
+        (&ours_scan, &theirs_scan, &["passthru", "SplFileObject"][..]),
+    ] {
+        for name in theirs {
+            assert!(
+                ours.contains(name),
+                "php-fpm disables {name}, fpmd does not: {ours:?}"
+            );
+        }
+        // php.ini's, the admin value's, -d's and pcntl's, all at once.
+        for name in from_ini
+            .iter()
+            .chain(&["system", "SplTempFileObject", "popen", "pcntl_fork"])
+        {
+            assert!(
+                ours.iter().any(|n| n == name),
+                "{name} is not disabled: {ours:?}"
+            );
+        }
+        assert!(
+            !ours.iter().any(|n| n == "phpinfo" || n == "ArrayObject"),
+            "{ours:?}"
+        );
+    }
+}

@@ -235,6 +235,15 @@ pub fn exchange(addr: SocketAddr, bytes: &[u8], id: u16, timeout: Duration) -> (
     read_records(&mut c, timeout, |r| has_end_request(r, id))
 }
 
+/// `GET /<script>?<query>` from `docroot` straight over FastCGI at `addr`
+/// (as nginx would ask it): the CGI status and the body, as text.
+pub fn get_script(addr: SocketAddr, docroot: &Path, script: &str, query: &str) -> (u16, String) {
+    let params = params_for(docroot, script, query, "GET", 0);
+    let (recs, _) = exchange(addr, &request(1, 0, &params, b""), 1, super::LONG);
+    let (status, _, body) = cgi_response(&stdout_of(&recs, 1));
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
 /// A CGI response (STDOUT) split into its status (200 when PHP sent no
 /// `Status:` header), headers and body.
 pub fn cgi_response(stdout: &[u8]) -> (u16, Vec<(String, String)>, Vec<u8>) {

@@ -37,6 +37,7 @@ pub use fpmd::{Addr, Fpmd, FpmdConfig, Launch, Pool};
 pub use http::{get, post, Resp};
 pub use lighttpd::{Lighttpd, LighttpdOpts};
 pub use nginx::{Nginx, NginxOpts};
+pub use phpfpm::{PhpFpm, PhpFpmOpts};
 pub use systemd::{start_notified, NotifySocket};
 pub use webserver::{Kind, Site, WebServer};
 
@@ -45,6 +46,11 @@ pub const FPMD_BIN: &str = env!("CARGO_BIN_EXE_fpmd");
 
 /// The PHP scripts the tests serve; copied into every test's docroot.
 pub const PHP_SCRIPTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/php");
+
+/// The longest a test waits for something that normally takes a moment
+/// (a start, a stop, a reload, a request): generous, since the machine
+/// may be loaded; a test fails only when it is exceeded.
+pub const LONG: Duration = Duration::from_secs(30);
 
 /// Slack allowed on top of a time bar named by the issue ("within 1 s").
 pub const SLACK: Duration = Duration::from_millis(300);

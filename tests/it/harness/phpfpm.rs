@@ -24,6 +24,10 @@ pub struct PhpFpmOpts {
     /// A launcher put before php-fpm (`ip netns exec NS`); it must exec
     /// php-fpm in its own process.
     pub prefix: Vec<String>,
+    /// Arguments after php-fpm's own (`-c php.ini`, `-d name=value`).
+    pub args: Vec<String>,
+    /// Extra environment of the php-fpm process (`PHP_INI_SCAN_DIR`).
+    pub env: Vec<(String, String)>,
 }
 
 impl Default for PhpFpmOpts {
@@ -34,6 +38,8 @@ impl Default for PhpFpmOpts {
             lines: Vec::new(),
             listen: None,
             prefix: Vec::new(),
+            args: Vec::new(),
+            env: Vec::new(),
         }
     }
 }
@@ -59,6 +65,16 @@ impl PhpFpmOpts {
     }
     pub fn line(mut self, l: impl Into<String>) -> Self {
         self.lines.push(l.into());
+        self
+    }
+    /// An argument after php-fpm's own (see [`PhpFpmOpts::args`]).
+    pub fn arg(mut self, a: impl Into<String>) -> Self {
+        self.args.push(a.into());
+        self
+    }
+    /// A variable of php-fpm's environment.
+    pub fn env(mut self, k: &str, v: impl Into<String>) -> Self {
+        self.env.push((k.into(), v.into()));
         self
     }
 }
@@ -118,6 +134,8 @@ impl PhpFpm {
         let child = cmd
             .args(["-F", "-R", "-y"])
             .arg(&conf_path)
+            .args(&o.args)
+            .envs(o.env.iter().map(|(k, v)| (k, v)))
             .env("FPMD_TEST_TAG", &tag)
             .stdin(Stdio::null())
             .stdout(out.try_clone().unwrap())

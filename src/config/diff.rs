@@ -615,7 +615,7 @@ mod tests {
                 p.isolation.process_priority = Some(5)
             }),
             ("process.dumpable", |p| p.isolation.process_dumpable = true),
-            ("no_new_privs", |p| p.isolation.no_new_privs = false),
+            ("no_new_privs", |p| p.isolation.no_new_privs = true),
             ("landlock", |p| {
                 p.isolation.landlock = Some(crate::config::Landlock {
                     read: vec!["/srv".into()],

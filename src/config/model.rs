@@ -392,8 +392,11 @@ pub struct Isolation {
     /// `execve` does to the flag).
     pub process_dumpable: bool,
     /// `no_new_privs` (fpmd only): `prctl(PR_SET_NO_NEW_PRIVS, 1)`, so
-    /// that no setuid binary or file capability raises a script's
-    /// privileges. Default `true`.
+    /// that no setuid or setgid binary nor file capability raises a
+    /// script's privileges. Default `false`, as php-fpm (which has no such
+    /// key): PHP's `mail()` runs the MTA's `sendmail`, which needs its
+    /// setgid helper (Postfix's `postdrop`) or is setuid (exim4). `true`
+    /// when `landlock.*` is set, which needs it.
     pub no_new_privs: bool,
     /// `landlock.read`, `landlock.write` (fpmd only): with either set, the
     /// children may read (`read`) or read and write (`write`) only below
@@ -410,7 +413,7 @@ impl Default for Isolation {
             rlimit_core: None,
             process_priority: None,
             process_dumpable: false,
-            no_new_privs: true,
+            no_new_privs: false,
             landlock: None,
         }
     }

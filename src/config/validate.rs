@@ -1017,7 +1017,8 @@ fn isolation(
         rlimit_core,
         process_priority,
         process_dumpable: raw.process.dumpable.unwrap_or(false),
-        no_new_privs: raw.no_new_privs.unwrap_or(true),
+        // As php-fpm: set-id programs (mail()'s sendmail) keep working.
+        no_new_privs: raw.no_new_privs.unwrap_or(landlock.is_some()),
         landlock,
     })
 }
@@ -3021,15 +3022,20 @@ php_admin_flag.display_errors = "off"
             let main = write(dir.path(), "fpmd.toml", &pool("www", extra));
             super::super::load_as(&main, Ids { euid: 0, egid: 0 })
         };
-        // Defaults: nothing set, no_new_privs on.
+        // Defaults: nothing set, no_new_privs off (as php-fpm).
         let c = as_root("").unwrap();
         assert_eq!(c.pools[0].isolation, Isolation::default());
-        assert!(c.pools[0].isolation.no_new_privs);
+        assert!(!c.pools[0].isolation.no_new_privs);
         let text = c.to_toml();
         assert!(text.contains("# chroot: none\nchdir = \"/\"\n"), "{text}");
         assert!(
-            text.contains("process.dumpable = false\nno_new_privs = true\n"),
+            text.contains("process.dumpable = false\nno_new_privs = false\n"),
             "{text}"
+        );
+        assert!(
+            as_root("no_new_privs = true\n").unwrap().pools[0]
+                .isolation
+                .no_new_privs
         );
 
         // Everything set, and rendered so that it loads back the same.

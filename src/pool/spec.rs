@@ -83,7 +83,7 @@ mod tests {
             |p| p.isolation.rlimit_core = Some(0),
             |p| p.isolation.process_priority = Some(5),
             |p| p.isolation.process_dumpable = true,
-            |p| p.isolation.no_new_privs = false,
+            |p| p.isolation.no_new_privs = true,
             |p| {
                 p.isolation.landlock = Some(Landlock {
                     read: vec!["/srv".into()],
@@ -99,6 +99,6 @@ mod tests {
         assert_eq!(template(&base), template(&base.clone()));
         let spec = child_spec(&base, "/run/x.sock".into());
         assert_eq!(spec.sandbox.cwd, base.chdir);
-        assert!(spec.sandbox.no_new_privs, "no_new_privs is on by default");
+        assert!(!spec.sandbox.no_new_privs, "no_new_privs is off by default");
     }
 }

@@ -248,14 +248,15 @@ fn two_pools_two_users_cannot_reach_each_other_without_chroot() {
     two_users(false);
 }
 
-/// `rlimit_files`, `rlimit_core`, `process.priority`, `no_new_privs`
-/// (default on), as the child reads them from /proc/self.
+/// `rlimit_files`, `rlimit_core`, `process.priority`, `no_new_privs`,
+/// as the child reads them from /proc/self.
 #[test]
 fn rlimits_priority_no_new_privs_seen_from_inside() {
     let pool = Pool::www().max_children(1).lines(&[
         "rlimit_files = 777",
         r#"rlimit_core = "unlimited""#,
         "process.priority = 7",
+        "no_new_privs = true",
     ]);
     let s = Stack::start(pool);
     let read = |f: &str| {
@@ -295,17 +296,56 @@ fn rlimits_priority_no_new_privs_seen_from_inside() {
     assert_eq!(nice, "7", "{stat}");
 }
 
+/// Issue 20, item 2: by default a setgid helper run from a script gets
+/// its group, as under php-fpm (PHP's `mail()` runs sendmail, whose
+/// Postfix `postdrop` is setgid `postdrop`, exim4 setuid root):
+/// `no_new_privs` is off unless asked for.
 #[test]
-fn no_new_privs_off_when_asked() {
-    let pool = Pool::www().max_children(1).lines(&["no_new_privs = false"]);
-    let s = Stack::start(pool);
-    let r = get(&s.url("/isolation_probe.php?t=proc&f=status"));
-    let status: String = serde_json::from_str(&r.text()).unwrap();
+fn setgid_helper_keeps_its_group_as_under_php_fpm() {
+    let t = TestDir::new();
+    let helper = t.join("id-mail");
+    std::fs::copy("/usr/bin/id", &helper).unwrap();
+    let mail = nix::unistd::Group::from_name("mail")
+        .unwrap()
+        .expect("group mail");
+    nix::unistd::chown(&helper, Some(nix::unistd::Uid::from_raw(0)), Some(mail.gid)).unwrap();
+    chmod(&helper, 0o2755);
+    let query = format!("bin={}", helper.display());
+    let egid = |addr: std::net::SocketAddr| {
+        let (status, body) = fcgi::get_script(addr, &t.docroot(), "setid.php", &query);
+        assert_eq!(status, 200, "{body}");
+        body
+    };
+    let fpm = PhpFpm::start_with(&t, PhpFpmOpts::default().tcp(free_port()));
+    let theirs = egid(fpm.addr().tcp());
+    drop(fpm);
     assert!(
-        status
-            .lines()
-            .any(|l| l.split_whitespace().eq(["NoNewPrivs:", "0"])),
-        "{status}"
+        theirs.contains("egid=8(mail)"),
+        "php-fpm's script does not get the helper's group (is {} mounted nosuid?): {theirs}",
+        t.path().display()
+    );
+    let port = free_port();
+    let cfg = |extra: &[&str]| {
+        FpmdConfig::new().pool(
+            Pool::www()
+                .tcp(format!("127.0.0.1:{port}"))
+                .max_children(1)
+                .lines(extra),
+        )
+    };
+    let f = Fpmd::start(&t, cfg(&[]));
+    let ours = egid(f.addr(0).tcp());
+    assert!(
+        ours.contains("egid=8(mail)"),
+        "fpmd: {ours}; php-fpm: {theirs}"
+    );
+    drop(f);
+    // Hardened on request: the helper runs with the script's group only.
+    let f = Fpmd::start(&t, cfg(&["no_new_privs = true"]));
+    let hardened = egid(f.addr(0).tcp());
+    assert!(
+        !hardened.contains("(mail)") && hardened.contains("gid=33(www-data)"),
+        "{hardened}"
     );
 }
 

@@ -37,10 +37,6 @@ use slots::Table;
 pub use slots::{GenId, RequestInfo, SlotId, SlotState};
 pub use supervisor::start_pool;
 
-/// Grace between SIGTERM and SIGKILL for a child stopped by
-/// `request_terminate_timeout` (php-cgi finishes its script on SIGTERM; a
-/// script may even catch it).
-pub const TERMINATE_GRACE: Duration = Duration::from_secs(1);
 /// Read buffer of a child connection while a request runs, in bytes: one
 /// whole record fits.
 const CHILD_BUF: usize = 64 * 1024 + 512;
@@ -225,8 +221,9 @@ pub enum Fate {
     /// idle). It is dropped (killed if still there) without counting as a
     /// crash, and the request goes to another child.
     Unreachable,
-    /// `request_terminate_timeout`: SIGTERM, then SIGKILL after
-    /// [`TERMINATE_GRACE`].
+    /// `request_terminate_timeout`: SIGKILL at once (php-cgi finishes its
+    /// script on SIGTERM, so that the script would run on after the 504;
+    /// php-fpm's child dies of its SIGTERM).
     Terminate,
 }
 
@@ -383,17 +380,11 @@ enum Event {
         why: stats::StopReason,
         conn: Option<ChildConn>,
     },
-    /// `request_terminate_timeout`: SIGTERM now, SIGKILL after
-    /// [`TERMINATE_GRACE`] if it is still there.
+    /// `request_terminate_timeout`: SIGKILL now (see [`Fate::Terminate`]).
     Terminate {
         leader: i32,
         pid: i32,
         conn: Option<ChildConn>,
-    },
-    /// The grace period of a [`Event::Terminate`] is over.
-    KillIfAlive {
-        leader: i32,
-        pid: i32,
     },
     /// Slots out of dispatch for good (old generation, stopping pool):
     /// stop their children once nothing of theirs is busy.
@@ -643,8 +634,8 @@ impl Pool {
     }
 
     /// Ends the request a child is running (`request_terminate_timeout`):
-    /// the child is SIGTERMed, then SIGKILLed after [`TERMINATE_GRACE`];
-    /// its connection is never reused.
+    /// the child is SIGKILLed, so that no PHP runs after the 504 (see
+    /// [`Fate::Terminate`]); its connection is never reused.
     fn terminate(&self, mut w: Worker) {
         w.learn_pid();
         match w.pid {

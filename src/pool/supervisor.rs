@@ -21,7 +21,7 @@ use tracing::{debug, error, info, warn};
 use super::slots::{GenId, SlotState, Table};
 use super::spec::{child_spec, template};
 use super::stats::StopReason;
-use super::{Command, Event, Pool, PoolHandle, Reconfigured, StopMode, Worker, TERMINATE_GRACE};
+use super::{Command, Event, Pool, PoolHandle, Reconfigured, StopMode, Worker};
 use crate::config::{PmMode, PoolConfig, Spawn};
 use crate::procfs::parent_of;
 use crate::reap::{Exit, ExitKind};
@@ -1124,29 +1124,12 @@ impl Supervisor {
                 drop(conn);
             }
             Event::Terminate { leader, pid, conn } => {
-                self.stop_child(leader, pid, Signal::SIGTERM, StopReason::Terminated);
+                // SIGKILL, not SIGTERM: php-cgi runs the script on to its
+                // end after a SIGTERM (`fcgi_signal_handler` only marks the
+                // shutdown), and what it wrote after the 504 is what the
+                // timeout is set to prevent.
+                self.stop_child(leader, pid, Signal::SIGKILL, StopReason::Terminated);
                 drop(conn);
-                let events = self.pool.events.clone();
-                tokio::spawn(async move {
-                    tokio::time::sleep(TERMINATE_GRACE).await;
-                    let _ = events.send(Event::KillIfAlive { leader, pid });
-                });
-            }
-            Event::KillIfAlive { leader, pid } => {
-                let alive = if leader == pid {
-                    self.children.contains_key(&pid)
-                } else {
-                    parent_of(pid) == Some(leader)
-                };
-                if alive {
-                    warn!(pool = %self.name(), pid, "child still running {:.1} s after SIGTERM: SIGKILL", TERMINATE_GRACE.as_secs_f64());
-                    // Its stop was counted with the SIGTERM.
-                    if let Err(e) = kill(Pid::from_raw(pid), Signal::SIGKILL) {
-                        if e != nix::errno::Errno::ESRCH {
-                            warn!(pool = %self.pool.name, pid, "cannot send SIGKILL: {e}");
-                        }
-                    }
-                }
             }
             Event::Retire(workers) => self.retire(workers),
             Event::Switched(gen) => self.switched(gen),

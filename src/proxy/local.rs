@@ -81,7 +81,9 @@ impl Local {
             Local::Unavailable(why) => why,
             Local::Stopping => "the server is stopping",
             Local::BadGateway => "the PHP process serving this request died",
-            Local::GatewayTimeout => "the script ran longer than request_terminate_timeout",
+            // The reason (request_terminate_timeout) is in fpmd's log, not
+            // told to visitors.
+            Local::GatewayTimeout => "the script took too long",
             Local::ShortBody => "the request body ended before CONTENT_LENGTH bytes",
             Local::HeadTooLarge => "the request headers are too large",
         };

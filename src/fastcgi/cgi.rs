@@ -141,6 +141,45 @@ pub fn status_code(status: &[u8]) -> Option<u16> {
     }
 }
 
+/// php-cgi's answer when it cannot open the primary script
+/// (`php_fopen_primary_script` failed, or its own `stat` found nothing:
+/// `cgi_main.c`): the body after a `Status: 404` head. php-fpm answers the
+/// same, and also logs why (`Unable to open primary script: PATH
+/// (ERROR)`), which php-cgi does not.
+pub const NO_INPUT_FILE: &[u8] = b"No input file specified.\n";
+
+/// Whether the records of `span` (a child's last span for request `id`,
+/// ending with its END_REQUEST) hold the whole of php-cgi's
+/// [`NO_INPUT_FILE`] answer, and no STDERR (after which a STDERR record of
+/// fpmd's would break the stream): the STDOUT of the request starts with
+/// `Status: 404` and ends with the blank line and [`NO_INPUT_FILE`]. A
+/// response spread over several reads is not recognised (php-cgi writes
+/// this one in one piece).
+pub fn is_no_input_file(mut span: &[u8], id: u16) -> bool {
+    let mut stdout: Vec<&[u8]> = Vec::new();
+    let mut len = 0;
+    while let Ok(Some(rec)) = decode_record(span) {
+        if rec.header.request_id == id {
+            match RecordType::from_u8(rec.header.kind) {
+                Some(RecordType::Stdout) => {
+                    len += rec.content.len();
+                    if len > 512 {
+                        return false;
+                    }
+                    stdout.push(rec.content);
+                }
+                Some(RecordType::Stderr) => return false,
+                _ => {}
+            }
+        }
+        span = &span[rec.header.record_len()..];
+    }
+    let text = stdout.concat();
+    text.starts_with(b"Status: 404")
+        && (text.ends_with(b"\r\n\r\nNo input file specified.\n")
+            || text.ends_with(b"\n\nNo input file specified.\n"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,6 +191,35 @@ mod tests {
             h.feed(c);
         }
         h
+    }
+
+    /// php-cgi's answer to a script it cannot open, byte for byte as php-cgi
+    /// 8.2 sends it (records, END_REQUEST): recognised; any other 404, a
+    /// STDERR record, or another request's records: not.
+    #[test]
+    fn no_input_file_answer() {
+        let answer = |id: u16, body: &[u8], stderr: bool| {
+            let mut out = Vec::new();
+            let mut stdout = b"Status: 404 Not Found\r\nX-Powered-By: PHP/8.2\r\nContent-type: text/html; charset=UTF-8\r\n\r\n".to_vec();
+            stdout.extend_from_slice(body);
+            crate::fastcgi::encode_stream(&mut out, RecordType::Stdout, id, &stdout);
+            if stderr {
+                crate::fastcgi::encode_stream(&mut out, RecordType::Stderr, id, b"PHP Warning: x");
+            }
+            crate::fastcgi::encode_empty(&mut out, RecordType::Stdout, id);
+            encode_end_request(&mut out, id, EndRequest::COMPLETE);
+            out
+        };
+        assert!(is_no_input_file(&answer(1, NO_INPUT_FILE, false), 1));
+        assert!(!is_no_input_file(&answer(1, NO_INPUT_FILE, false), 2));
+        assert!(!is_no_input_file(&answer(1, NO_INPUT_FILE, true), 1));
+        assert!(!is_no_input_file(&answer(1, b"Not here.\n", false), 1));
+        let mut big = vec![b'x'; 600];
+        big.extend_from_slice(NO_INPUT_FILE);
+        assert!(
+            !is_no_input_file(&answer(1, &big, false), 1),
+            "a page that ends so"
+        );
     }
 
     #[test]

@@ -528,6 +528,7 @@ impl Session {
                 }
                 script::log_ini_params(ctx.pool, &seen);
                 let plan = script::plan(&seen, ctx.script);
+                r.script_found = plan.script_found;
                 if !plan.edits.is_empty() {
                     lost = r.set_params(raw, &plan.edits, |_, _| {})?;
                 }

@@ -26,7 +26,7 @@ use super::client::{management, ClientConn, ClientError};
 use super::php_message::PhpMessages;
 use super::request::{Owed, Request};
 use super::verdict::{BodyEnd, ChildEnd, ClientEnd, Outcome, Sent};
-use crate::fastcgi::cgi::Head;
+use crate::fastcgi::cgi::{self, Head};
 use crate::fastcgi::{self, scan_response, Header, Piece, RecordType, NULL_REQUEST_ID};
 use crate::pool::ChildConn;
 
@@ -61,6 +61,10 @@ pub struct Report {
     /// The script called `fastcgi_finish_request()`, which php-cgi does
     /// not have (its fatal error was on STDERR).
     pub finish_request_missing: bool,
+    /// php-cgi answered that it could not open the primary script
+    /// ([`crate::fastcgi::cgi::NO_INPUT_FILE`]); fpmd told the web server
+    /// why on STDERR, as php-fpm does.
+    pub no_input_file: bool,
 }
 
 /// Why the pump from the web server to the child stopped.
@@ -306,6 +310,9 @@ where
     let mut messages = PhpMessages::default();
     messages.collect = timers.php_messages;
     let mut reframed = Vec::new();
+    // php-cgi's "No input file specified.": its END_REQUEST, held back
+    // until fpmd has told the web server why (see `tell_no_input_file`).
+    let mut held_end: Option<Vec<u8>> = None;
     let down = async {
         loop {
             let scan = scan_response(child_buf, id);
@@ -313,7 +320,13 @@ where
                 if let Some(h) = head.as_deref_mut().filter(|h| !h.done()) {
                     h.feed_records(&child_buf[..scan.forwardable], id);
                 }
-                let span = if scan.stderr || messages.holding() {
+                let span = if scan.ended.is_some()
+                    && cgi::is_no_input_file(&child_buf[..scan.forwardable], id)
+                {
+                    let end = last_record_at(&child_buf[..scan.forwardable]);
+                    held_end = Some(child_buf[end..scan.forwardable].to_vec());
+                    &child_buf[..end]
+                } else if scan.stderr || messages.holding() {
                     reframed.clear();
                     messages.rewrite(&child_buf[..scan.forwardable], id, &mut reframed);
                     &reframed[..]
@@ -325,7 +338,7 @@ where
                         client_gone.store(true, Ordering::Relaxed);
                     } else {
                         sent.store(
-                            if scan.ended.is_some() {
+                            if scan.ended.is_some() && held_end.is_none() {
                                 SENT_WHOLE
                             } else {
                                 SENT_PARTIAL
@@ -424,6 +437,18 @@ where
         };
         (child, why, up_end)
     };
+    let no_input_file = held_end.is_some();
+    if let Some(end) = held_end {
+        let script = req.param(b"SCRIPT_FILENAME").unwrap_or_default();
+        let out = tell_no_input_file(id, script, req.script_found, &end);
+        if !client_gone.load(Ordering::Relaxed) {
+            if writer.write_all(&out).await.is_err() {
+                client_gone.store(true, Ordering::Relaxed);
+            } else {
+                sent.store(SENT_WHOLE, Ordering::Relaxed);
+            }
+        }
+    }
     let php_messages = (messages.take_done(), messages.dropped);
     let short = matches!(up_end, Some(UpEnd::Short | UpEnd::Broke(_)));
     let cut = matches!(up_end, Some(UpEnd::Cut));
@@ -471,7 +496,43 @@ where
         learned,
         php_messages,
         finish_request_missing: messages.finish_request_missing,
+        no_input_file,
     }
+}
+
+/// Where the last record of `span` (whole records) starts.
+fn last_record_at(span: &[u8]) -> usize {
+    let mut at = 0;
+    while let Ok(Some(rec)) = fastcgi::decode_record(&span[at..]) {
+        let len = rec.header.record_len();
+        if at + len >= span.len() {
+            break;
+        }
+        at += len;
+    }
+    at
+}
+
+/// What fpmd sends after php-cgi's [`cgi::NO_INPUT_FILE`] answer: php-fpm's
+/// log line on STDERR, `Unable to open primary script: PATH (ERROR)`
+/// (`fpm_main.c`; nginx writes it to its error log), then the child's
+/// END_REQUEST record `end`. The error is "Permission denied" when fpmd
+/// found the script (`found`): it exists, and php-cgi, as the pool's user,
+/// could not open it; else "No such file or directory".
+fn tell_no_input_file(id: u16, script: &[u8], found: bool, end: &[u8]) -> Vec<u8> {
+    let why = if found {
+        "Permission denied"
+    } else {
+        "No such file or directory"
+    };
+    let mut line = b"Unable to open primary script: ".to_vec();
+    line.extend_from_slice(script);
+    line.extend_from_slice(format!(" ({why})").as_bytes());
+    let mut out = Vec::with_capacity(line.len() + 32);
+    fastcgi::encode_stream(&mut out, RecordType::Stderr, id, &line);
+    fastcgi::encode_empty(&mut out, RecordType::Stderr, id);
+    out.extend_from_slice(end);
+    out
 }
 
 fn unexpected(kind: u8, request_id: u16, req: &Request) -> ClientError {

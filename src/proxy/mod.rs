@@ -673,6 +673,18 @@ where
                 req.param(b"SCRIPT_FILENAME").unwrap_or_default(),
             );
         }
+        if report.no_input_file {
+            let script = field(req.param(b"SCRIPT_FILENAME").unwrap_or_default()).to_string();
+            let pid = report.learned.unwrap_or(known);
+            if req.script_found {
+                warn!(pool = %ctx.pool, pid, script = %script, uri = %uri(req),
+                    php_fpm = %format_args!("Unable to open primary script: {script} (Permission denied)"),
+                    "php-cgi cannot open the primary script, which exists: the pool's user ({}) may not read it or search a directory above it; answered 404",
+                    config.user.user_name);
+            } else {
+                debug!(pool = %ctx.pool, pid, script = %script, uri = %uri(req), "Unable to open primary script: {script} (No such file or directory)");
+            }
+        }
         if let Some(pid) = report.learned {
             lease.worker().set_pid(pid);
         }
@@ -866,9 +878,12 @@ fn write_slowlog(
         humantime::format_rfc3339_seconds(std::time::SystemTime::now()),
         elapsed.as_secs_f64()
     );
+    use std::os::unix::fs::OpenOptionsExt;
+    // 0600 as php-fpm's slowlog (it names URIs with their query strings).
     let written = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
         .open(path)
         .and_then(|mut f| f.write_all(entry.as_bytes()));
     if let Err(e) = written {

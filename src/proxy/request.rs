@@ -141,6 +141,9 @@ pub struct Request {
     /// When its BEGIN_REQUEST was read; noted only for a pool that writes
     /// an access log (`%d`, `%t`).
     pub began: Option<std::time::Instant>,
+    /// fpmd found the script as a regular file (see
+    /// [`super::script::Plan::script_found`]).
+    pub script_found: bool,
     stdin: StreamWriter,
 }
 
@@ -185,6 +188,7 @@ impl Request {
             child_stdin_ended: false,
             client_stdin_done: false,
             began: None,
+            script_found: false,
             stdin: StreamWriter::new(RecordType::Stdin, id),
         }
     }

@@ -226,6 +226,9 @@ pub struct Plan<'a> {
     /// REDIRECT_URL was left out: php-cgi would otherwise undo PATH_INFO
     /// (see [`super::request_info::for_php_cgi`]).
     pub dropped_redirect_url: bool,
+    /// fpmd found the script, a regular file (as root, or under the
+    /// chroot): if php-cgi then cannot open it, the pool's user may not.
+    pub script_found: bool,
 }
 
 /// The plan for a request whose PARAMS were `seen`. Costs one `stat` of
@@ -243,6 +246,7 @@ pub fn plan<'a>(seen: &'a Seen<'_>, opts: &Options) -> Plan<'a> {
 pub fn plan_in<'a, F: FileSystem + ?Sized>(seen: &'a Seen<'_>, opts: &Options, fs: &F) -> Plan<'a> {
     let p = for_php_cgi(&seen.vars, &opts.info, fs);
     let mut denied = None;
+    let mut script_found = false;
     let mut answer = match p.action {
         Action::Forward => None,
         Action::ScriptUnknown => Some(Local::ScriptUnknown),
@@ -265,6 +269,7 @@ pub fn plan_in<'a, F: FileSystem + ?Sized>(seen: &'a Seen<'_>, opts: &Options, f
                 // cgi.fix_pathinfo off: nothing was stat'ed.
                 None => fs.stat(script),
             };
+            script_found = kind == Some(FileKind::Regular);
             match kind {
                 Some(FileKind::Directory) => Some(Denied::Directory),
                 Some(FileKind::Other) => Some(Denied::NotRegular),
@@ -312,6 +317,7 @@ pub fn plan_in<'a, F: FileSystem + ?Sized>(seen: &'a Seen<'_>, opts: &Options, f
         answer,
         denied,
         dropped_redirect_url: p.dropped_redirect_url && answer.is_none(),
+        script_found: script_found && answer.is_none(),
     }
 }
 

@@ -517,3 +517,61 @@ fn php_value_from_a_raw_client_never_applies() {
 fn php_admin_value_from_a_raw_client_never_applies() {
     ini_injection_never_applies("PHP_ADMIN_VALUE", "php_admin_value");
 }
+
+/// Issue 20, item 6: a script the pool's user cannot reach (a directory it
+/// may not search) is not answered in silence: php-cgi's 404 "No input
+/// file specified." comes with php-fpm's `Unable to open primary script:
+/// PATH (Permission denied)` on STDERR (nginx's error log) and a warning
+/// in fpmd's log naming the pool and the script.
+#[test]
+fn a_script_the_pool_user_cannot_reach_is_logged_as_php_fpm_logs_it() {
+    let t = TestDir::new();
+    let docroot = t.docroot();
+    let script = docroot.join("private/a.php");
+    write(&script, "<?php echo 'secret';\n");
+    chmod(&docroot.join("private"), 0o700);
+    let script_bytes = script.display().to_string().into_bytes();
+
+    let fpm = PhpFpm::start_with(&t, PhpFpmOpts::default().tcp(free_port()));
+    let (their_status, _, _, _, their_stderr) =
+        raw(fpm.addr().tcp(), &docroot, &script_bytes, &[], b"");
+    drop(fpm);
+    let port = free_port();
+    let f = Fpmd::start(
+        &t,
+        FpmdConfig::new().pool(Pool::www().tcp(format!("127.0.0.1:{port}")).max_children(1)),
+    );
+    let (status, _, body, _, stderr) = raw(f.addr(0).tcp(), &docroot, &script_bytes, &[], b"");
+    eprintln!("php-fpm: {their_status} {their_stderr:?}; fpmd: {status} {body:?} {stderr:?}");
+    assert!(!their_stderr.is_empty(), "php-fpm says nothing either");
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body, "No input file specified.\n");
+    assert_eq!(
+        stderr,
+        format!(
+            "Unable to open primary script: {} (Permission denied)",
+            script.display()
+        )
+    );
+    let logged = || {
+        f.log().lines().any(|l| {
+            l.contains("WARN")
+                && l.contains("www")
+                && l.contains(&script.display().to_string())
+                && l.contains("www-data")
+        })
+    };
+    wait_for(
+        Duration::from_secs(5),
+        "fpmd's warning naming pool, script and user",
+        logged,
+    );
+    // A script that is not there is php-fpm's 404 as before, with its line.
+    let missing = docroot.join("missing/b.php").display().to_string();
+    let (status, _, _, _, stderr) = raw(f.addr(0).tcp(), &docroot, missing.as_bytes(), &[], b"");
+    assert_eq!(status, 404);
+    assert!(
+        stderr.contains("Primary script unknown") || stderr.contains("No such file"),
+        "{stderr}"
+    );
+}

@@ -443,6 +443,7 @@ mod tests {
                 gid: 33,
                 group_name: "www-data".into(),
                 groups: vec![33],
+                home: Some("/var/www".into()),
             },
             php_cgi: "/usr/bin/php-cgi".into(),
             listen: Listen {

@@ -765,6 +765,7 @@ php_admin_flag.log_errors = true
                 gid,
                 group_name: "nogroup".into(),
                 groups: bbb.user.groups.clone(),
+                home: bbb.user.home.clone(),
             },
             php_cgi: PathBuf::from("/bin/true"),
             listen: Listen {

@@ -593,6 +593,11 @@ pub struct Credentials {
     /// Supplementary groups (`getgrouplist(user, gid)`, so `gid` included),
     /// what `initgroups` would set. Only applied when fpmd runs as root.
     pub groups: Vec<u32>,
+    /// The user's home directory (passwd's `pw_dir`) when fpmd runs as
+    /// root and `user` names an account: the children get `USER` and
+    /// `HOME` from it, as php-fpm's (`fpm_env_init_child`, over `env[…]`).
+    /// `None`: neither is set.
+    pub home: Option<std::path::PathBuf>,
 }
 
 /// The pool's listening socket (`listen.*`).

@@ -296,12 +296,18 @@ pub(super) fn resolve_credentials(
         seen.push(*g);
         new
     });
+    // As php-fpm (`fpm_unix_conf_wp`): only as root, for a user named.
+    let home = match (&entry, user) {
+        (Some(u), Some(_)) if root => Some(u.dir.clone()),
+        _ => None,
+    };
     Ok(Credentials {
         user_name,
         uid,
         gid,
         group_name,
         groups,
+        home,
     })
 }
 

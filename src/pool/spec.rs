@@ -12,13 +12,17 @@ use crate::spawn::ChildSpec;
 
 /// Builds the argv and environment of a child of `config`.
 ///
-/// The environment follows php-fpm's `clear_env` and `env[…]`; on top of it
-/// `PHP_FCGI_CHILDREN` (0 for exec: php-cgi must not fork a hidden
-/// sub-pool; `pm.max_children` for prefork, whose children fpmd tracks one
-/// by one) and `PHP_FCGI_MAX_REQUESTS=0` (php-cgi must not retire itself:
-/// fpmd applies `pm.max_requests`) are always set, whatever fpmd's own
-/// environment says, and `PHP_INI_SCAN_DIR` when the pool sets
-/// `php_ini_scan_dir`.
+/// The environment follows php-fpm's `clear_env` and `env[…]`, then `USER`
+/// and `HOME` of the pool's user as php-fpm sets them (see
+/// [`crate::config::Credentials::home`]); on top of it
+/// `PHP_FCGI_CHILDREN` (unset for exec, php-cgi's default of 0: it must not
+/// fork a hidden sub-pool; `pm.max_children` for prefork, whose children
+/// fpmd tracks one by one) and `PHP_FCGI_MAX_REQUESTS=0` (php-cgi must not
+/// retire itself: fpmd applies `pm.max_requests`) are always so, whatever
+/// fpmd's own environment says, and `PHP_INI_SCAN_DIR` is set when the pool
+/// sets `php_ini_scan_dir`. php-cgi reads the two only from its
+/// environment, which PHP copies into `$_SERVER`: that is where php-fpm's
+/// `$_SERVER` differs.
 pub fn child_spec(config: &PoolConfig, endpoint: PathBuf) -> ChildSpec {
     let mut env: Vec<(OsString, OsString)> = Vec::new();
     if !config.clear_env {
@@ -27,14 +31,31 @@ pub fn child_spec(config: &PoolConfig, endpoint: PathBuf) -> ChildSpec {
     for (k, v) in &config.env {
         env.push((k.into(), v.into()));
     }
-    env.retain(|(k, _)| {
-        k != "PHP_FCGI_CHILDREN" && k != "PHP_FCGI_MAX_REQUESTS" && k != "FCGI_WEB_SERVER_ADDRS"
+    // php-fpm sets USER and HOME over env[…] when it switches user.
+    let user = config.user.home.as_ref().map(|home| {
+        [
+            ("USER", OsString::from(&config.user.user_name)),
+            ("HOME", home.into()),
+        ]
     });
+    env.retain(|(k, _)| {
+        k != "PHP_FCGI_CHILDREN"
+            && k != "PHP_FCGI_MAX_REQUESTS"
+            && k != "FCGI_WEB_SERVER_ADDRS"
+            && (user.is_none() || (k != "USER" && k != "HOME"))
+    });
+    env.extend(user.into_iter().flatten().map(|(k, v)| (k.into(), v)));
     let (children, death_signal) = match config.pm.spawn {
         Spawn::Exec => (0, libc::SIGKILL),
         Spawn::Prefork => (config.pm.max_children, libc::SIGTERM),
     };
-    env.push(("PHP_FCGI_CHILDREN".into(), children.to_string().into()));
+    // php-cgi reads both from its environment only, and PHP copies its
+    // environment into $_SERVER: an exec'd child gets no
+    // PHP_FCGI_CHILDREN (php-cgi's default is 0), a pre-fork parent the
+    // count it needs.
+    if children > 0 {
+        env.push(("PHP_FCGI_CHILDREN".into(), children.to_string().into()));
+    }
     env.push(("PHP_FCGI_MAX_REQUESTS".into(), "0".into()));
     // The pool's scan directory reaches php-cgi whatever clear_env says.
     if let Some(dir) = &config.php_ini.scan_dir {

@@ -267,3 +267,33 @@ fn disable_functions_of_php_ini_scan_dir_admin_value_and_command_line_add_up() {
         );
     }
 }
+
+/// Issue 20, item 6: the children get `USER` and `HOME` of the pool's
+/// user, over `env.*`, as php-fpm's do (when it runs as root); an exec'd
+/// child has no `PHP_FCGI_CHILDREN` in `$_SERVER` (a pre-fork parent needs
+/// it).
+#[test]
+fn user_and_home_of_the_pool_user_as_php_fpm_sets_them() {
+    let t = TestDir::new();
+    let names = "USER,HOME,PHP_FCGI_CHILDREN";
+    let env = |addr| fcgi::get_script(addr, &t.docroot(), "env.php", &format!("names={names}")).1;
+    let fpm = PhpFpm::start_with(&t, PhpFpmOpts::default().tcp(free_port()));
+    let theirs = env(fpm.addr().tcp());
+    drop(fpm);
+    assert!(
+        theirs.contains("USER='www-data'\nHOME='/var/www'\n"),
+        "php-fpm: {theirs}"
+    );
+    let port = free_port();
+    let f = Fpmd::start(
+        &t,
+        FpmdConfig::new().pool(
+            Pool::www()
+                .tcp(format!("127.0.0.1:{port}"))
+                .max_children(1)
+                .lines(&[r#"env.USER = "someone""#, r#"pm.spawn = "exec""#]),
+        ),
+    );
+    let ours = env(f.addr(0).tcp());
+    assert_eq!(ours, theirs, "fpmd's environment differs from php-fpm's");
+}

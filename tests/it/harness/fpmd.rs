@@ -123,9 +123,14 @@ impl Pool {
         }
         writeln!(s, "pm.max_children = {}", self.max_children).unwrap();
         writeln!(s, "pm.max_requests = {}", self.max_requests).unwrap();
-        // `make test` runs the suite once per spawn strategy.
+        // `make test` runs the suite once per spawn strategy (unless the
+        // test sets one).
+        let own_spawn = self
+            .lines
+            .iter()
+            .any(|l| l.trim_start().starts_with("pm.spawn"));
         if let Ok(spawn) = std::env::var("FPMD_TEST_SPAWN") {
-            if !spawn.is_empty() {
+            if !spawn.is_empty() && !own_spawn {
                 writeln!(s, "pm.spawn = {spawn:?}").unwrap();
             }
         }

@@ -109,7 +109,13 @@ pub fn uptime_secs() -> usize {
 }
 
 fn open_append(path: &Path) -> io::Result<File> {
-    OpenOptions::new().create(true).append(true).open(path)
+    use std::os::unix::fs::OpenOptionsExt;
+    // 0600 as php-fpm's (its lines name URIs with their query strings).
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
 }
 
 /// A handle that writes one formatted event.

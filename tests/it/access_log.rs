@@ -411,3 +411,37 @@ fn fpmds_own_503_and_the_childs_pid() {
         ]
     );
 }
+
+/// Issue 20, item 6: fpmd's log file, the access log and the slowlog are
+/// created 0600, as php-fpm creates its own: their lines name URIs with
+/// their query strings.
+#[test]
+fn log_files_are_created_0600_as_php_fpm_creates_them() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = TestDir::new();
+    let (error_log, access, slow) = (
+        dir.join("fpmd.error.log"),
+        dir.join("www.access.log"),
+        dir.join("www.slow.log"),
+    );
+    let pool = access_pool(&access, None).lines(&[
+        &format!("slowlog = {:?}", slow.display().to_string()),
+        r#"request_slowlog_timeout = "1s""#,
+    ]);
+    let s = stack(
+        dir,
+        FpmdConfig::new().pool(pool).error_log(&error_log),
+        NginxOpts::default(),
+    );
+    assert_eq!(get(&s.url("/usleep.php?ms=1300&secret=1")).status, 200);
+    wait_for(LONG, "the slowlog entry", || {
+        read(&slow).contains("usleep.php")
+    });
+    wait_for(LONG, "the access log line", || {
+        read(&access).contains("usleep.php")
+    });
+    for p in [&error_log, &access, &slow] {
+        let mode = std::fs::metadata(p).unwrap().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{} is {mode:o}", p.display());
+    }
+}

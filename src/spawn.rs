@@ -33,6 +33,9 @@ use crate::sandbox::SandboxPlan;
 pub struct ChildSpec {
     /// Absolute path of the php-cgi binary.
     pub program: PathBuf,
+    /// argv[0], what `ps` shows first: `php-cgi: pool NAME`, as php-fpm's
+    /// children show `php-fpm: pool NAME` (see [`process_title`]).
+    pub arg0: String,
     /// Arguments after argv[0]: `-d name=value` pairs.
     pub args: Vec<String>,
     /// The complete environment of the child (nothing else is inherited).
@@ -62,6 +65,18 @@ pub struct ChildSpec {
     /// They are opened before the fork and the child writes `0` (itself)
     /// to each in `pre_exec`, so nothing it starts escapes the cgroup.
     pub cgroup_procs: Vec<PathBuf>,
+}
+
+/// The argv[0] of a pool's php-cgi processes: `php-cgi: pool NAME`, so
+/// that `ps` and `pgrep -f "pool NAME"` find a pool's processes as they
+/// find php-fpm's (`fpm_env_init_child` sets the title `pool NAME`). A
+/// pre-fork parent and its children share it (php-cgi forks them without
+/// an exec; `ps --forest` shows which is the parent). php-cgi reads argv[0]
+/// only to find its own binary: with no `/` in it, `PHP_BINARY` is empty
+/// and no php.ini is looked for beside the binary (php-fpm's `PHP_BINARY`
+/// names php-fpm, which cannot run scripts either).
+pub fn process_title(pool: &str) -> String {
+    format!("php-cgi: pool {pool}")
 }
 
 /// A started child.
@@ -155,7 +170,7 @@ fn spawn_child(spec: &ChildSpec) -> io::Result<Spawned> {
         crate::sandbox::prepare(&spec.sandbox, &program, runtime_dir, spec.uid, spec.gid)?;
 
     let mut cmd = Command::new(&program);
-    cmd.arg0(&spec.program)
+    cmd.arg0(&spec.arg0)
         .args(&spec.args)
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k, v)))

@@ -64,6 +64,7 @@ pub fn child_spec(config: &PoolConfig, endpoint: PathBuf) -> ChildSpec {
     }
     ChildSpec {
         program: config.php_cgi.clone(),
+        arg0: crate::spawn::process_title(&config.name),
         args: config.ini_args(),
         env,
         sandbox: crate::sandbox::SandboxPlan::of(&config.name, &config.isolation, &config.chdir),

@@ -339,3 +339,38 @@ fn exit_on_a_signal_is_logged_with_its_name_and_the_child_replaced() {
         }
     }
 }
+
+/// Issue 20, item 6: `ps` names a pool's php-cgi processes as it names
+/// php-fpm's (`php-fpm: pool www`): `php-cgi: pool NAME` first on their
+/// command line, pre-fork parent and children alike.
+#[test]
+fn ps_shows_the_pool_of_every_php_cgi() {
+    let t = TestDir::new();
+    let fpm = PhpFpm::start_with(&t, PhpFpmOpts::default().max_children(2));
+    let theirs: Vec<String> = fpm
+        .children()
+        .iter()
+        .map(|p| procs::cmdline(*p).join(" ").trim().to_string())
+        .collect();
+    drop(fpm);
+    assert_eq!(
+        theirs,
+        ["php-fpm: pool ref", "php-fpm: pool ref"],
+        "php-fpm's titles"
+    );
+    let f = Fpmd::start(
+        &t,
+        FpmdConfig::new().pool(Pool::new("site1").max_children(2)),
+    );
+    f.wait_workers(2, LONG);
+    let ours = procs::tagged_php(f.tag());
+    assert!(ours.len() >= 2, "{ours:?}");
+    for pid in ours {
+        let argv = procs::cmdline(pid);
+        assert_eq!(
+            argv.first().map(String::as_str),
+            Some("php-cgi: pool site1"),
+            "php-cgi {pid}: {argv:?}"
+        );
+    }
+}

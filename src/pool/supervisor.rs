@@ -939,7 +939,7 @@ impl Supervisor {
                     w.idle_since <= before && (!w.prefork || w.conn.is_some())
                 });
                 for w in idle {
-                    info!(pool = %self.name(), pid = w.log_pid(), "child idle for {:.1} s (pm.process_idle_timeout): retiring it", process_idle_timeout.as_secs_f64());
+                    debug!(pool = %self.name(), pid = w.log_pid(), "child idle for {:.1} s (pm.process_idle_timeout): retiring it", process_idle_timeout.as_secs_f64());
                     self.retire_idle(w);
                 }
                 if prefork {
@@ -958,7 +958,8 @@ impl Supervisor {
                 if idle > max {
                     let taken = self.pool.table.lock().unwrap().take_idle(1, warm);
                     for w in taken {
-                        info!(pool = %self.name(), pid = w.log_pid(), "{idle} idle children, over pm.max_spare_servers = {max}: retiring the least recently used");
+                        // php-fpm logs its scaling at debug level too.
+                        debug!(pool = %self.name(), pid = w.log_pid(), "{idle} idle children, over pm.max_spare_servers = {max}: retiring the least recently used");
                         self.retire_idle(w);
                     }
                 }

@@ -72,6 +72,17 @@ fn dynamic_spawns_at_once_for_queued_requests() {
             "the pool to shrink to max_spare_servers",
             || s.fpmd.workers().len() <= 4,
         );
+        // Issue 20, item 6: quietly, as php-fpm (its scaling is logged at
+        // debug level): not a line a second at notice.
+        let log = s.fpmd.log();
+        let scaling: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("pm.max_spare_servers"))
+            .collect();
+        assert!(
+            scaling.is_empty(),
+            "scale-down logged at notice: {scaling:#?}"
+        );
     }
 }
 

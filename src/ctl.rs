@@ -217,13 +217,52 @@ pub fn call_within(
     request: &Request,
     timeout: Option<Duration>,
 ) -> io::Result<Answer> {
-    use std::io::{Read, Write};
-    let mut s = std::os::unix::net::UnixStream::connect(path).map_err(|e| {
+    let s = connect(path)?;
+    exchange(s, request, timeout)
+}
+
+/// The daemon that answers on a control socket: its pid and a pidfd of it
+/// ([`crate::procfs::pidfd_open`]), taken from the connection's peer
+/// credentials before any request is sent, so that the pidfd is the
+/// daemon's even once it has exited.
+pub struct Daemon {
+    pub pid: i32,
+    pub pidfd: std::os::fd::OwnedFd,
+}
+
+/// [`call`], also naming the daemon that answered (see [`Daemon`]): `fpmd
+/// stop` waits for its exit. `None` for the daemon when its pid cannot be
+/// told or it has exited already.
+pub fn call_naming_daemon(path: &Path, request: &Request) -> io::Result<(Answer, Option<Daemon>)> {
+    let s = connect(path)?;
+    let daemon = nix::sys::socket::getsockopt(&s, nix::sys::socket::sockopt::PeerCredentials)
+        .ok()
+        .map(|c| c.pid())
+        .filter(|pid| *pid > 0)
+        .and_then(|pid| {
+            crate::procfs::pidfd_open(pid)
+                .ok()
+                .map(|pidfd| Daemon { pid, pidfd })
+        });
+    Ok((exchange(s, request, None)?, daemon))
+}
+
+fn connect(path: &Path) -> io::Result<std::os::unix::net::UnixStream> {
+    std::os::unix::net::UnixStream::connect(path).map_err(|e| {
         io::Error::new(
             e.kind(),
             format!("cannot reach fpmd at {}: {e}", path.display()),
         )
-    })?;
+    })
+}
+
+/// Writes `request` on `s` and reads the whole answer.
+fn exchange(
+    mut s: std::os::unix::net::UnixStream,
+    request: &Request,
+    timeout: Option<Duration>,
+) -> io::Result<Answer> {
+    use std::io::{Read, Write};
     s.set_read_timeout(timeout)?;
     s.set_write_timeout(timeout)?;
     s.write_all(format!("{}\n", request.line()).as_bytes())?;
@@ -234,10 +273,7 @@ pub fn call_within(
             io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
         );
         if timed_out {
-            io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("fpmd at {} did not answer in time", path.display()),
-            )
+            io::Error::new(io::ErrorKind::TimedOut, "fpmd did not answer in time")
         } else {
             e
         }

@@ -16,7 +16,7 @@
 //! [`crate::pool`]).
 
 use std::collections::{BTreeMap, VecDeque};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,7 +27,7 @@ use crate::config::{Config, PoolConfig};
 use crate::control::Intent;
 use crate::ctl::{self, Answer, Call, Request};
 use crate::listen::{
-    self, Activation, BindError, ListenKey, Listener, ListenerTable, Obtained, Route,
+    self, Activation, BindError, ListenKey, Listener, ListenerTable, Obtained, Route, SocketFile,
 };
 use crate::log::LogWriter;
 use crate::observe::board::{Board, Phase};
@@ -286,9 +286,15 @@ pub async fn run(
     if upgraded_from_old(&ctl_path) {
         let _ = std::fs::remove_file(&ctl_path);
     }
-    if let Err(e) = ctl::serve(&ctl_path, d.calls_tx.clone(), d.status_fn()) {
-        warn!("no control socket ({e}): `fpmd reload` and `fpmd stop` will not reach this daemon; signals still do");
-    }
+    // The socket file as bound: removed at the end only if it is still
+    // this one (a daemon started meanwhile may have bound its own there).
+    let mut ctl_file = match ctl::serve(&ctl_path, d.calls_tx.clone(), d.status_fn()) {
+        Ok(()) => SocketFile::at(&ctl_path).ok(),
+        Err(e) => {
+            warn!("no control socket ({e}): `fpmd reload` and `fpmd stop` will not reach this daemon; signals still do");
+            None
+        }
+    };
     d.rewatch();
     info!(
         php_fpm = "ready to handle connections",
@@ -374,8 +380,11 @@ pub async fn run(
                 d.status_fn(),
             ) {
                 Ok(()) => {
-                    let _ = std::fs::remove_file(&ctl_path);
+                    if let Some(f) = ctl_file.take() {
+                        f.unlink();
+                    }
                     ctl_path = d.config.global.control_socket.clone();
+                    ctl_file = SocketFile::at(&ctl_path).ok();
                     info!("control socket moved to {}", ctl_path.display());
                 }
                 Err(e) => error!(
@@ -412,8 +421,8 @@ pub async fn run(
         // The sockets, their files, the control socket and the pid file are
         // the new fpmd's now.
         listeners.disown_files();
-    } else {
-        let _ = std::fs::remove_file(&ctl_path);
+    } else if let Some(f) = &ctl_file {
+        f.unlink();
     }
     let pid_file = if upgraded { None } else { pid_file };
     // The accept loops end at once; then the sockets close and their files
@@ -461,7 +470,7 @@ pub async fn run(
         let _ = s.await;
     }
     if let Some(p) = pid_file {
-        let _ = std::fs::remove_file(p);
+        remove_pid_file(&p);
     }
     // The access log lines not yet written (a disk that hangs does not
     // hold the exit long).
@@ -873,7 +882,7 @@ impl Daemon {
         }
         if g.pid != self.config.global.pid {
             if let Some(p) = self.pid_file.take() {
-                let _ = std::fs::remove_file(p);
+                remove_pid_file(&p);
             }
             self.pid_file = write_pid_file(&new).unwrap_or_else(|e| {
                 error!("{e}");
@@ -1004,6 +1013,20 @@ fn stopping(mode: StopMode) -> &'static str {
     match mode {
         StopMode::Graceful => "graceful stop: waiting for in-flight requests",
         StopMode::Fast => "fast stop",
+    }
+}
+
+/// Removes the pid file at `path` if it still holds this process's pid: a
+/// daemon started meanwhile (`fpmd stop` that did not wait, a
+/// `start-stop-daemon` without `--retry`) has written its own there, which
+/// is the running daemon's and stays.
+fn remove_pid_file(path: &Path) {
+    let ours = std::fs::read_to_string(path)
+        .is_ok_and(|t| t.trim().parse::<u32>().ok() == Some(std::process::id()));
+    if ours {
+        if let Err(e) = std::fs::remove_file(path) {
+            warn!("cannot remove the pid file {}: {e}", path.display());
+        }
     }
 }
 

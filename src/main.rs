@@ -21,7 +21,8 @@ mod man_pages;
     version,
     about,
     disable_version_flag = true,
-    disable_help_flag = true
+    disable_help_flag = true,
+    disable_help_subcommand = true
 )]
 struct Cli {
     /// Configuration file (default: ./fpmd.toml, then /etc/fpmd/fpmd.toml):
@@ -99,22 +100,32 @@ struct Cli {
     upgrade_fd: Option<i32>,
 }
 
+/// `-h`/`--help` of a command: its help on stdout, exit 0 (the top
+/// level's `-h` is php-fpm's usage, [`USAGE`], and turns clap's own flag
+/// off for every command).
+#[derive(Args, Debug)]
+struct HelpFlag {
+    /// Print this command's help and exit.
+    #[arg(short = 'h', long = "help", action = clap::ArgAction::Help)]
+    help: Option<bool>,
+}
+
 /// What to ask the running fpmd.
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Reload the configuration: waits until the new one is in force;
     /// exits 78 printing why when it does not validate.
-    Reload,
+    Reload(HelpFlag),
     /// Graceful stop (as SIGQUIT): no new connections, in-flight requests
-    /// finish.
-    Stop,
+    /// finish; waits until the daemon has exited (--timeout).
+    Stop(StopArgs),
     /// Show the pools and their children: a view that refreshes itself on
     /// a terminal (q or Ctrl-C quits), one frame when stdout is not a
     /// terminal or with --once, the daemon's JSON with --json.
     Status(StatusArgs),
     /// Start the fpmd binary now on disk and hand it the sockets; the old
     /// process drains and exits.
-    Upgrade,
+    Upgrade(HelpFlag),
     /// Print a php-fpm configuration (FILE.conf and what it includes) as
     /// one fpmd TOML document, each value's php-fpm file, line and
     /// directive in a comment; exits 78 printing why when it does not load.
@@ -122,8 +133,43 @@ enum Command {
         /// The php-fpm configuration (default: the -c/-y file).
         #[arg(value_name = "FILE")]
         file: Option<PathBuf>,
+        #[command(flatten)]
+        help: HelpFlag,
+    },
+    /// Print the usage of fpmd, or of a command.
+    Help {
+        /// The command (none: fpmd's usage).
+        #[arg(value_name = "COMMAND")]
+        command: Option<String>,
+        #[command(flatten)]
+        flag: HelpFlag,
     },
 }
+
+/// `fpmd stop [--timeout D]`.
+#[derive(Args, Debug)]
+struct StopArgs {
+    /// How long to wait for the daemon to exit (in-flight requests finish
+    /// first): "60s", "2m", or seconds; 0: do not wait. Past it, exit 75
+    /// with the daemon still stopping.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_timeout)]
+    timeout: Duration,
+    #[command(flatten)]
+    help: HelpFlag,
+}
+
+/// `--timeout`: a number of seconds or a duration such as "2m"; 0 allowed.
+fn parse_timeout(text: &str) -> Result<Duration, String> {
+    match text.trim().parse::<f64>() {
+        Ok(secs) if secs.is_finite() && secs >= 0.0 => Ok(Duration::from_secs_f64(secs)),
+        Ok(_) => Err("not a duration".into()),
+        Err(_) => humantime::parse_duration(text.trim()).map_err(|e| e.to_string()),
+    }
+}
+
+/// `fpmd stop` gave up waiting for the daemon to exit (`EX_TEMPFAIL`: it is
+/// still stopping; ask again).
+const EXIT_STILL_STOPPING: u8 = 75;
 
 /// `fpmd status [POOL] [--json] [--once] [--interval D]`.
 #[derive(Args, Debug)]
@@ -143,6 +189,8 @@ struct StatusArgs {
     /// 100 ms).
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_interval)]
     interval: Duration,
+    #[command(flatten)]
+    help: HelpFlag,
 }
 
 /// `--interval`: a number of seconds or a duration such as "500ms".
@@ -188,11 +236,15 @@ fn status(path: &std::path::Path, options: &config::LoadOptions, args: &StatusAr
 /// `fpmd -c FILE reload|stop|upgrade`: asks the running daemon. The control
 /// socket is found from the configuration's `[global]` (or its default),
 /// even when the rest of the file does not validate (the daemon then says
-/// why the reload is refused).
+/// why the reload is refused). `stop` then waits at most `wait` for the
+/// daemon to exit, as `start-stop-daemon --retry` does: `fpmd stop && fpmd
+/// …` starts the new daemon once the old one has let go of its sockets and
+/// its pid file; exit 75 when it is still stopping.
 fn control_running(
     path: &std::path::Path,
     options: &config::LoadOptions,
     request: Request,
+    wait: Option<Duration>,
 ) -> ExitCode {
     let command = request.word();
     let socket = match control_socket_of(path, options) {
@@ -202,18 +254,29 @@ fn control_running(
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    match fpmd::ctl::call(&socket, &request) {
-        Ok(fpmd::ctl::Answer::Ok(text)) => {
+    match fpmd::ctl::call_naming_daemon(&socket, &request) {
+        Ok((fpmd::ctl::Answer::Ok(text), daemon)) => {
             if !text.is_empty() {
                 println!("{text}");
             }
-            ExitCode::SUCCESS
+            let (Some(wait), Some(daemon)) = (wait.filter(|w| !w.is_zero()), daemon) else {
+                return ExitCode::SUCCESS;
+            };
+            if fpmd::procfs::wait_exit(&daemon.pidfd, wait) {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!(
+                "fpmd: {command}: fpmd (pid {}) is still stopping after {} (its in-flight requests finish first); ask again, or send SIGTERM for a fast stop",
+                daemon.pid,
+                humantime::format_duration(wait)
+            );
+            ExitCode::from(EXIT_STILL_STOPPING)
         }
-        Ok(fpmd::ctl::Answer::ConfigError(text)) => {
+        Ok((fpmd::ctl::Answer::ConfigError(text), _)) => {
             eprintln!("fpmd: {command} refused: {text}");
             ExitCode::from(EXIT_CONFIG)
         }
-        Ok(fpmd::ctl::Answer::Error(text)) => {
+        Ok((fpmd::ctl::Answer::Error(text), _)) => {
             eprintln!("fpmd: {command} failed: {text}");
             ExitCode::FAILURE
         }
@@ -270,8 +333,11 @@ fn control_socket_of(
 /// with fpmd's names, then fpmd's commands.
 const USAGE: &str = "\
 Usage: fpmd [-n] [-e] [-h] [-i] [-m] [-v] [-t] [-p <prefix>] [-g <pid>] [-c <file>] [-d foo[=bar]] [-y <file>] [-D] [-F [-O]] [-R]
-       fpmd [-c <file>] reload|stop|upgrade
+       fpmd [-c <file>] reload|upgrade
+       fpmd [-c <file>] stop [--timeout 60s]
        fpmd [-c <file>] status [POOL] [--json] [--once] [--interval 1s]
+       fpmd convert [php-fpm.conf]
+       fpmd help [COMMAND]
   -c, -y, --fpm-config <file>
                    Specify alternative path to fpmd's configuration file
                    (default: ./fpmd.toml, then /etc/fpmd/fpmd.toml).
@@ -297,10 +363,41 @@ Usage: fpmd [-n] [-e] [-h] [-i] [-m] [-v] [-t] [-p <prefix>] [-g <pid>] [-c <fil
                    Allow pool to run as root (disabled by default)
 Commands (to the fpmd running with this configuration):
   reload           Reload the configuration (exit 78 when it does not validate)
-  stop             Graceful stop (as SIGQUIT)
+  stop             Graceful stop (as SIGQUIT); waits until fpmd has exited
+                   (exit 75 when it still stops after --timeout)
   upgrade          Start the fpmd binary now on disk in place of the running one
   status           The pools and their children, live
+Other commands:
+  convert          Print a php-fpm configuration as fpmd's TOML
+  help             This help, or a command's (fpmd help status)
+Every command takes -h/--help.
 ";
+
+/// `fpmd help [COMMAND]`: [`USAGE`], or clap's help of the command, on
+/// stdout (exit 0); an unknown command is a usage error (exit 64).
+fn help(command: Option<&str>) -> ExitCode {
+    use clap::CommandFactory;
+    let Some(name) = command else {
+        print!("{USAGE}");
+        return ExitCode::SUCCESS;
+    };
+    let mut cli = Cli::command();
+    // Built, so that the subcommands have the top level's settings (no
+    // help flag of clap's beside their own).
+    cli.build();
+    match cli.find_subcommand_mut(name) {
+        Some(sub) => {
+            let text = sub.render_help();
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        _ => {
+            eprintln!("fpmd: help: no command named '{name}'");
+            eprint!("{USAGE}");
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
+}
 
 /// php-fpm's exit status for a bad command line (`EX_USAGE`).
 const EXIT_USAGE: u8 = 64;
@@ -379,6 +476,8 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if e.kind() == clap::error::ErrorKind::DisplayVersion => e.exit(),
+        // A command's -h/--help: its help on stdout, exit 0.
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => e.exit(),
         Err(e) => {
             // As php-fpm: the usage on a bad command line, exit 64.
             let text = e.to_string();
@@ -396,6 +495,9 @@ fn main() -> ExitCode {
     if cli.help {
         print!("{USAGE}");
         return ExitCode::SUCCESS;
+    }
+    if let Some(Command::Help { command, .. }) = &cli.command {
+        return help(command.as_deref());
     }
     let php_defines = match cli.define.iter().map(|d| parse_define(d)).collect() {
         Ok(d) => d,
@@ -429,10 +531,11 @@ fn main() -> ExitCode {
         let flag = if cli.info { "-i" } else { "-m" };
         return php_cgi_info(config_path(&cli).as_deref(), &options, flag);
     }
-    if let Some(Command::Convert { file }) = &cli.command {
+    if let Some(Command::Convert { file, .. }) = &cli.command {
         let Some(file) = file.clone().or_else(|| config_path(&cli)) else {
+            // A command line short of its argument: php-fpm's usage error.
             eprintln!("fpmd: convert: give the php-fpm configuration: fpmd convert /etc/php/8.2/fpm/php-fpm.conf");
-            return ExitCode::from(EXIT_CONFIG);
+            return ExitCode::from(EXIT_USAGE);
         };
         return match config::convert(&file, &options) {
             Ok(text) => {
@@ -451,11 +554,15 @@ fn main() -> ExitCode {
     };
     match &cli.command {
         None => {}
-        Some(Command::Reload) => return control_running(&path, &options, Request::Reload),
-        Some(Command::Stop) => return control_running(&path, &options, Request::Stop),
-        Some(Command::Upgrade) => return control_running(&path, &options, Request::Upgrade),
+        Some(Command::Reload(_)) => return control_running(&path, &options, Request::Reload, None),
+        Some(Command::Stop(args)) => {
+            return control_running(&path, &options, Request::Stop, Some(args.timeout))
+        }
+        Some(Command::Upgrade(_)) => {
+            return control_running(&path, &options, Request::Upgrade, None)
+        }
         Some(Command::Status(args)) => return status(&path, &options, args),
-        Some(Command::Convert { .. }) => unreachable!("handled above"),
+        Some(Command::Convert { .. } | Command::Help { .. }) => unreachable!("handled above"),
     }
     let mut handover = match cli.upgrade_fd.map(fpmd::upgrade::Handover::from_fd) {
         None => None,

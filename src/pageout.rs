@@ -16,7 +16,7 @@
 //! used again is read back from the page cache.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 
 /// The file-backed mappings of `maps` (the text of `/proc/PID/maps`) as
 /// `(start, length)` in bytes; `exe`: only those of this file; `writable`:
@@ -84,13 +84,7 @@ pub fn release_own_startup_pages() {
 /// it: fpmd as root). Errors: the process is gone (`ESRCH`), the kernel
 /// lacks the calls (`ENOSYS`), or fpmd may not (`EPERM`).
 pub fn page_out_process(pid: i32) -> io::Result<()> {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
-    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if raw < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a fresh fd that nothing else owns.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(raw as i32) };
+    let pidfd = crate::procfs::pidfd_open(pid)?;
     // Read after the pidfd is open: the maps are this process's, not a
     // later one's with the same pid.
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;

@@ -482,3 +482,109 @@ fn no_php_ini_flag() {
     f.wait_ready(LONG);
     assert_eq!(page(&web, "/ini_file.php"), "false");
 }
+
+/// Issue 20, item 7: `-h` lists every command; `help` and `help COMMAND`,
+/// and `-h`/`--help` on every command, print on stdout and exit 0; `help`
+/// of no such command and `convert` without a file are usage errors (64).
+#[test]
+fn help_and_every_commands_help_exit_0() {
+    let t = TestDir::new();
+    let usage = fpmd(&t, &["-h"]);
+    for command in ["reload", "stop", "status", "upgrade", "convert", "help"] {
+        assert!(
+            usage.stdout.contains(command),
+            "-h lacks {command}: {usage}"
+        );
+    }
+    let help = fpmd(&t, &["help"]);
+    assert_eq!(
+        (help.code(), &help.stdout),
+        (Some(0), &usage.stdout),
+        "{help}"
+    );
+    for command in ["reload", "stop", "status", "upgrade", "convert", "help"] {
+        for args in [
+            vec!["help", command],
+            vec![command, "--help"],
+            vec![command, "-h"],
+        ] {
+            let r = fpmd(&t, &args);
+            assert_eq!(r.code(), Some(0), "{r}");
+            assert!(r.stdout.contains(&format!("Usage: fpmd {command}")), "{r}");
+            assert!(r.stderr.is_empty(), "{r}");
+        }
+    }
+    let r = fpmd(&t, &["help", "dance"]);
+    assert_eq!(r.code(), Some(64), "{r}");
+    assert!(r.stderr.contains("no command named 'dance'"), "{r}");
+    // No configuration here, none in /etc/fpmd that is a php-fpm one.
+    let r = fpmd(&t, &["-p", &t.path().display().to_string(), "convert"]);
+    assert_eq!(r.code(), Some(64), "{r}");
+    assert!(r.stderr.contains("give the php-fpm configuration"), "{r}");
+}
+
+/// Issue 20, item 3: `fpmd stop` returns once the daemon has exited, so
+/// `fpmd stop && fpmd …` works: 20 times over, with a request in flight
+/// each time (it finishes with 200), the new daemon binds the same TCP
+/// address (no "already in use") and the pid file is always the running
+/// daemon's.
+#[test]
+fn stop_then_start_twenty_times_with_a_request_in_flight() {
+    let t = TestDir::new();
+    let port = free_port();
+    let cfg = FpmdConfig::new().pool(Pool::www().tcp(format!("127.0.0.1:{port}")).max_children(2));
+    let docroot = t.docroot();
+    for i in 0..20 {
+        let mut f = Fpmd::spawn(&t, &cfg, &[]);
+        f.wait_ready(LONG);
+        f.wait_control_socket(LONG);
+        assert_eq!(f.pid_file(), Some(f.pid()), "start {i}: the pid file");
+        let addr = f.addr(0).tcp();
+        let mark = format!("stop-{i}");
+        let root = docroot.clone();
+        let query = format!("ms=400&mark={mark}");
+        let in_flight =
+            std::thread::spawn(move || fcgi::get_script(addr, &root, "sleep.php", &query));
+        wait_for(LONG, "the request to run", || t.mark(&mark).is_some());
+        let stop = f.cli(&["stop"]);
+        assert_eq!(stop.code(), Some(0), "stop {i}: {stop}");
+        assert!(
+            f.try_wait().is_some(),
+            "stop {i} returned while fpmd {} still runs",
+            f.pid()
+        );
+        let (status, body) = in_flight.join().unwrap();
+        assert_eq!(status, 200, "the request in flight at stop {i}: {body}");
+        assert!(!t.join("fpmd.pid").exists(), "stop {i} left the pid file");
+        assert!(
+            !t.join("ctl.sock").exists(),
+            "stop {i} left the control socket"
+        );
+    }
+}
+
+/// `fpmd stop` waits at most `--timeout`: past it, exit 75 (the daemon is
+/// still stopping: a request runs on), and the daemon's pid is named.
+#[test]
+fn stop_gives_up_after_its_timeout_with_exit_75() {
+    let t = TestDir::new();
+    let port = free_port();
+    let mut f = Fpmd::start(
+        &t,
+        FpmdConfig::new().pool(Pool::www().tcp(format!("127.0.0.1:{port}")).max_children(1)),
+    );
+    f.wait_control_socket(LONG);
+    let (addr, root) = (f.addr(0).tcp(), t.docroot());
+    let in_flight =
+        std::thread::spawn(move || fcgi::get_script(addr, &root, "sleep.php", "ms=3000&mark=long"));
+    wait_for(LONG, "the request to run", || t.mark("long").is_some());
+    let stop = f.cli(&["stop", "--timeout", "0.5"]);
+    assert_eq!(stop.code(), Some(75), "{stop}");
+    assert!(stop.stderr.contains(&format!("pid {}", f.pid())), "{stop}");
+    assert!(f.try_wait().is_none(), "fpmd exited although a request ran");
+    assert_eq!(in_flight.join().unwrap().0, 200);
+    assert!(
+        f.wait_exit(LONG).is_some(),
+        "fpmd did not exit once the request ended"
+    );
+}

@@ -701,6 +701,7 @@ php_admin_flag.log_errors = true
                 ("pool.d/b.toml", b),
                 ("pool.d/a.toml", a),
                 ("pool.d/notes.txt", "not toml"),
+                ("log/.keep", ""),
             ],
         );
         let d = dir.path();

@@ -541,6 +541,7 @@ mod tests {
                     "pool.d/b.toml",
                     &pool("b", "").replace("\"/tmp/b.sock\"", "9000"),
                 ),
+                ("pool.d/log/.keep", ""),
             ],
         );
         let text = c.to_toml();

@@ -59,7 +59,14 @@ pub(super) fn validate_global(
                 "error_log must not be empty (use \"stderr\" or a file path)".into(),
             ))
         }
-        Some(p) => LogTarget::File(src.resolve(p)),
+        Some(p) => {
+            let p = src.resolve(p);
+            // -O: the file is not used in the foreground.
+            if !opts.force_stderr {
+                log_dir(&p).map_err(|m| err("error_log", m))?;
+            }
+            LogTarget::File(p)
+        }
     };
     let log_level = raw.log_level.unwrap_or(LogLevel::Notice);
     let includes = raw.include.map(|l| l.0).unwrap_or_default();
@@ -341,6 +348,9 @@ pub(super) fn validate_pool(
     let request_slowlog_timeout = nonzero(raw.request_slowlog_timeout);
     let request_queue_timeout = nonzero(raw.request_queue_timeout);
     let slowlog = raw.slowlog.as_deref().map(|p| src.resolve(p));
+    if let Some(p) = &slowlog {
+        log_dir(p).map_err(|m| ctx.err(&["slowlog"], m))?;
+    }
     // An empty access.log is unset, as in php-fpm; the format is checked
     // even then (php-fpm checks it only with a log).
     let access_log = raw
@@ -349,6 +359,9 @@ pub(super) fn validate_pool(
         .as_deref()
         .filter(|p| !p.is_empty())
         .map(|p| src.resolve(p));
+    if let Some(p) = &access_log {
+        log_dir(p).map_err(|m| ctx.err(&["access", "log"], m))?;
+    }
     let access_suppress_paths = raw
         .access
         .suppress_path
@@ -787,6 +800,20 @@ fn check_exec_size(
         )));
     }
     Ok(())
+}
+
+/// A log file's directory exists: fpmd creates the file when it opens it
+/// (as php-fpm does), not the directory, so a missing one would fail the
+/// start (or the reload) after `-t` said the configuration is good.
+fn log_dir(path: &Path) -> Result<(), String> {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() && !d.is_dir() => Err(format!(
+            "the directory of {} does not exist: create {}, or log elsewhere",
+            path.display(),
+            d.display()
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// `php_ini_scan_dir`: `:`-separated directories, each relative to the
@@ -2461,6 +2488,43 @@ php_admin_flag.display_errors = "off"
         );
     }
 
+    /// A log file in a directory that does not exist: `-t` says so, with
+    /// file, line and key, instead of a start that fails later.
+    #[test]
+    fn log_files_in_missing_directories_are_errors() {
+        for (extra, key) in [
+            ("access.log = \"nolog/www.access.log\"\n", "access.log"),
+            ("slowlog = \"nolog/www.slow\"\n", "slowlog"),
+        ] {
+            let (dir, e) = load_err(&pool("www", extra), &[]);
+            let missing = dir.path().join("nolog");
+            assert_err(
+                &dir,
+                &e,
+                "fpmd.toml",
+                Some(7),
+                Some("www"),
+                Some(key),
+                &format!(
+                    "the directory of {}/{} does not exist: create {}, or log elsewhere",
+                    missing.display(),
+                    extra.split('/').nth(1).unwrap().trim_end_matches("\"\n"),
+                    missing.display()
+                ),
+            );
+        }
+        let (dir, e) = load_err(
+            &format!(
+                "[global]\nerror_log = \"nolog/fpmd.log\"\n{}",
+                pool("www", "")
+            ),
+            &[],
+        );
+        assert_eq!(e.key.as_deref(), Some("global.error_log"), "{e}");
+        assert_eq!(e.line, Some(2), "{e}");
+        assert_eq!(e.file, dir.path().join("fpmd.toml"));
+    }
+
     #[test]
     fn access_log_and_format() {
         let (dir, c) = load_ok(
@@ -2468,7 +2532,7 @@ php_admin_flag.display_errors = "off"
                 "www",
                 "access.log = \"logs/www.access.log\"\naccess.format = \"%{mili}d %r\"\n",
             ),
-            &[],
+            &[("logs/.keep", "")],
         );
         let p = &c.pools[0];
         assert_eq!(

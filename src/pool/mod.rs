@@ -193,6 +193,9 @@ pub enum Acquired<'p> {
     QueueFull,
     /// The pool is stopping.
     Closed,
+    /// The pool's php-cgi cannot start and it has no child (why: see
+    /// [`slots::Table::unstartable`]).
+    Unstartable(Arc<str>),
 }
 
 /// What becomes of a child after an exchange: the verdict of
@@ -492,6 +495,12 @@ impl Pool {
                 }
                 t.remove(w.slot);
             }
+            if let Some(why) = &t.unstartable {
+                // The supervisor tries again after its back-off; an
+                // ondemand pool needs the demand to try.
+                let _ = self.events.send(Event::Demand);
+                return Acquired::Unstartable(why.clone());
+            }
             t.waiters.retain(|s| !s.is_closed());
             if t.waiters.len()
                 >= crate::listen::effective_backlog(t.config().listen.backlog) as usize
@@ -535,7 +544,11 @@ impl Pool {
                     config,
                 })
             }
-            Err(_) => Acquired::Closed,
+            // Dropped: the pool stops, or its php-cgi cannot start.
+            Err(_) => match &self.table.lock().unwrap().unstartable {
+                Some(why) => Acquired::Unstartable(why.clone()),
+                None => Acquired::Closed,
+            },
         };
         waiting.rx = None;
         result

@@ -186,6 +186,11 @@ pub struct Table {
     /// The longest the queue of waiting requests has been (php-fpm's `max
     /// listen queue`).
     pub max_waiting: usize,
+    /// The current generation's php-cgi cannot start (why), and the pool
+    /// has no child: requests are answered 503 at once instead of waiting
+    /// for a child that may never come. Set by the supervisor; cleared as
+    /// soon as a child has a slot.
+    pub unstartable: Option<Arc<str>>,
 }
 
 /// Moves a slot to `new`, keeping the table's busy count.
@@ -218,6 +223,7 @@ impl Table {
             busy: 0,
             max_busy: 0,
             max_waiting: 0,
+            unstartable: None,
         }
     }
 
@@ -228,6 +234,8 @@ impl Table {
 
     /// A new slot id.
     pub fn new_slot(&mut self, gen: GenId, leader: i32, pid: Option<i32>) -> SlotId {
+        // A php-cgi came up: the pool can start children again.
+        self.unstartable = None;
         let id = SlotId(self.next);
         self.next += 1;
         self.slots.insert(

@@ -1440,6 +1440,11 @@ impl Supervisor {
             self.note_crash().await;
         }
         if child.stop.is_none() && lived < QUICK_DEATH {
+            self.cannot_start(format!(
+                "{} {:.3} s after it started",
+                exit.kind,
+                lived.as_secs_f64()
+            ));
             if self.respawn_at.is_some() {
                 // Another child of the same round of spawns: the back-off
                 // step is already counted and announced.
@@ -1482,11 +1487,16 @@ impl Supervisor {
             .filter(|c| c.gen == gen && c.stop.is_none())
             .count();
         let first_round = self.gens.get(&gen).is_none_or(|g| g.spawned == 0);
-        let (idle, waiting) = if gen == self.current() {
+        let (idle, mut waiting) = if gen == self.current() {
             self.pool.idle_and_waiting()
         } else {
             (0, 0)
         };
+        // A pool whose php-cgi could not start answers 503 instead of
+        // queueing: try one as if a request waited.
+        if gen == self.current() && self.pool.table.lock().unwrap().unstartable.is_some() {
+            waiting = waiting.max(1);
+        }
         let spawns = match (pm.spawn, pm.mode) {
             (Spawn::Exec, PmMode::Static) => max.saturating_sub(mine),
             (
@@ -1559,6 +1569,7 @@ impl Supervisor {
                     // every time: said once, not retried.
                     error!(pool = %self.name(), "cannot start php-cgi: {e}: its arguments and environment (env.*, php_value.*, and fpmd's own environment without clear_env) are too large for execve; not retried until a reload changes the pool (fpmd -t names the key)");
                     self.unstartable = Some(self.target);
+                    self.cannot_start(format!("execve: {e}"));
                     return;
                 }
                 self.quick_deaths += 1;
@@ -1567,9 +1578,31 @@ impl Supervisor {
                     .min(BACKOFF_MAX);
                 error!(pool = %self.name(), "cannot start php-cgi: {e}; next try in {:.1} s", delay.as_secs_f64());
                 self.respawn_at = Some(tokio::time::Instant::now() + delay);
+                self.cannot_start(e.to_string());
                 return;
             }
         }
+    }
+
+    /// The current generation's php-cgi cannot start (`why`): while the
+    /// pool has no child of it at all, the requests waiting and those that
+    /// come are answered 503 at once ([`super::slots::Table::unstartable`])
+    /// instead of waiting for a child that may never come, until one
+    /// starts. Said once per episode, at error level.
+    fn cannot_start(&mut self, why: String) {
+        if self.target != self.current() {
+            return;
+        }
+        let mut t = self.pool.table.lock().unwrap();
+        if t.slots_of_gen(t.current) > 0 {
+            return;
+        }
+        let waiting = t.waiters.len();
+        t.waiters.clear();
+        if t.unstartable.is_none() {
+            error!(pool = %self.pool.name, "php-cgi cannot start ({why}): requests are answered 503 until one starts ({waiting} waiting now)");
+        }
+        t.unstartable = Some(why.into());
     }
 
     async fn spawn_one(&mut self) -> std::io::Result<()> {

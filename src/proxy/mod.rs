@@ -595,6 +595,13 @@ where
                 answer(client, req, Local::Stopping, answered).await?;
                 return Ok(Then::Close);
             }
+            Acquired::Unstartable(why) => {
+                // The supervisor logged why once, at error level.
+                debug!(pool = %ctx.pool, uri = %uri(req), "php-cgi cannot start ({why}): answering 503");
+                let none = Local::Unavailable("no PHP process could start; retry later");
+                answer(client, req, none, answered).await?;
+                return Ok(after_answer(client, req));
+            }
         };
         let w = lease.worker();
         let conn = match w.connect().await {

@@ -719,3 +719,17 @@ fn include_glob_whose_directory_is_missing() {
         "but a warning, as php-fpm's: {r}"
     );
 }
+
+/// Issue 20, item 5: an access log or slowlog in a directory that does not
+/// exist fails `-t` (and the start) with file, line and key: `-t` said
+/// "successful" and the start exited 1 naming neither.
+#[test]
+fn log_file_in_a_missing_directory_is_refused_by_t() {
+    for key in ["access.log", "slowlog"] {
+        invalid_pool_key(
+            key,
+            "\"/nonexistent-fpmd-dir/www.log\"",
+            &["the directory of /nonexistent-fpmd-dir/www.log does not exist"],
+        );
+    }
+}

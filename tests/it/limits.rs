@@ -1014,3 +1014,50 @@ fn queue_timeout_answers_503_with_retry_after_and_runs_no_php() {
     let url = s.url("/pid.php");
     assert_all_200(&concurrent(4, 5, move |a, _, _| try_get_with(a, &url)));
 }
+
+/// Issue 20, item 5: a pool whose php-cgi cannot start (`php_cgi =
+/// "/bin/false"`) says so at start, at error level with the pool and the
+/// exit, and answers 503 at once instead of holding requests until the web
+/// server gives up; the other pools serve on.
+#[test]
+fn a_pool_whose_php_cgi_cannot_start_answers_503_at_once() {
+    let dir = TestDir::new();
+    let cfg = FpmdConfig::new()
+        .pool(Pool::new("good").max_children(1))
+        .pool(Pool::new("broken").max_children(2).php_cgi("/bin/false"));
+    let fpmd = Fpmd::start(&dir, cfg);
+    wait_for(
+        LONG,
+        "an error line naming the pool that cannot start",
+        || {
+            fpmd.log().lines().any(|l| {
+                l.contains("ERROR")
+                    && l.contains("broken")
+                    && l.contains("php-cgi cannot start")
+                    && l.contains("exited with code 1")
+            })
+        },
+    );
+    let nginx = Nginx::start(&dir, NginxOpts::default().upstream(fpmd.upstream(1)));
+    let good = Nginx::start(
+        &dir,
+        NginxOpts::default()
+            .upstream(fpmd.upstream(0))
+            .name("nginx-good"),
+    );
+    for _ in 0..3 {
+        let t = Instant::now();
+        let r = get(&nginx.url("/pid.php"));
+        let took = t.elapsed();
+        eprintln!("broken pool: {} after {took:?}: {:?}", r.status, r.text());
+        assert_eq!(r.status, 503, "{}", r.text());
+        assert!(took < Duration::from_secs(2), "the 503 took {took:?}");
+        assert_eq!(get(&good.url("/pid.php")).status, 200);
+    }
+    let errors = fpmd
+        .log()
+        .lines()
+        .filter(|l| l.contains("ERROR") && l.contains("php-cgi cannot start"))
+        .count();
+    assert_eq!(errors, 1, "said once per episode:\n{}", fpmd.log());
+}

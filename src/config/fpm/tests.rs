@@ -171,6 +171,7 @@ fn includes() {
                 "shared/defaults.ini",
                 "pm.max_requests = 33\nslowlog = log/$pool.slow\n",
             ),
+            ("log/.keep", ""),
         ],
     );
     let names: Vec<_> = c.pools.iter().map(|p| p.name.as_str()).collect();
@@ -462,7 +463,7 @@ fn notices_and_pool_defaults() {
 #[test]
 fn expansions() {
     let extra = "access.log = log/$pool_access.log\nenv[LC_ALL] = C\nenv['LANG'] = C.UTF-8\nenv[PATH] = $PATH\nphp_admin_value[error_log] = log/$pool.php.log\n";
-    let (dir, c) = conf_ok(&pool("site1", extra), &[]);
+    let (dir, c) = conf_ok(&pool("site1", extra), &[("log/.keep", "")]);
     let p = &c.pools[0];
     assert_eq!(p.access_log, Some(dir.path().join("log/site1_access.log")));
     assert_eq!(p.env["6"], "C", "php-fpm's env[6]");

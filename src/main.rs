@@ -312,19 +312,29 @@ fn control_socket_of(
     let table = Some(text)
         .and_then(|t| t.parse::<toml::Table>().ok())
         .ok_or_else(|| err.to_string())?;
-    let set = table
-        .get("global")
-        .and_then(|g| g.get("control_socket"))
-        .and_then(|s| s.as_str())
-        .map(PathBuf::from);
+    let global = |key: &str| {
+        table
+            .get("global")
+            .and_then(|g| g.get(key))
+            .and_then(|s| s.as_str())
+            .map(PathBuf::from)
+    };
     let base = match &options.prefix {
         Some(prefix) => prefix.as_path(),
         None => path.parent().unwrap_or(std::path::Path::new(".")),
     };
-    Ok(match set {
-        Some(p) if p.is_relative() => base.join(p),
-        Some(p) => p,
-        None => fpmd::ctl::default_path(path),
+    let resolve = |p: PathBuf| if p.is_relative() { base.join(p) } else { p };
+    // -g is relative to the prefix, else to the working directory.
+    let pid = match &options.pid {
+        Some(p) => Some(match &options.prefix {
+            Some(prefix) if p.is_relative() => prefix.join(p),
+            _ => std::path::absolute(p).unwrap_or_else(|_| p.clone()),
+        }),
+        None => global("pid").map(resolve),
+    };
+    Ok(match global("control_socket") {
+        Some(p) => resolve(p),
+        None => fpmd::ctl::default_path(path, pid.as_deref()),
     })
 }
 

@@ -836,7 +836,7 @@ php_admin_flag.log_errors = true
                 log_level: LogLevel::Notice,
                 emergency_restart: None,
                 process_control_timeout: None,
-                control_socket: crate::ctl::default_path(&dir.path().join("fpmd.toml")),
+                control_socket: dir.path().join("fpmd.sock"),
                 watch: false,
                 daemonize: false,
                 log_format: LogFormat::Fpmd,

@@ -89,9 +89,14 @@ pub(super) fn validate_global(
             ))
         }
         Some(p) => src.resolve(p),
-        // `crate::ctl::default_path_as`: per configuration as root, else
-        // beside the main file (a directory its user can normally write).
-        None => crate::ctl::default_path_as(&src.path, ids.euid == 0),
+        // `crate::ctl::default_path_as`: as root in /run/fpmd for the
+        // packaged directory, else beside the pid file (-g's, else
+        // `pid`'s), else beside the main file.
+        None => {
+            let given = opts.pid.as_deref().map(|p| opts.resolve(p));
+            let pid_file = given.as_deref().or(pid.as_deref());
+            crate::ctl::default_path_as(&src.path, pid_file, ids.euid == 0)
+        }
     };
     check_socket_path(&control_socket).map_err(|m| err("control_socket", m))?;
     let metrics_listen = match raw.metrics.listen {
@@ -2907,7 +2912,7 @@ php_admin_flag.display_errors = "off"
         assert_eq!(as_root.global.process_control_timeout, None);
         assert_eq!(
             as_root.global.control_socket,
-            crate::ctl::default_path_as(&main, true)
+            crate::ctl::default_path_as(&main, None, true)
         );
         assert!(!as_root.global.watch);
         assert_eq!(as_root.pools[0].graceful_timeout, None);
@@ -3051,7 +3056,7 @@ php_admin_flag.display_errors = "off"
             ),
         );
         let dir = tempfile::tempdir().unwrap();
-        let default = crate::ctl::default_path_as(&dir.path().join("fpmd.toml"), true);
+        let default = crate::ctl::default_path_as(&dir.path().join("fpmd.toml"), None, true);
         let main = write(
             dir.path(),
             "fpmd.toml",

@@ -221,6 +221,7 @@ fn prefix_resolves_relative_paths_and_the_default_file() {
         .args(["-p", &p, "-F"])
         .current_dir("/")
         .env("FPMD_TEST_TAG", t.tag())
+        .env("TMPDIR", t.path())
         .stdin(std::process::Stdio::null())
         .spawn()
         .unwrap();

@@ -487,9 +487,11 @@ impl Reading<'_> {
         // The control socket this file's daemon has by default
         // (`ctl::default_path`), written out so that its conversion, loaded
         // from another path, keeps it: `fpmd reload` then reaches the
-        // daemon whichever of the two files it names.
-        if !global.iter().any(|(n, _)| n == "control_socket") {
-            let socket = crate::ctl::default_path(main);
+        // daemon whichever of the two files it names. With a pid file it
+        // is beside that, which the conversion keeps anyway.
+        let set = |name: &str| global.iter().any(|(n, _)| n == name);
+        if !set("control_socket") && !set("pid") {
+            let socket = crate::ctl::default_path(main, None);
             out.line(
                 format!("control_socket = {}", toml_str(&socket.to_string_lossy())),
                 None,

@@ -477,6 +477,10 @@ impl Fpmd {
         cmd.current_dir(dir.path());
         cmd.env_remove("RUST_LOG");
         cmd.env("FPMD_TEST_TAG", dir.tag());
+        // fpmd's runtime directory (its children's sockets) goes in the
+        // test dir, which goes with the test: a SIGKILLed fpmd cannot
+        // remove it itself.
+        cmd.env("TMPDIR", dir.path());
         for (k, v) in &cfg.env {
             cmd.env(k, v);
         }
@@ -890,6 +894,9 @@ pub fn run_fpmd(dir: &Path, tag: &str, args: &[&str]) -> CliRun {
         .env_remove("RUST_LOG")
         .env_remove("NOTIFY_SOCKET")
         .env("FPMD_TEST_TAG", tag)
+        // A daemon started here (-D) keeps its runtime directory in the
+        // test dir (see `Fpmd::launch`).
+        .env("TMPDIR", dir)
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err)

@@ -108,6 +108,40 @@ pub fn exe(pid: i32) -> Option<std::path::PathBuf> {
     std::fs::read_link(format!("/proc/{pid}/exe")).ok()
 }
 
+/// A pidfd of process `pid` (`pidfd_open(2)`, Linux ≥ 5.3): a handle that
+/// names this very process, never a later one given the same pid. Errors:
+/// the process is gone (`ESRCH`), or the kernel lacks the call (`ENOSYS`).
+pub fn pidfd_open(pid: i32) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if raw < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh fd that nothing else owns.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(raw as i32) })
+}
+
+/// Waits at most `timeout` for the process of `pidfd` to exit (a zombie
+/// counts as exited: it holds nothing any more). Returns whether it did.
+pub fn wait_exit(pidfd: &std::os::fd::OwnedFd, timeout: std::time::Duration) -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let ms = PollTimeout::try_from(left.as_millis().min(i32::MAX as u128) as i32)
+            .unwrap_or(PollTimeout::MAX);
+        let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, ms) {
+            Ok(n) if n > 0 => return true,
+            Ok(_) => return false,
+            Err(nix::errno::Errno::EINTR) if !left.is_zero() => continue,
+            Err(_) => return false,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,39 +176,5 @@ mod tests {
         assert_eq!(exe(me), std::env::current_exe().ok());
         assert!(fd_target(me, 99999).is_none());
         assert!(!alive(i32::MAX));
-    }
-}
-
-/// A pidfd of process `pid` (`pidfd_open(2)`, Linux ≥ 5.3): a handle that
-/// names this very process, never a later one given the same pid. Errors:
-/// the process is gone (`ESRCH`), or the kernel lacks the call (`ENOSYS`).
-pub fn pidfd_open(pid: i32) -> std::io::Result<std::os::fd::OwnedFd> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
-    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if raw < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: a fresh fd that nothing else owns.
-    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(raw as i32) })
-}
-
-/// Waits at most `timeout` for the process of `pidfd` to exit (a zombie
-/// counts as exited: it holds nothing any more). Returns whether it did.
-pub fn wait_exit(pidfd: &std::os::fd::OwnedFd, timeout: std::time::Duration) -> bool {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    use std::os::fd::AsFd;
-    let deadline = std::time::Instant::now() + timeout;
-    loop {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        let ms = PollTimeout::try_from(left.as_millis().min(i32::MAX as u128) as i32)
-            .unwrap_or(PollTimeout::MAX);
-        let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
-        match poll(&mut fds, ms) {
-            Ok(n) if n > 0 => return true,
-            Ok(_) => return false,
-            Err(nix::errno::Errno::EINTR) if !left.is_zero() => continue,
-            Err(_) => return false,
-        }
     }
 }

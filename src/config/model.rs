@@ -371,7 +371,7 @@ pub struct PhpIni {
 
 /// A pool's confinement keys. Every one of them is applied in the child
 /// between fork and exec, so a change needs a new generation of children.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Isolation {
     /// `chroot`: absolute host directory (the site's directory) that
     /// becomes `/` for the children, in a private mount namespace with
@@ -403,20 +403,6 @@ pub struct Isolation {
     /// these paths (inside the chroot when there is one), plus PHP's
     /// runtime (read-only); `None`: no Landlock ruleset.
     pub landlock: Option<Landlock>,
-}
-
-impl Default for Isolation {
-    fn default() -> Isolation {
-        Isolation {
-            chroot: None,
-            rlimit_files: None,
-            rlimit_core: None,
-            process_priority: None,
-            process_dumpable: false,
-            no_new_privs: false,
-            landlock: None,
-        }
-    }
 }
 
 /// A pool's Landlock paths: absolute, as the children see them.

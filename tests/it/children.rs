@@ -347,6 +347,7 @@ fn exit_on_a_signal_is_logged_with_its_name_and_the_child_replaced() {
 fn ps_shows_the_pool_of_every_php_cgi() {
     let t = TestDir::new();
     let fpm = PhpFpm::start_with(&t, PhpFpmOpts::default().max_children(2));
+    wait_for(LONG, "php-fpm's 2 children", || fpm.children().len() == 2);
     let theirs: Vec<String> = fpm
         .children()
         .iter()

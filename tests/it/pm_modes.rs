@@ -160,7 +160,11 @@ fn ondemand_keeps_a_warm_parent_while_memory_allows() {
     let pool = Pool::www()
         .max_children(3)
         .lines(&["pm.mode = \"ondemand\"", "pm.process_idle_timeout = \"2s\""]);
-    let mut s = Stack::start(pool.clone());
+    // Retiring an idle child is logged at debug level, as php-fpm's.
+    let mut s = Stack::start_with(
+        FpmdConfig::new().log_level("debug").pool(pool.clone()),
+        NginxOpts::default(),
+    );
     if !prefork() {
         // Under exec there is no parent to keep: each child is exec'd for
         // a request, and none is started ahead of one.
@@ -220,6 +224,7 @@ fn ondemand_keeps_a_warm_parent_while_memory_allows() {
     // Memory short: the idle parent goes, nothing is left.
     s.fpmd.rewrite(
         &FpmdConfig::new()
+            .log_level("debug")
             .global("warm_min_available = \"100%\"")
             .pool(pool.clone()),
     );
@@ -240,6 +245,7 @@ fn ondemand_keeps_a_warm_parent_while_memory_allows() {
     // Memory back: a warm parent again, ahead of any request.
     s.fpmd.rewrite(
         &FpmdConfig::new()
+            .log_level("debug")
             .global("warm_min_available = 0")
             .pool(pool),
     );
@@ -256,10 +262,14 @@ fn ondemand_keeps_a_warm_parent_while_memory_allows() {
 fn light_traffic_after_a_burst_runs_on_few_children() {
     // Issue 4 item 3 (C06) scaled down in time: idle timeout 3 s instead of
     // 10 s, checked at the 12th second instead of the 30th.
-    let s = Stack::start(
-        Pool::www()
-            .max_children(6)
-            .lines(&["pm.mode = \"ondemand\"", "pm.process_idle_timeout = \"3s\""]),
+    // Retiring an idle child is logged at debug level, as php-fpm's.
+    let s = Stack::start_with(
+        FpmdConfig::new().log_level("debug").pool(
+            Pool::www()
+                .max_children(6)
+                .lines(&["pm.mode = \"ondemand\"", "pm.process_idle_timeout = \"3s\""]),
+        ),
+        NginxOpts::default(),
     );
     let url = s.url("/sleep.php?ms=200");
     let out = concurrent(6, 5, move |a, _, _| try_get_with(a, &url));

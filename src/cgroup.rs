@@ -32,18 +32,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// A pool's limits, as configured (`cgroup.*`); `None`: no limit (the
-/// kernel's default is written, so that removing a key lifts the limit).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct Limits {
-    /// `cgroup.memory_max`, bytes.
-    pub memory_max: Option<u64>,
-    /// `cgroup.pids_max`, processes (threads count too: it is the kernel's
-    /// `pids` controller).
-    pub pids_max: Option<u32>,
-    /// `cgroup.cpu_weight`, 1..=10000 (v2 `cpu.weight`; default 100).
-    pub cpu_weight: Option<u32>,
-}
+use crate::config::CgroupLimits as Limits;
 
 /// v1 `cpu.shares` for a v2 `cpu.weight`, as systemd maps it
 /// (`shares = weight * 1024 / 100`, at least 2, v1's minimum).

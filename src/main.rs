@@ -262,7 +262,7 @@ fn control_running(
             let (Some(wait), Some(daemon)) = (wait.filter(|w| !w.is_zero()), daemon) else {
                 return ExitCode::SUCCESS;
             };
-            if fpmd::procfs::wait_exit(&daemon.pidfd, wait) {
+            if fpmd::sys::procfs::wait_exit(&daemon.pidfd, wait) {
                 return ExitCode::SUCCESS;
             }
             eprintln!(
@@ -334,7 +334,7 @@ fn control_socket_of(
     };
     Ok(match global("control_socket") {
         Some(p) => resolve(p),
-        None => fpmd::ctl::default_path(path, pid.as_deref()),
+        None => config::paths::default_path(path, pid.as_deref()),
     })
 }
 
@@ -425,7 +425,7 @@ fn parse_define(text: &str) -> Result<(String, String), String> {
 
 /// The configuration file: `-y`, or `-c` naming a `.toml`/`.conf`, else with `-p` `PREFIX/etc/fpmd.toml`
 /// then `PREFIX/etc/php-fpm.conf` (php-fpm's default under its prefix),
-/// else [`config::find_default_config`].
+/// else [`config::paths::find_default_config`].
 fn config_path(cli: &Cli) -> Option<PathBuf> {
     if let Some(c) = &cli.fpm_config {
         return Some(c.clone());
@@ -438,7 +438,7 @@ fn config_path(cli: &Cli) -> Option<PathBuf> {
             .iter()
             .map(|f| prefix.join(f))
             .find(|p| p.is_file()),
-        None => config::find_default_config(),
+        None => config::paths::find_default_config(),
     }
 }
 

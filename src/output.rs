@@ -819,68 +819,24 @@ impl Output {
 
 /// One log line of a child's text (php-fpm's `fpm_stdio_child_said`).
 fn emit(policy: &Policy, pid: i32, stream: Stream, text: &[u8], continued: bool) {
-    if policy.catch && !policy.decorate {
+    let decorate = !policy.catch || policy.decorate;
+    said(&policy.pool, decorate, pid, stream, text, continued);
+}
+
+/// Logs one line of text that `pool`'s child `pid` wrote on `stream`, as
+/// php-fpm's master logs it (`fpm_stdio_child_said`): `[pool www] child
+/// 1234 said into stderr: "text"`, with ` (continued)` after a line cut in
+/// pieces; with `decorate` off (`decorate_workers_output = false`) the
+/// text alone. Control characters are escaped.
+pub fn said(pool: &str, decorate: bool, pid: i32, stream: Stream, text: &[u8], continued: bool) {
+    if !decorate {
         warn!(target: RAW_TARGET, "{}", escape_controls(text));
     } else {
         let more = if continued { " (continued)" } else { "" };
         warn!(
-            "[pool {}] child {pid} said into {}: \"{}\"{more}",
-            policy.pool,
+            "[pool {pool}] child {pid} said into {}: \"{}\"{more}",
             stream.as_str(),
             escape(text)
-        );
-    }
-}
-
-/// The bucket all pools' PHP messages share ([`log_php_messages`]).
-static PHP_MESSAGE_BUCKET: std::sync::Mutex<Option<TokenBucket>> = std::sync::Mutex::new(None);
-
-/// Logs the messages PHP sent on FastCGI STDERR during one request of
-/// `pool`'s child `pid` (`catch_workers_output = true`), as php-fpm's
-/// master logs what its child's zlog wrote to stderr: one line per line of
-/// a message, `[pool www] child 1234 said into stderr: "NOTICE: PHP
-/// message: PHP Warning:  …"` (the prefix on a message's first line only),
-/// or with `decorate_workers_output = false` the bare `NOTICE: PHP
-/// message: …`. `dropped`: messages of the request
-/// not kept ([`crate::proxy::php_message::MESSAGES_KEPT`]). Rate: one
-/// [`CHILD_RATE`] bucket for all pools; what it drops is summed up in the
-/// next line it lets through.
-pub fn log_php_messages(pool: &PoolConfig, pid: i32, messages: &[Vec<u8>], dropped: usize) {
-    let policy = Policy {
-        pool: Arc::from(pool.name.as_str()),
-        catch: true,
-        decorate: pool.decorate_workers_output,
-        prefork: false,
-        spawned: pid,
-    };
-    let now = Instant::now();
-    let mut bucket = PHP_MESSAGE_BUCKET.lock().unwrap_or_else(|e| e.into_inner());
-    let bucket = bucket.get_or_insert_with(|| TokenBucket::new(CHILD_RATE, now));
-    let mut line = Vec::with_capacity(128);
-    for message in messages {
-        for (i, text) in message.split(|&b| b == b'\n').enumerate() {
-            line.clear();
-            if i == 0 {
-                line.extend_from_slice(b"NOTICE: ");
-                line.extend_from_slice(crate::proxy::php_message::PREFIX);
-            }
-            line.extend_from_slice(text);
-            if bucket.admit(now, line.len()) {
-                if let Some((d, _)) = bucket.take_dropped() {
-                    warn!(
-                        "PHP messages over fpmd's log rate: {} lines ({} bytes) not logged",
-                        d.lines, d.bytes
-                    );
-                }
-                emit(&policy, pid, Stream::Stderr, &line, false);
-            }
-        }
-    }
-    if dropped > 0 {
-        warn!(
-            "[pool {}] child {pid}: {dropped} more PHP messages of one request not logged (fpmd logs {} a request)",
-            pool.name,
-            crate::proxy::php_message::MESSAGES_KEPT
         );
     }
 }

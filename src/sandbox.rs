@@ -49,6 +49,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Component, Path, PathBuf};
 
+use crate::config::paths::host_path;
 use crate::config::{Isolation, Landlock};
 
 /// The confinement of one pool's children, from its configuration (pure;
@@ -93,40 +94,6 @@ impl SandboxPlan {
             landlock: iso.landlock.clone(),
         }
     }
-}
-
-/// `inside` (absolute, as a chrooted child sees it) as a path under the
-/// host directory `root`, lexically (`/` is `root` itself).
-pub fn host_path(root: &Path, inside: &Path) -> PathBuf {
-    let mut out = root.to_path_buf();
-    for c in inside.components() {
-        if let Component::Normal(n) = c {
-            out.push(n);
-        }
-    }
-    out
-}
-
-/// Whether the running kernel has Landlock (ABI 1 or later). Errors: a
-/// message for `fpmd -t` saying it does not and why.
-pub fn landlock_supported() -> Result<(), String> {
-    // LANDLOCK_CREATE_RULESET_VERSION: returns the ABI version.
-    // SAFETY: a query with a null attribute pointer, as the man page says.
-    let v = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<u8>(),
-            0usize,
-            1u32,
-        )
-    };
-    if v < 1 {
-        let e = io::Error::last_os_error();
-        return Err(format!(
-            "this kernel does not support Landlock ({e}; it needs Linux 5.13 or later with CONFIG_SECURITY_LANDLOCK and landlock in the lsm= boot list)"
-        ));
-    }
-    Ok(())
 }
 
 /// A top-level entry of the site's directory.

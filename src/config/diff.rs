@@ -285,7 +285,7 @@ pub fn changed_fields(old: &PoolConfig, new: &PoolConfig) -> Vec<&'static str> {
         "graceful_timeout",
         *graceful_timeout != new.graceful_timeout,
     );
-    let crate::cgroup::Limits {
+    let crate::config::CgroupLimits {
         memory_max,
         pids_max,
         cpu_weight,
@@ -587,7 +587,7 @@ mod tests {
                 p.access_log = Some("/var/log/access.log".into())
             }),
             ("access.format", |p| {
-                p.access_format = crate::observe::access_log::Format::parse("%m %r").unwrap()
+                p.access_format = crate::config::access_format::Format::parse("%m %r").unwrap()
             }),
             ("request_queue_timeout", |p| {
                 p.request_queue_timeout = Some(Duration::from_secs(1))

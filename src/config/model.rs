@@ -104,7 +104,7 @@ pub struct Global {
     /// `control_socket` (fpmd only): absolute path of the unix socket that
     /// `fpmd reload`, `fpmd stop` and `fpmd status` talk to (a relative
     /// value is relative to the main file's directory). Default
-    /// ([`crate::ctl::default_path_as`]): as root `/run/fpmd/fpmd.sock`
+    /// ([`crate::config::paths::default_path_as`]): as root `/run/fpmd/fpmd.sock`
     /// for `/etc/fpmd/fpmd.toml` and `/run/fpmd/STEM-HASH.sock` for any
     /// other main file, else `fpmd.sock` beside the main file.
     pub control_socket: PathBuf,
@@ -285,7 +285,7 @@ pub struct PoolConfig {
     /// `access.format`: the access log's line, parsed; default php-fpm's
     /// `%R - %u %t "%m %r" %s`. php-fpm: same (see
     /// [`crate::observe::access_log`] for the specifiers).
-    pub access_format: crate::observe::access_log::Format,
+    pub access_format: crate::config::access_format::Format,
     /// `access.suppress_path` (php-fpm 8.2's `access.suppress_path[]`):
     /// request URIs whose successful plain requests are not logged. As
     /// php-fpm's `fpm_access_log_suppress`: a `GET` or `HEAD` without a
@@ -315,7 +315,7 @@ pub struct PoolConfig {
     /// only): limits of the pool's cgroup (see [`crate::cgroup`]), applied
     /// live on reload. Default: none (the pool still gets a cgroup when
     /// fpmd runs as root and cgroups are mounted).
-    pub cgroup: crate::cgroup::Limits,
+    pub cgroup: CgroupLimits,
     /// `security.pcntl` (fpmd only): leave PHP's `pcntl_*` functions
     /// enabled for web requests. Default `false`: they are appended to
     /// `disable_functions`, since php-fpm (as Debian builds it) has no
@@ -707,4 +707,18 @@ impl PmMode {
             PmMode::Ondemand { .. } => "ondemand",
         }
     }
+}
+
+/// A pool's cgroup limits, as configured (`cgroup.*`; applied by
+/// [`crate::cgroup`]); `None`: no limit (the
+/// kernel's default is written, so that removing a key lifts the limit).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct CgroupLimits {
+    /// `cgroup.memory_max`, bytes.
+    pub memory_max: Option<u64>,
+    /// `cgroup.pids_max`, processes (threads count too: it is the kernel's
+    /// `pids` controller).
+    pub pids_max: Option<u32>,
+    /// `cgroup.cpu_weight`, 1..=10000 (v2 `cpu.weight`; default 100).
+    pub cpu_weight: Option<u32>,
 }

@@ -11,8 +11,8 @@ use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
 use super::model::{LogFormat, LogLevel, Spawn};
-use super::render::dotted;
 use super::source::SourceFile;
+use super::toml::dotted;
 use super::ConfigError;
 
 /// A size in bytes: PHP's ini shorthand (`"64M"`, `"1G"`, `"512K"`,

@@ -5,6 +5,7 @@ use super::model::{
     Config, Global, ListenAddress, LogTarget, MinAvailable, Origins, PmMode, PoolConfig,
 };
 use super::source::origin_key;
+use super::toml::{toml_duration, toml_key, toml_str};
 
 impl Config {
     /// The effective configuration as TOML: every key with its resolved
@@ -492,26 +493,6 @@ impl PoolConfig {
             ));
         }
     }
-}
-
-pub(super) fn toml_str(s: &str) -> String {
-    toml::Value::String(s.to_string()).to_string()
-}
-
-fn toml_duration(d: std::time::Duration) -> String {
-    toml_str(&humantime::format_duration(d).to_string())
-}
-
-pub(super) fn toml_key(s: &str) -> String {
-    toml_edit::Key::new(s).to_string()
-}
-
-/// Joins key segments into a dotted key, quoting segments that are not bare.
-pub(super) fn dotted(segs: &[String]) -> String {
-    segs.iter()
-        .map(|s| toml_key(s))
-        .collect::<Vec<_>>()
-        .join(".")
 }
 
 #[cfg(test)]

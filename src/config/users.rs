@@ -1,15 +1,12 @@
 //! Users, groups and supplementary groups from the system database, the
 //! rules on who pool children may run as, and the php-cgi binary lookup.
 
-use std::ffi::{CString, OsString};
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::ffi::CString;
 
 use nix::unistd::{Gid, Group, Uid, User};
 
 use super::model::Credentials;
 use super::raw::IdOrName;
-use super::source::{absolutize, normalize};
 
 /// The effective ids of the fpmd process (parameters so that tests can
 /// exercise the non-root rules).
@@ -311,60 +308,13 @@ pub(super) fn resolve_credentials(
     })
 }
 
-fn is_executable_file(p: &Path) -> Result<(), String> {
-    match std::fs::metadata(p) {
-        Err(_) => Err(format!("php-cgi binary not found: {}", p.display())),
-        Ok(m) if !m.is_file() => Err(format!(
-            "php-cgi binary not found: {} is not a regular file",
-            p.display()
-        )),
-        Ok(m) if m.permissions().mode() & 0o111 == 0 => Err(format!(
-            "php-cgi binary not found: {} is not executable",
-            p.display()
-        )),
-        Ok(_) => Ok(()),
-    }
-}
-
-/// `php_cgi`: a path (containing `/`, relative to the file's directory) or a
-/// bare name looked up on `path_env` (default `/usr/local/bin:/usr/bin:/bin`).
-pub(super) fn resolve_php_cgi(
-    value: Option<&str>,
-    dir: &Path,
-    path_env: Option<OsString>,
-) -> Result<PathBuf, String> {
-    let name = value.unwrap_or("php-cgi");
-    if name.is_empty() {
-        return Err("php_cgi must not be empty".into());
-    }
-    if name.contains('/') {
-        let p = normalize(&dir.join(name));
-        is_executable_file(&p)?;
-        return Ok(p);
-    }
-    let path_env = path_env.unwrap_or_else(|| OsString::from("/usr/local/bin:/usr/bin:/bin"));
-    for d in std::env::split_paths(&path_env) {
-        if d.as_os_str().is_empty() {
-            continue;
-        }
-        let candidate = match absolutize(&d) {
-            Ok(d) => d.join(name),
-            Err(_) => continue,
-        };
-        if is_executable_file(&candidate).is_ok() {
-            return Ok(candidate);
-        }
-    }
-    Err(format!(
-        "php-cgi binary not found: '{name}' is not in PATH ({})",
-        path_env.to_string_lossy()
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::php::resolve_php_cgi;
     use crate::config::testutil::*;
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
 
     #[test]
     fn php_cgi_default_is_looked_up_on_path() {

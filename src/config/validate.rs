@@ -11,15 +11,15 @@ use super::model::{
     ini_list, Global, Isolation, Landlock, Listen, ListenAddress, LocalEndpoints, LogLevel,
     LogTarget, MinAvailable, PhpIni, PmMode, PoolConfig, ProcessManager, Spawn, ADDITIVE_INI,
 };
+use super::php::{arg_max, php_ini_reads, resolve_php_cgi};
 use super::raw::{
     AllowedClients, ByteSize, Duration, EnvValue, IniScalar, IniTable, RawAddress, RawGlobal,
     RawPmMode, RawPool,
 };
-use super::render::dotted;
 use super::source::{normalize, SourceFile};
+use super::toml::dotted;
 use super::users::{
-    group_name_of, resolve_credentials, resolve_gid, resolve_php_cgi, resolve_uid, user_name, Host,
-    Ids,
+    group_name_of, resolve_credentials, resolve_gid, resolve_uid, user_name, Host, Ids,
 };
 use super::ConfigError;
 
@@ -89,13 +89,13 @@ pub(super) fn validate_global(
             ))
         }
         Some(p) => src.resolve(p),
-        // `crate::ctl::default_path_as`: as root in /run/fpmd for the
+        // `crate::config::paths::default_path_as`: as root in /run/fpmd for the
         // packaged directory, else beside the pid file (-g's, else
         // `pid`'s), else beside the main file.
         None => {
             let given = opts.pid.as_deref().map(|p| opts.resolve(p));
             let pid_file = given.as_deref().or(pid.as_deref());
-            crate::ctl::default_path_as(&src.path, pid_file, ids.euid == 0)
+            crate::config::paths::default_path_as(&src.path, pid_file, ids.euid == 0)
         }
     };
     check_socket_path(&control_socket).map_err(|m| err("control_socket", m))?;
@@ -380,8 +380,8 @@ pub(super) fn validate_pool(
         ));
     }
     let access_format = match raw.access.format.as_deref() {
-        None => crate::observe::access_log::Format::default(),
-        Some(f) => crate::observe::access_log::Format::parse(f).map_err(|e| {
+        None => crate::config::access_format::Format::default(),
+        Some(f) => crate::config::access_format::Format::parse(f).map_err(|e| {
             ctx.err(
                 &["access", "format"],
                 format!("wrong format for access.format '{f}': {e}"),
@@ -453,7 +453,7 @@ pub(super) fn validate_pool(
     let chdir = normalize(&chdir);
     match &chroot {
         Some(root) => {
-            let inside = crate::sandbox::host_path(root, &chdir);
+            let inside = crate::config::paths::host_path(root, &chdir);
             if !inside.is_dir() {
                 return Err(ctx.err(
                     &["chdir"],
@@ -614,7 +614,7 @@ pub(super) fn validate_pool(
         .map_err(|(key, msg)| ctx.err(&key, msg))?;
     let limit_extensions = limit_extensions(raw.security.limit_extensions)
         .map_err(|m| ctx.err(&["security", "limit_extensions"], m))?;
-    let php_ini = php_ini(
+    let php_ini = resolve_php_ini(
         &ctx,
         (raw.php_ini.as_deref(), raw.php_ini_scan_dir.as_deref()),
         global,
@@ -717,23 +717,6 @@ fn merge_ini_values(
 /// beyond it, whatever the stack limit).
 const MAX_ARG_STRLEN: usize = 32 * 4096;
 
-/// The bound on the argument and environment strings of an execve(2)
-/// together, with their pointers: `sysconf(_SC_ARG_MAX)` (a quarter of
-/// the stack limit, at least 128 KiB; 2 MiB when unknown), but never more
-/// than the kernel's own cap of 6 MiB (`bprm_stack_limits` in
-/// `fs/exec.c`: three quarters of `_STK_LIM`), which applies even with an
-/// unlimited stack (where sysconf says more).
-fn arg_max() -> usize {
-    const KERNEL_CAP: usize = (8 << 20) / 4 * 3;
-    // SAFETY: sysconf has no memory effects.
-    let n = unsafe { libc::sysconf(libc::_SC_ARG_MAX) };
-    usize::try_from(n)
-        .ok()
-        .filter(|&n| n > 0)
-        .unwrap_or(2 << 20)
-        .min(KERNEL_CAP)
-}
-
 /// The pool's php-cgi can be exec'd: no argument (`-d name=value` of a
 /// `php_value`/`php_admin_value`) or environment string (`env.NAME`, or
 /// fpmd's own variables with `clear_env = false`) is longer than
@@ -835,7 +818,7 @@ fn scan_dirs(src: &SourceFile, value: &str) -> String {
 /// A pool's [`PhpIni`]: its keys or the global defaults, checked (the file
 /// or directory exists; a chroot pool's files are under `/etc/php`, the
 /// part of the host's `/etc` its children see), with the files PHP reads.
-fn php_ini(
+fn resolve_php_ini(
     ctx: &PoolCtx<'_>,
     (raw_file, raw_scan): (Option<&str>, Option<&str>),
     global: &Global,
@@ -892,61 +875,6 @@ fn php_ini(
         scan_dir,
         reads,
     })
-}
-
-/// The `X.Y` of a Debian php-cgi (`/usr/bin/php-cgi8.2`, or a symlink to
-/// it), whose compiled-in configuration is `/etc/php/X.Y/cgi`.
-pub(super) fn debian_php_version(php_cgi: &Path) -> Option<String> {
-    let real = std::fs::canonicalize(php_cgi).ok()?;
-    let v = real
-        .file_name()?
-        .to_str()?
-        .strip_prefix("php-cgi")?
-        .to_string();
-    (!v.is_empty() && Path::new(&format!("/etc/php/{v}/cgi")).is_dir()).then_some(v)
-}
-
-/// The files PHP reads (see [`PhpIni::reads`]), as php-src's
-/// `main/php_ini.c` finds them: `-c DIR` → `DIR/php-cgi-fcgi.ini`, else
-/// `DIR/php.ini`; `-c FILE` → FILE; then the `*.ini` regular files of each
-/// scan directory, sorted by name.
-fn php_ini_reads(php_cgi: &Path, file: Option<&Path>, scan: Option<&str>) -> Option<Vec<PathBuf>> {
-    let version = debian_php_version(php_cgi);
-    let compiled = version
-        .as_ref()
-        .map(|v| PathBuf::from(format!("/etc/php/{v}/cgi")));
-    let in_dir = |d: &Path| {
-        ["php-cgi-fcgi.ini", "php.ini"]
-            .iter()
-            .map(|n| d.join(n))
-            .find(|f| f.is_file())
-    };
-    let ini = match file {
-        Some(p) if p.is_dir() => in_dir(p),
-        Some(p) => Some(p.to_path_buf()),
-        None => in_dir(compiled.as_ref()?),
-    };
-    let dirs: Vec<PathBuf> = match scan {
-        Some(s) => s
-            .split(':')
-            .filter(|d| !d.is_empty())
-            .map(PathBuf::from)
-            .collect(),
-        None => vec![compiled.as_ref()?.join("conf.d")],
-    };
-    let mut out: Vec<PathBuf> = ini.into_iter().collect();
-    for d in dirs {
-        let mut found: Vec<PathBuf> = std::fs::read_dir(&d)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|e| e == "ini") && p.is_file())
-            .collect();
-        found.sort();
-        out.extend(found);
-    }
-    Some(out)
 }
 
 /// `rlimit_*`, `process.*`, `no_new_privs` and `landlock.*`, checked as
@@ -1012,7 +940,7 @@ fn isolation(
                 }
                 let path = normalize(&path);
                 let host = match &chroot {
-                    Some(root) => crate::sandbox::host_path(root, &path),
+                    Some(root) => crate::config::paths::host_path(root, &path),
                     None => path.clone(),
                 };
                 if !host.exists() {
@@ -1033,7 +961,8 @@ fn isolation(
                 write: list("write", write)?,
             };
             let key = if read.is_some() { "read" } else { "write" };
-            crate::sandbox::landlock_supported().map_err(|m| ctx.err(&["landlock", key], m))?;
+            crate::sys::landlock::landlock_supported()
+                .map_err(|m| ctx.err(&["landlock", key], m))?;
             if raw.no_new_privs == Some(false) {
                 return Err(ctx.err(
                     &["no_new_privs"],
@@ -1070,7 +999,7 @@ pub const MIN_MEMORY_MAX: u64 = 32 << 20;
 
 fn cgroup_limits(
     raw: &super::raw::RawCgroup,
-) -> Result<crate::cgroup::Limits, (&'static str, String)> {
+) -> Result<crate::config::CgroupLimits, (&'static str, String)> {
     let memory_max = match raw.memory_max {
         None | Some(ByteSize(0)) => None,
         Some(ByteSize(n)) if n < MIN_MEMORY_MAX => {
@@ -1094,7 +1023,7 @@ fn cgroup_limits(
             ))
         }
     };
-    Ok(crate::cgroup::Limits {
+    Ok(crate::config::CgroupLimits {
         memory_max,
         pids_max,
         cpu_weight,
@@ -2136,7 +2065,7 @@ php_admin_flag.display_errors = "off"
         let p = &c.pools[0];
         assert_eq!(
             p.cgroup,
-            crate::cgroup::Limits {
+            crate::config::CgroupLimits {
                 memory_max: Some(256 << 20),
                 pids_max: Some(50),
                 cpu_weight: Some(200),
@@ -2161,7 +2090,7 @@ php_admin_flag.display_errors = "off"
             &pool("www", "cgroup.memory_max = 0\ncgroup.pids_max = 0\n"),
             &[],
         );
-        assert_eq!(c.pools[0].cgroup, crate::cgroup::Limits::default());
+        assert_eq!(c.pools[0].cgroup, crate::config::CgroupLimits::default());
         let text = c.to_toml();
         assert!(text.contains("# cgroup.memory_max: no limit\n"), "{text}");
 
@@ -2912,7 +2841,7 @@ php_admin_flag.display_errors = "off"
         assert_eq!(as_root.global.process_control_timeout, None);
         assert_eq!(
             as_root.global.control_socket,
-            crate::ctl::default_path_as(&main, None, true)
+            crate::config::paths::default_path_as(&main, None, true)
         );
         assert!(!as_root.global.watch);
         assert_eq!(as_root.pools[0].graceful_timeout, None);
@@ -3056,7 +2985,8 @@ php_admin_flag.display_errors = "off"
             ),
         );
         let dir = tempfile::tempdir().unwrap();
-        let default = crate::ctl::default_path_as(&dir.path().join("fpmd.toml"), None, true);
+        let default =
+            crate::config::paths::default_path_as(&dir.path().join("fpmd.toml"), None, true);
         let main = write(
             dir.path(),
             "fpmd.toml",

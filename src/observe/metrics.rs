@@ -112,7 +112,7 @@ impl PoolSample {
                 .collect()
         });
         for (parent, generation) in parents {
-            for pid in crate::peer::children_of(parent) {
+            for pid in crate::sys::peer::children_of(parent) {
                 pids.entry(pid).or_insert(generation);
             }
         }
@@ -121,7 +121,7 @@ impl PoolSample {
             .map(|(pid, generation)| ChildSample {
                 pid,
                 generation,
-                resident: crate::procfs::resident_bytes(pid),
+                resident: crate::sys::procfs::resident_bytes(pid),
             })
             .collect();
         PoolSample {

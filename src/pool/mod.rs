@@ -96,7 +96,7 @@ pub fn return_buffer(buf: &mut BytesMut) {
 /// `"prefork"` it is one of the N connection slots of a php-cgi parent
 /// that pre-forked N children: each idle child accepts exactly one
 /// connection and then serves only it, so a connected slot *is* a child;
-/// its pid is learned from the connection (see [`crate::peer`]).
+/// its pid is learned from the connection (see [`crate::sys::peer`]).
 pub struct Worker {
     pub slot: SlotId,
     pub gen: GenId,
@@ -149,8 +149,10 @@ impl Worker {
         if self.pid.is_none() && self.prefork {
             if let Some(conn) = &self.conn {
                 use std::os::fd::AsRawFd;
-                self.pid =
-                    crate::peer::child_on_connection(conn.writer.as_ref().as_raw_fd(), self.leader);
+                self.pid = crate::sys::peer::child_on_connection(
+                    conn.writer.as_ref().as_raw_fd(),
+                    self.leader,
+                );
             }
         }
     }
@@ -164,7 +166,7 @@ impl Worker {
     }
 
     /// Prefork, pid not yet known: the connection's fd and the parent's pid
-    /// to look the child up with [`crate::peer::child_on_connection`].
+    /// to look the child up with [`crate::sys::peer::child_on_connection`].
     pub fn pid_probe(&self) -> Option<(std::os::fd::RawFd, i32)> {
         use std::os::fd::AsRawFd;
         if !self.prefork || self.pid.is_some() {
@@ -283,13 +285,16 @@ impl Lease<'_> {
         let pool = &self.pool.name;
         let w = self.worker();
         w.learn_pid();
-        let copies = w.pid.and_then(crate::procfs::children).unwrap_or_default();
+        let copies = w
+            .pid
+            .and_then(crate::sys::procfs::children)
+            .unwrap_or_default();
         if copies.is_empty() {
             return Fate::Keep;
         }
         let (daemons, plain): (Vec<i32>, Vec<i32>) = copies
             .into_iter()
-            .partition(|c| crate::procfs::session_of(*c) == Some(*c));
+            .partition(|c| crate::sys::procfs::session_of(*c) == Some(*c));
         warn!(pool = %pool, pid = w.log_pid(), uri = %crate::log::escape_controls(uri),
             "child forked during the request (security.pcntl) and its copies are still there: they share the child's connection, so the child is replaced; copies killed: {plain:?}, left running after setsid(): {daemons:?}");
         for c in plain {
@@ -594,7 +599,7 @@ impl Pool {
         w.learn_pid();
         let max = config.pm.max_requests;
         let over_memory = match (config.pm.max_memory, w.pid) {
-            (Some(limit), Some(pid)) => match crate::procfs::resident_bytes(pid) {
+            (Some(limit), Some(pid)) => match crate::sys::procfs::resident_bytes(pid) {
                 Some(rss) if rss > limit => {
                     info!(pool = %self.name, pid, "child uses {:.1} MiB (RSS) after a request, over pm.max_memory = {:.1} MiB: retiring it",
                         rss as f64 / 1048576.0, limit as f64 / 1048576.0);
@@ -962,7 +967,7 @@ impl PoolStatus {
             .map(|p| p.leader)
             .collect();
         for leader in leaders {
-            let mut free = crate::peer::children_of(leader)
+            let mut free = crate::sys::peer::children_of(leader)
                 .into_iter()
                 .filter(|pid| !known.contains(pid));
             for p in self

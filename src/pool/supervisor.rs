@@ -23,9 +23,9 @@ use super::spec::{child_spec, template};
 use super::stats::StopReason;
 use super::{Command, Event, Pool, PoolHandle, Reconfigured, StopMode, Worker};
 use crate::config::{PmMode, PoolConfig, Spawn};
-use crate::procfs::parent_of;
 use crate::reap::{Exit, ExitKind};
 use crate::spawn::{Spawned, Spawner};
+use crate::sys::procfs::parent_of;
 
 /// Back-off after a child that died within [`QUICK_DEATH`] of its start:
 /// first delay, doubled per further quick death, capped at [`BACKOFF_MAX`].
@@ -231,7 +231,7 @@ pub fn start_pool(
 /// [`crate::cgroup`]); `None`, with a warning when limits were asked
 /// for, where there is none.
 fn pool_cgroup(config: &PoolConfig) -> Option<Arc<crate::cgroup::PoolCgroup>> {
-    let limited = config.cgroup != crate::cgroup::Limits::default();
+    let limited = config.cgroup != crate::config::CgroupLimits::default();
     let Some(layout) = crate::cgroup::Layout::system() else {
         if limited {
             warn!(pool = %config.name, "cgroup.* limits are set but fpmd cannot use cgroups (it is not root, or none is mounted): they do not apply");
@@ -271,13 +271,14 @@ fn stray_copy(pid: i32, parent: i32, tracked: &std::collections::HashSet<i32>) -
     if !tracked.contains(&parent) {
         return None;
     }
-    let (nr, fd) = crate::procfs::syscall(pid)?;
+    let (nr, fd) = crate::sys::procfs::syscall(pid)?;
     if (nr == libc::SYS_accept || nr == libc::SYS_accept4) && fd == 0 {
         return Some(parent);
     }
     if nr == libc::SYS_read || nr == libc::SYS_recvfrom {
-        let target = crate::procfs::fd_target(pid, fd)?;
-        if target.to_string_lossy().starts_with("socket:") && crate::procfs::holds(parent, &target)
+        let target = crate::sys::procfs::fd_target(pid, fd)?;
+        if target.to_string_lossy().starts_with("socket:")
+            && crate::sys::procfs::holds(parent, &target)
         {
             return Some(parent);
         }
@@ -319,16 +320,16 @@ fn relay<T: Send + 'static>(
 /// child another user), a live process counts after 200 ms.
 fn started_serving(leader: i32, prefork: bool, elapsed: Duration) -> bool {
     let candidates = if prefork {
-        crate::peer::children_of(leader)
+        crate::sys::peer::children_of(leader)
     } else {
         vec![leader]
     };
     let mut unknown = false;
     for pid in candidates {
-        match crate::procfs::in_accept(pid) {
+        match crate::sys::procfs::in_accept(pid) {
             Some(true) => return true,
             Some(false) => {}
-            None => unknown |= crate::procfs::alive(pid),
+            None => unknown |= crate::sys::procfs::alive(pid),
         }
     }
     unknown && elapsed > Duration::from_millis(200)
@@ -345,13 +346,15 @@ const PAGE_OUT_AGAIN: Duration = Duration::from_secs(30);
 
 /// Once the php-cgi parent `leader` has forked its `children`, gives back
 /// the file pages it touched while starting and no other process maps
-/// ([`crate::pageout`]), then again every [`PAGE_OUT_AGAIN`] while it
+/// ([`crate::sys::pageout`]), then again every [`PAGE_OUT_AGAIN`] while it
 /// lives: its PSS goes from 17.0 to 3.5 MiB with Debian's extensions. It
 /// only waits for its children from then on; a page it needs again (to
 /// fork a replacement) is read back from the page cache.
 async fn page_out_parent(pool: String, leader: i32, children: usize, alive: Arc<AtomicBool>) {
     let since = Instant::now();
-    while crate::peer::children_of(leader).len() < children && since.elapsed() < FORKS_DONE_WAIT {
+    while crate::sys::peer::children_of(leader).len() < children
+        && since.elapsed() < FORKS_DONE_WAIT
+    {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     // One page-out at a time over all pools: it is kernel work of a few
@@ -367,11 +370,11 @@ async fn page_out_parent(pool: String, leader: i32, children: usize, alive: Arc<
             // The resident size is only read for the first time's log line.
             let rss = || {
                 first
-                    .then(|| crate::procfs::resident_bytes(leader))
+                    .then(|| crate::sys::procfs::resident_bytes(leader))
                     .flatten()
             };
             let before = rss();
-            let advised = crate::pageout::page_out_process(leader);
+            let advised = crate::sys::pageout::page_out_process(leader);
             (before, advised, rss())
         })
         .await;
@@ -593,8 +596,8 @@ impl Supervisor {
     /// The processes looked at: the pool's cgroup, or without one the
     /// php-cgi fpmd started, their children and grandchildren.
     fn health_check(&mut self) {
-        use crate::peer::children_of;
-        use crate::procfs;
+        use crate::sys::peer::children_of;
+        use crate::sys::procfs;
         let leaders: Vec<(i32, bool)> =
             self.children.iter().map(|(p, c)| (*p, c.prefork)).collect();
         if leaders.is_empty() {
@@ -1296,7 +1299,7 @@ impl Supervisor {
                 if crate::proc_events::available() {
                     // Children forked before the parent was watched sent
                     // no event that reached this pool.
-                    for pid in crate::peer::children_of(p.leader) {
+                    for pid in crate::sys::peer::children_of(p.leader) {
                         self.note_forked(pid, p.leader);
                     }
                 }

@@ -415,7 +415,7 @@ where
                     slow_logged = true;
                     if learned.is_none() {
                         if let Some((fd, parent)) = probe {
-                            learned = crate::peer::child_on_connection(fd, parent);
+                            learned = crate::sys::peer::child_on_connection(fd, parent);
                             if let Some(pid) = learned {
                                 on(Notice::Learned(pid));
                             }
@@ -425,7 +425,7 @@ where
                 }
                 _ = &mut probe_timer, if probe.is_some() && learned.is_none() => {
                     if let Some((fd, parent)) = probe {
-                        learned = crate::peer::child_on_connection(fd, parent);
+                        learned = crate::sys::peer::child_on_connection(fd, parent);
                         if let Some(pid) = learned {
                             on(Notice::Learned(pid));
                         }

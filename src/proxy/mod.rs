@@ -672,7 +672,7 @@ where
         let (messages, dropped) = &report.php_messages;
         if !messages.is_empty() || *dropped > 0 {
             let pid = report.learned.unwrap_or(known);
-            crate::output::log_php_messages(&limits, pid, messages, *dropped);
+            php_message::log_php_messages(&limits, pid, messages, *dropped);
         }
         if report.finish_request_missing {
             php_message::log_finish_request_missing(

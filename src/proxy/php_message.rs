@@ -22,10 +22,13 @@
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
+use std::time::Instant;
 
 use tracing::warn;
 
+use crate::config::PoolConfig;
 use crate::fastcgi::{decode_record, encode_empty, RecordType, StreamWriter};
+use crate::output::{said, Stream, TokenBucket, CHILD_RATE};
 
 /// php-fpm's prefix of each message.
 pub const PREFIX: &[u8] = b"PHP message: ";
@@ -267,6 +270,59 @@ pub fn log_finish_request_missing(pool: &str, script: &[u8]) {
     logged.insert(pool.to_string());
     warn!(pool = %pool, script = %String::from_utf8_lossy(script),
         "the script called fastcgi_finish_request(), which php-cgi does not have (it exists only in php-fpm's SAPI): the request failed with a fatal error; guard the call with function_exists() and expect the response to end when the script does (README: fastcgi_finish_request). Logged once per pool");
+}
+
+/// The bucket all pools' PHP messages share ([`log_php_messages`]).
+static PHP_MESSAGE_BUCKET: std::sync::Mutex<Option<TokenBucket>> = std::sync::Mutex::new(None);
+
+/// Logs the messages PHP sent on FastCGI STDERR during one request of
+/// `pool`'s child `pid` (`catch_workers_output = true`), as php-fpm's
+/// master logs what its child's zlog wrote to stderr: one line per line of
+/// a message, `[pool www] child 1234 said into stderr: "NOTICE: PHP
+/// message: PHP Warning:  …"` (the prefix on a message's first line only),
+/// or with `decorate_workers_output = false` the bare `NOTICE: PHP
+/// message: …`. `dropped`: messages of the request
+/// not kept ([`MESSAGES_KEPT`]). Rate: one
+/// [`CHILD_RATE`] bucket for all pools; what it drops is summed up in the
+/// next line it lets through.
+pub fn log_php_messages(pool: &PoolConfig, pid: i32, messages: &[Vec<u8>], dropped: usize) {
+    let now = Instant::now();
+    let mut bucket = PHP_MESSAGE_BUCKET.lock().unwrap_or_else(|e| e.into_inner());
+    let bucket = bucket.get_or_insert_with(|| TokenBucket::new(CHILD_RATE, now));
+    let mut line = Vec::with_capacity(128);
+    for message in messages {
+        for (i, text) in message.split(|&b| b == b'\n').enumerate() {
+            line.clear();
+            if i == 0 {
+                line.extend_from_slice(b"NOTICE: ");
+                line.extend_from_slice(PREFIX);
+            }
+            line.extend_from_slice(text);
+            if bucket.admit(now, line.len()) {
+                if let Some((d, _)) = bucket.take_dropped() {
+                    warn!(
+                        "PHP messages over fpmd's log rate: {} lines ({} bytes) not logged",
+                        d.lines, d.bytes
+                    );
+                }
+                said(
+                    &pool.name,
+                    pool.decorate_workers_output,
+                    pid,
+                    Stream::Stderr,
+                    &line,
+                    false,
+                );
+            }
+        }
+    }
+    if dropped > 0 {
+        warn!(
+            "[pool {}] child {pid}: {dropped} more PHP messages of one request not logged (fpmd logs {} a request)",
+            pool.name,
+            MESSAGES_KEPT
+        );
+    }
 }
 
 #[cfg(test)]

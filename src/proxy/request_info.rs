@@ -86,7 +86,7 @@ impl FileSystem for ChrootFs<'_> {
         if !inside.is_absolute() {
             return RealFs.stat(path);
         }
-        let host = crate::sandbox::host_path(self.0, inside);
+        let host = crate::config::paths::host_path(self.0, inside);
         RealFs.stat(host.as_os_str().as_bytes())
     }
 }

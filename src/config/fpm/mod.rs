@@ -84,8 +84,8 @@ pub(crate) mod scan;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::render::{dotted, toml_key, toml_str};
 use super::source::normalize;
+use super::toml::{dotted, toml_key, toml_str};
 use super::{Config, ConfigError, LoadOptions, Reader};
 use directives::{Action, Kind};
 use scan::Statement;
@@ -297,7 +297,7 @@ impl Reading<'_> {
                     } else if directives::ARRAYS.contains(&name.as_str()) {
                         format!(" (write {name}[NAME] = value)")
                     } else if let Some(s) =
-                        super::keys::closest(&name, table.iter().map(|(n, _)| *n))
+                        super::structure::closest(&name, table.iter().map(|(n, _)| *n))
                     {
                         format!(" (did you mean '{s}'?)")
                     } else {
@@ -491,7 +491,7 @@ impl Reading<'_> {
         // is beside that, which the conversion keeps anyway.
         let set = |name: &str| global.iter().any(|(n, _)| n == name);
         if !set("control_socket") && !set("pid") {
-            let socket = crate::ctl::default_path(main, None);
+            let socket = crate::config::paths::default_path(main, None);
             out.line(
                 format!("control_socket = {}", toml_str(&socket.to_string_lossy())),
                 None,
@@ -544,8 +544,8 @@ impl Reading<'_> {
         // PHP_CONFIG_FILE_PATH for the X.Y of the php-cgi the pools run.
         let fpm_dir = |php_cgi: Option<&str>| -> Option<PathBuf> {
             let cgi =
-                super::users::resolve_php_cgi(php_cgi, main_dir, std::env::var_os("PATH")).ok()?;
-            let v = super::validate::debian_php_version(&cgi)?;
+                super::php::resolve_php_cgi(php_cgi, main_dir, std::env::var_os("PATH")).ok()?;
+            let v = super::php::debian_php_version(&cgi)?;
             Some(PathBuf::from(format!("/etc/php/{v}/fpm")))
         };
         let first_cgi = self.pools.first().and_then(|p| {

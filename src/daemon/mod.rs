@@ -15,6 +15,8 @@
 //! apply the new settings (live, or with a new generation of children; see
 //! [`crate::pool`]).
 
+pub mod accept;
+
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -23,12 +25,12 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, error, info, warn};
 
+use accept::{Listener, Route};
+
 use crate::config::{Config, PoolConfig};
 use crate::control::Intent;
 use crate::ctl::{self, Answer, Call, Request};
-use crate::listen::{
-    self, Activation, BindError, ListenKey, Listener, ListenerTable, Obtained, Route, SocketFile,
-};
+use crate::listen::{self, Activation, BindError, ListenKey, ListenerTable, Obtained, SocketFile};
 use crate::log::LogWriter;
 use crate::observe::board::{Board, Phase};
 use crate::observe::metrics::MetricsServer;
@@ -224,7 +226,7 @@ pub async fn run(
     // As php-fpm: an access log that cannot be opened stops the start.
     open_access_logs(&config).map_err(anyhow::Error::msg)?;
     let pid_file = write_pid_file(&config)?;
-    let (nofile, cap) = listen::raise_nofile(children_of(&config));
+    let (nofile, cap) = accept::raise_nofile(children_of(&config));
     debug!("RLIMIT_NOFILE {nofile}: at most {cap} web server connections");
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (in_flight_tx, mut in_flight_rx) = mpsc::channel::<()>(1);
@@ -255,7 +257,7 @@ pub async fn run(
     let pools: Vec<PoolConfig> = d.config.pools.clone();
     crate::pool::warm::configure(d.config.global.warm_min_available);
     tokio::spawn(crate::pool::warm::monitor());
-    tokio::spawn(crate::pageout::trim_heap_periodically());
+    tokio::spawn(crate::sys::pageout::trim_heap_periodically());
     // What a SIGKILLed fpmd's scripts left in their cgroups goes now.
     if let Some(layout) = crate::cgroup::Layout::system() {
         layout.sweep_stale();
@@ -314,7 +316,7 @@ pub async fn run(
     // path faults its few pages back in. Less of fpmd counts in each pool.
     tokio::spawn(async {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        crate::pageout::release_own_startup_pages();
+        crate::sys::pageout::release_own_startup_pages();
     });
 
     // Intents that arrived while a reload ran, in order.
@@ -505,12 +507,12 @@ async fn serve_last(
                 warn!(pool = %route.pool.name(), "{key} cannot refuse new connections before it closes: {e}")
             }
         }
-        *n += listen::serve_queued(listeners, key, route, shutdown, in_flight);
+        *n += accept::serve_queued(listeners, key, route, shutdown, in_flight);
     }
     if settle {
         tokio::time::sleep(HANDSHAKE_SETTLE).await;
         for ((key, route), n) in routes.iter().zip(&mut served) {
-            *n += listen::serve_queued(listeners, key, route, shutdown, in_flight);
+            *n += accept::serve_queued(listeners, key, route, shutdown, in_flight);
         }
     }
     for ((key, route), n) in routes.iter().zip(served) {
@@ -647,7 +649,7 @@ impl Daemon {
                     ""
                 };
                 info!(pool = %p.name, "listening on {key}{what}");
-                let task = tokio::spawn(listen::accept_loop(
+                let task = tokio::spawn(accept::accept_loop(
                     l,
                     rx,
                     self.shutdown.clone(),

@@ -22,8 +22,8 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch, Notify};
 use tracing::{debug, warn};
 
-use super::{ListenKey, ListenerTable};
 use crate::config::ListenAddress;
+use crate::listen::{ListenKey, ListenerTable};
 use crate::pool::Pool;
 use crate::proxy::serve_connection;
 

@@ -84,7 +84,7 @@ pub fn release_own_startup_pages() {
 /// it: fpmd as root). Errors: the process is gone (`ESRCH`), the kernel
 /// lacks the calls (`ENOSYS`), or fpmd may not (`EPERM`).
 pub fn page_out_process(pid: i32) -> io::Result<()> {
-    let pidfd = crate::procfs::pidfd_open(pid)?;
+    let pidfd = crate::sys::procfs::pidfd_open(pid)?;
     // Read after the pidfd is open: the maps are this process's, not a
     // later one's with the same pid.
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;

@@ -1,0 +1,234 @@
+//! `access.format`, php-fpm's access log format, read when the
+//! configuration is: [`Format::parse`] turns the text into the pieces that
+//! [`crate::observe::access_log`] writes each request's line with
+//! (`Format::write`), as php-fpm's `fpm_log_write` reads it in its test
+//! mode (php-src `sapi/fpm/fpm/fpm_log.c`). The specifiers and what each
+//! writes are listed there.
+//!
+//! Must not touch: requests and files (a configuration value only).
+
+use chrono::format::{Item, StrftimeItems};
+
+/// php-fpm's default `access.format` (`fpm_conf.c`).
+pub const DEFAULT_FORMAT: &str = "%R - %u %t \"%m %r\" %s";
+/// php-fpm's time format of `%t` and `%T` without `{…}` (`fpm_log.c`).
+pub const DEFAULT_TIME_FORMAT: &str = "%d/%b/%Y:%H:%M:%S %z";
+/// A parsed `access.format`. Compares (and displays) as its text.
+#[derive(Debug, Clone)]
+pub struct Format {
+    pub(crate) source: String,
+    pub(crate) pieces: Vec<Piece>,
+}
+
+impl PartialEq for Format {
+    fn eq(&self, other: &Format) -> bool {
+        self.source == other.source
+    }
+}
+
+impl Eq for Format {}
+
+impl Default for Format {
+    /// php-fpm's default, [`DEFAULT_FORMAT`].
+    fn default() -> Format {
+        Format::parse(DEFAULT_FORMAT).expect("php-fpm's default format parses")
+    }
+}
+
+impl std::fmt::Display for Format {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.source)
+    }
+}
+
+/// Why an `access.format` is refused: php-fpm's messages (`fpm_log.c`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FormatError {
+    #[error("Invalid token in the access.format (%{0})")]
+    InvalidToken(char),
+    #[error("missing closing embrace in the access.format")]
+    MissingEmbrace,
+    #[error("embrace is not allowed for modifier %{0}")]
+    EmbraceNotAllowed(char),
+    #[error("only {allowed} are allowed as a modifier for %{spec} ('{modifier}')")]
+    Modifier {
+        spec: char,
+        allowed: &'static str,
+        modifier: String,
+    },
+    #[error("the name of the {what} must be set between embraces for %{spec}")]
+    NameMissing { spec: char, what: &'static str },
+    #[error("invalid time format '{0}' for %{1} (strftime's format, as chrono reads it)")]
+    TimeFormat(String, char),
+}
+
+/// One piece of a parsed format.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Piece {
+    Text(String),
+    /// `%C`: fpmd does not know a request's CPU time.
+    Cpu,
+    Duration(DurationUnit),
+    Env(Vec<u8>),
+    ScriptFilename,
+    ContentLength,
+    Method,
+    /// `%M`: fpmd does not know a request's memory.
+    Memory,
+    Pool,
+    Header(Vec<u8>),
+    Pid,
+    MasterPid,
+    Query,
+    QueryMark,
+    RequestUri,
+    RemoteAddr,
+    Status,
+    /// `%t` (`end` false) or `%T`.
+    Time {
+        end: bool,
+        items: Vec<Item<'static>>,
+    },
+    User,
+}
+
+/// The unit of `%d`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DurationUnit {
+    Seconds,
+    Milli,
+    Micro,
+}
+
+fn time_items(format: &str, spec: char) -> Result<Vec<Item<'static>>, FormatError> {
+    StrftimeItems::new(format)
+        .parse_to_owned()
+        .map_err(|_| FormatError::TimeFormat(format.to_string(), spec))
+}
+
+impl Format {
+    /// Parses an `access.format` as php-fpm's `fpm_log_write` reads it in
+    /// its test mode (`fpm_conf.c` checks the format that way): `%X`
+    /// specifiers, each optionally preceded by `{modifier}` (only `C`, `d`,
+    /// `e`, `M`, `o`, `t` and `T` take one; an empty `{}` is none); a `%`
+    /// at the very end prints nothing. Errors: an unknown specifier, a
+    /// `{` without `}` (or a `}` that ends the format), a modifier on a
+    /// specifier that takes none or not that one, `%e`/`%o` without a
+    /// name, a time format chrono cannot read.
+    pub fn parse(format: &str) -> Result<Format, FormatError> {
+        let b = format.as_bytes();
+        let mut pieces = Vec::new();
+        let mut text = String::new();
+        let mut i = 0;
+        while i < b.len() {
+            if b[i] != b'%' {
+                let next = memchr::memchr(b'%', &b[i..]).map_or(b.len(), |n| i + n);
+                text.push_str(&format[i..next]);
+                i = next;
+                continue;
+            }
+            i += 1;
+            let mut modifier = "";
+            while b.get(i) == Some(&b'{') {
+                let close = memchr::memchr(b'}', &b[i + 1..])
+                    .map(|n| i + 1 + n)
+                    .filter(|c| c + 1 < b.len())
+                    .ok_or(FormatError::MissingEmbrace)?;
+                modifier = &format[i + 1..close];
+                i = close + 1;
+            }
+            let Some(spec) = format[i..].chars().next() else {
+                break;
+            };
+            i += spec.len_utf8();
+            let is = |names: &[&str]| names.iter().any(|n| modifier.eq_ignore_ascii_case(n));
+            let bad = |allowed| FormatError::Modifier {
+                spec,
+                allowed,
+                modifier: modifier.to_string(),
+            };
+            let piece = match spec {
+                '%' => Piece::Text("%".into()),
+                'C' if modifier.is_empty() || is(&["total", "user", "system"]) => Piece::Cpu,
+                'C' => return Err(bad("'total', 'user' or 'system'")),
+                'd' if modifier.is_empty() || is(&["seconds"]) => {
+                    Piece::Duration(DurationUnit::Seconds)
+                }
+                'd' if is(&["milliseconds", "milli", "miliseconds", "mili"]) => {
+                    Piece::Duration(DurationUnit::Milli)
+                }
+                'd' if is(&["microseconds", "micro"]) => Piece::Duration(DurationUnit::Micro),
+                'd' => {
+                    return Err(bad(
+                        "'seconds', 'milli', 'milliseconds', 'micro' or 'microseconds'",
+                    ))
+                }
+                'e' | 'o' if modifier.is_empty() => {
+                    let what = if spec == 'e' {
+                        "environment variable"
+                    } else {
+                        "header"
+                    };
+                    return Err(FormatError::NameMissing { spec, what });
+                }
+                'e' => Piece::Env(modifier.as_bytes().to_vec()),
+                'o' => Piece::Header(modifier.as_bytes().to_vec()),
+                'f' => Piece::ScriptFilename,
+                'l' => Piece::ContentLength,
+                'm' => Piece::Method,
+                'M' if modifier.is_empty()
+                    || is(&["bytes", "kilo", "kilobytes", "mega", "megabytes"]) =>
+                {
+                    Piece::Memory
+                }
+                'M' => return Err(bad("'bytes', 'kilo', 'kilobytes', 'mega' or 'megabytes'")),
+                'n' => Piece::Pool,
+                'p' => Piece::Pid,
+                'P' => Piece::MasterPid,
+                'q' => Piece::Query,
+                'Q' => Piece::QueryMark,
+                'r' => Piece::RequestUri,
+                'R' => Piece::RemoteAddr,
+                's' => Piece::Status,
+                't' | 'T' => Piece::Time {
+                    end: spec == 'T',
+                    items: time_items(
+                        if modifier.is_empty() {
+                            DEFAULT_TIME_FORMAT
+                        } else {
+                            modifier
+                        },
+                        spec,
+                    )?,
+                },
+                'u' => Piece::User,
+                other => return Err(FormatError::InvalidToken(other)),
+            };
+            let takes_modifier = matches!(spec, 'C' | 'd' | 'e' | 'M' | 'o' | 't' | 'T');
+            if !modifier.is_empty() && !takes_modifier {
+                return Err(FormatError::EmbraceNotAllowed(spec));
+            }
+            match piece {
+                Piece::Text(t) => text.push_str(&t),
+                piece => {
+                    if !text.is_empty() {
+                        pieces.push(Piece::Text(std::mem::take(&mut text)));
+                    }
+                    pieces.push(piece);
+                }
+            }
+        }
+        if !text.is_empty() {
+            pieces.push(Piece::Text(text));
+        }
+        Ok(Format {
+            source: format.to_string(),
+            pieces,
+        })
+    }
+
+    /// The format's text, as configured.
+    pub fn as_str(&self) -> &str {
+        &self.source
+    }
+}

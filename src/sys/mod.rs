@@ -1,0 +1,13 @@
+//! What fpmd reads of the kernel and of other processes, and the few
+//! calls it makes on them outside process management: `/proc` reads
+//! ([`procfs`]), the child on a connection ([`peer`], sock_diag), the
+//! pages a process gives back ([`pageout`]) and the Landlock probe
+//! ([`landlock`]). Each is a thin, stateless layer over a syscall or a
+//! `/proc` file.
+//!
+//! Must not touch: fpmd's own state (pools, children, configuration).
+
+pub mod landlock;
+pub mod pageout;
+pub mod peer;
+pub mod procfs;

@@ -35,7 +35,9 @@ deb: deb-deps
 	rm -f $(DEB_DIR)/fpmd_*.deb $(DEB_DIR)/fpmd-dbgsym_*.ddeb
 	cargo deb --output $(DEB_DIR)/
 
-# The integration tests run once per spawn strategy (pm.spawn); then the
+# rustfmt and clippy first (a warning fails), then every test: the unit
+# tests, the layer check (tests/layers.rs), the integration tests once per
+# spawn strategy (pm.spawn); then the
 # packaging files are verified (packaging/check.sh, on the binary cargo test
 # built), the Debian package is built and checked (contents, installed into
 # a throw-away root: packaging/check-deb.sh), the Dockerfile and the
@@ -45,6 +47,8 @@ deb: deb-deps
 # that they cannot rot; then each
 # cargo fuzz target for FUZZ_SECS.
 test: test-deps
+	cargo fmt --check
+	cargo clippy --all-targets -- -D warnings
 	cargo test
 	FPMD_TEST_SPAWN=exec cargo test --test it
 	packaging/check.sh

@@ -28,3 +28,12 @@ if ((${#need[@]})); then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 command -v cargo >/dev/null || { echo "cargo not found: install Rust from https://rustup.rs" >&2; exit 1; }
+# make test runs rustfmt and clippy: rustup's components, added when missing.
+for c in rustfmt clippy; do
+    case $c in rustfmt) probe="cargo fmt --version" ;; clippy) probe="cargo clippy --version" ;; esac
+    if ! $probe >/dev/null 2>&1; then
+        command -v rustup >/dev/null || { echo "cargo $c missing and no rustup to add it: install it with your Rust toolchain" >&2; exit 1; }
+        echo "installing the $c component"
+        rustup component add "$c"
+    fi
+done

@@ -299,7 +299,7 @@ pub struct PoolConfig {
     /// stderr goes to fpmd's log (`said into stdout` / `said into
     /// stderr`, rate-limited per child). Default `false`, as php-fpm: the
     /// children's output is thrown away, except what a php-cgi writes on
-    /// stderr while it starts (see `crate::output`). php-fpm: same.
+    /// stderr while it starts (see `crate::process::output`). php-fpm: same.
     pub catch_workers_output: bool,
     /// `decorate_workers_output`: with `catch_workers_output`, a line is
     /// logged as `[pool www] child 1234 said into stderr: "text"`
@@ -312,7 +312,7 @@ pub struct PoolConfig {
     /// 0 here): they finish their requests however long they take.
     pub graceful_timeout: Option<std::time::Duration>,
     /// `cgroup.memory_max`, `cgroup.pids_max`, `cgroup.cpu_weight` (fpmd
-    /// only): limits of the pool's cgroup (see [`crate::cgroup`]), applied
+    /// only): limits of the pool's cgroup (see [`crate::process::cgroup`]), applied
     /// live on reload. Default: none (the pool still gets a cgroup when
     /// fpmd runs as root and cgroups are mounted).
     pub cgroup: CgroupLimits,
@@ -339,7 +339,7 @@ pub struct PoolConfig {
     /// ping.
     pub local: LocalEndpoints,
     /// How the children are confined: `chroot`, resource limits,
-    /// priority, `no_new_privs`, Landlock (see [`crate::sandbox`]).
+    /// priority, `no_new_privs`, Landlock (see [`crate::process::sandbox`]).
     pub isolation: Isolation,
     /// Which php.ini and scan directory the children read.
     pub php_ini: PhpIni,
@@ -375,7 +375,7 @@ pub struct PhpIni {
 pub struct Isolation {
     /// `chroot`: absolute host directory (the site's directory) that
     /// becomes `/` for the children, in a private mount namespace with
-    /// PHP's runtime mounted read-only (see [`crate::sandbox`]); `chdir`
+    /// PHP's runtime mounted read-only (see [`crate::process::sandbox`]); `chdir`
     /// is then inside it. Needs fpmd to run as root. php-fpm: `chroot`.
     pub chroot: Option<PathBuf>,
     /// `rlimit_files`: `RLIMIT_NOFILE` (soft and hard) of the children, in
@@ -388,7 +388,7 @@ pub struct Isolation {
     /// `setpriority(PRIO_PROCESS)`); `None`: inherited. php-fpm: same.
     pub process_priority: Option<i32>,
     /// `process.dumpable`: `prctl(PR_SET_DUMPABLE, 1)` in the child.
-    /// Default `false`. php-fpm: same (see `crate::sandbox` for what
+    /// Default `false`. php-fpm: same (see `crate::process::sandbox` for what
     /// `execve` does to the flag).
     pub process_dumpable: bool,
     /// `no_new_privs` (fpmd only): `prctl(PR_SET_NO_NEW_PRIVS, 1)`, so
@@ -710,7 +710,7 @@ impl PmMode {
 }
 
 /// A pool's cgroup limits, as configured (`cgroup.*`; applied by
-/// [`crate::cgroup`]); `None`: no limit (the
+/// [`crate::process::cgroup`]); `None`: no limit (the
 /// kernel's default is written, so that removing a key lifts the limit).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct CgroupLimits {

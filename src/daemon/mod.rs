@@ -16,6 +16,9 @@
 //! [`crate::pool`]).
 
 pub mod accept;
+pub mod config_watch;
+pub mod detach;
+pub mod upgrade;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -28,16 +31,16 @@ use tracing::{debug, error, info, warn};
 use accept::{Listener, Route};
 
 use crate::config::{Config, PoolConfig};
-use crate::control::Intent;
-use crate::ctl::{self, Answer, Call, Request};
+use crate::control::signals::Intent;
+use crate::control::socket::{self, Answer, Call, Request};
+use crate::control::systemd::{Notifier, Notify};
 use crate::listen::{self, Activation, BindError, ListenKey, ListenerTable, Obtained, SocketFile};
 use crate::log::LogWriter;
 use crate::observe::board::{Board, Phase};
 use crate::observe::metrics::MetricsServer;
 use crate::pool::{self, PoolHandle, Reconfigured, StopMode};
-use crate::reap::Reaper;
-use crate::spawn::Spawner;
-use crate::systemd::{Notifier, Notify};
+use crate::process::reap::Reaper;
+use crate::process::spawn::Spawner;
 
 /// How long a stopping pool's children get after SIGTERM before SIGKILL
 /// (every request has finished by then in a graceful stop).
@@ -160,7 +163,7 @@ struct Daemon {
     removed: Vec<tokio::task::JoinHandle<()>>,
     /// `watch = true`: the configuration watcher, and where it asks for
     /// reloads.
-    watcher: Option<crate::watch::ConfigWatcher>,
+    watcher: Option<crate::daemon::config_watch::ConfigWatcher>,
     watch_tx: mpsc::UnboundedSender<()>,
     /// Where control socket requests arrive (kept to re-bind the socket
     /// when a reload moves it).
@@ -185,8 +188,8 @@ pub async fn run(
     prepared: Prepared,
     mut intents: mpsc::UnboundedReceiver<Intent>,
     log: LogWriter,
-    handover: Option<crate::upgrade::Handover>,
-    detached: Option<crate::detach::Ready>,
+    handover: Option<crate::daemon::upgrade::Handover>,
+    detached: Option<crate::daemon::detach::Ready>,
 ) -> anyhow::Result<()> {
     let Prepared {
         config,
@@ -210,7 +213,7 @@ pub async fn run(
     let reaper = Reaper::new();
     tokio::spawn(reaper.clone().run(sigchld));
     let spawner = Spawner::start(reaper)?;
-    if let Err(e) = crate::proc_events::start() {
+    if let Err(e) = crate::process::proc_events::start() {
         info!("no process events ({e}): the exit status of pre-forked children will not be known");
     }
     // 0700: only fpmd reaches the children's sockets (php-cgi never opens
@@ -259,7 +262,7 @@ pub async fn run(
     tokio::spawn(crate::pool::warm::monitor());
     tokio::spawn(crate::sys::pageout::trim_heap_periodically());
     // What a SIGKILLed fpmd's scripts left in their cgroups goes now.
-    if let Some(layout) = crate::cgroup::Layout::system() {
+    if let Some(layout) = crate::process::cgroup::Layout::system() {
         layout.sweep_stale();
     }
     for p in &pools {
@@ -290,7 +293,7 @@ pub async fn run(
     }
     // The socket file as bound: removed at the end only if it is still
     // this one (a daemon started meanwhile may have bound its own there).
-    let mut ctl_file = match ctl::serve(&ctl_path, d.calls_tx.clone(), d.status_fn()) {
+    let mut ctl_file = match socket::serve(&ctl_path, d.calls_tx.clone(), d.status_fn()) {
         Ok(()) => SocketFile::at(&ctl_path).ok(),
         Err(e) => {
             warn!("no control socket ({e}): `fpmd reload` and `fpmd stop` will not reach this daemon; signals still do");
@@ -376,7 +379,7 @@ pub async fn run(
             }
         }
         if d.config.global.control_socket != ctl_path {
-            match ctl::serve(
+            match socket::serve(
                 &d.config.global.control_socket,
                 d.calls_tx.clone(),
                 d.status_fn(),
@@ -696,10 +699,13 @@ impl Daemon {
         let Some(exe) = self.exe.clone() else {
             return Answer::Error("cannot tell which fpmd binary runs".into());
         };
-        let listeners = match crate::upgrade::listeners_of(&self.listeners, &self.activation) {
-            Ok(l) => l,
-            Err(e) => return Answer::Error(format!("cannot hand over the listening sockets: {e}")),
-        };
+        let listeners =
+            match crate::daemon::upgrade::listeners_of(&self.listeners, &self.activation) {
+                Ok(l) => l,
+                Err(e) => {
+                    return Answer::Error(format!("cannot hand over the listening sockets: {e}"))
+                }
+            };
         info!(
             "upgrade: starting {} on {}",
             exe.display(),
@@ -709,14 +715,14 @@ impl Daemon {
         let args = self.config.options.to_args(self.config.global.daemonize);
         self.board.set_phase(Phase::Upgrading);
         let outcome = tokio::task::spawn_blocking(move || {
-            crate::upgrade::start_new(&exe, &config, &args, listeners)
+            crate::daemon::upgrade::start_new(&exe, &config, &args, listeners)
         })
         .await;
-        if !matches!(outcome, Ok(crate::upgrade::Outcome::Ready(_))) {
+        if !matches!(outcome, Ok(crate::daemon::upgrade::Outcome::Ready(_))) {
             self.board.set_phase(Phase::Ready);
         }
         match outcome {
-            Ok(crate::upgrade::Outcome::Ready(pid)) => {
+            Ok(crate::daemon::upgrade::Outcome::Ready(pid)) => {
                 info!("upgrade: the new fpmd (pid {pid}) serves; this one stops accepting, drains and exits");
                 self.sd.send(&[Notify::MainPid(pid)]);
                 Answer::Ok(format!(
@@ -724,11 +730,11 @@ impl Daemon {
                     std::process::id()
                 ))
             }
-            Ok(crate::upgrade::Outcome::ConfigError(e)) => {
+            Ok(crate::daemon::upgrade::Outcome::ConfigError(e)) => {
                 error!("upgrade refused: the new fpmd does not accept the configuration: {e}; this one serves on");
                 Answer::ConfigError(e)
             }
-            Ok(crate::upgrade::Outcome::Failed(e)) => {
+            Ok(crate::daemon::upgrade::Outcome::Failed(e)) => {
                 error!("upgrade failed: {e}; this one serves on");
                 Answer::Error(e)
             }
@@ -743,7 +749,7 @@ impl Daemon {
         if !self.config.global.watch {
             return;
         }
-        match crate::watch::watch(&self.config.sources, self.watch_tx.clone()) {
+        match crate::daemon::config_watch::watch(&self.config.sources, self.watch_tx.clone()) {
             Ok(w) => self.watcher = Some(w),
             Err(e) => error!("watch = true, but the configuration cannot be watched: {e}"),
         }
@@ -761,7 +767,7 @@ impl Daemon {
     }
 
     /// How the control socket answers `status [POOL]`: from the board.
-    fn status_fn(&self) -> ctl::StatusFn {
+    fn status_fn(&self) -> socket::StatusFn {
         let board = self.board.clone();
         Arc::new(move |pool| board.answer(pool))
     }

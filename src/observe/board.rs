@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use crate::ctl::Answer;
+use crate::control::socket::Answer;
 use crate::pool::{Pool, PoolStatus};
 
 /// What the daemon is doing, as `fpmd status` shows it.

@@ -5,7 +5,7 @@
 //! Owns: how the view looks, and the terminal while it runs (raw mode and
 //! the alternate screen, put back on every way out, a panic included).
 //! Must not touch: the daemon (it only asks over the control socket, see
-//! [`crate::ctl`]; the document is [`super::board`]'s).
+//! [`crate::control::socket`]; the document is [`super::board`]'s).
 
 use std::io::{self, IsTerminal, Write};
 use std::path::Path;
@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
-use crate::ctl::{self, Answer, Request};
+use crate::control::socket::{self, Answer, Request};
 
 /// How long one status request may take before the view says so.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -145,7 +145,7 @@ pub fn fetch(socket: &Path, request: &Request) -> Result<Document, StatusError> 
 }
 
 fn fetch_both(socket: &Path, request: &Request) -> Result<(String, Document), StatusError> {
-    let text = match ctl::call_within(socket, request, Some(ANSWER_TIMEOUT)) {
+    let text = match socket::call_within(socket, request, Some(ANSWER_TIMEOUT)) {
         Ok(Answer::Ok(text)) => text,
         Ok(Answer::Error(e) | Answer::ConfigError(e)) => return Err(StatusError::Refused(e)),
         Err(e) => return Err(StatusError::Unreachable(e)),

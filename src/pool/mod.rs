@@ -16,7 +16,6 @@
 
 mod probe;
 pub mod slots;
-pub mod spec;
 pub mod stats;
 mod supervisor;
 pub mod warm;
@@ -118,8 +117,8 @@ pub struct Worker {
     /// When it last became idle (for the process manager's scale-down).
     idle_since: Instant,
     /// Closed when the php-cgi is handed its first request (see
-    /// `crate::output`).
-    startup: crate::output::StartupWindow,
+    /// `crate::process::output`).
+    startup: crate::process::output::StartupWindow,
 }
 
 impl Worker {
@@ -374,7 +373,7 @@ pub enum StopMode {
 /// Messages from the pool (and the reaper, the process events, timers) to
 /// its supervisor.
 enum Event {
-    Exited(crate::reap::Exit),
+    Exited(crate::process::reap::Exit),
     /// Stop this child: it answered its last request (max_requests) or is
     /// over pm.max_memory, or broke the protocol; with the signal. Its
     /// connection is closed only after the signal, so that a pre-forked
@@ -405,8 +404,8 @@ enum Event {
     /// events, this is how fpmd learns of it): counts for
     /// `emergency_restart_threshold`.
     Crashed,
-    /// A pre-forked child started or ended (from [`crate::proc_events`]).
-    Forked(crate::proc_events::ForkedEvent),
+    /// A pre-forked child started or ended (from [`crate::process::proc_events`]).
+    Forked(crate::process::proc_events::ForkedEvent),
     /// The permit to start an ondemand pool's warm parent ([`warm`]).
     WarmPermit(tokio::sync::OwnedSemaphorePermit),
 }
@@ -680,7 +679,7 @@ impl Pool {
     /// process events this is the only sign fpmd gets of a crash (the
     /// php-cgi parent reaps it); otherwise the exit status is counted.
     fn died_mid_request(&self, w: &Worker) {
-        if w.prefork && !crate::proc_events::available() {
+        if w.prefork && !crate::process::proc_events::available() {
             let _ = self.events.send(Event::Crashed);
         }
     }
@@ -892,7 +891,7 @@ pub(crate) mod tests {
             served: 0,
             alive: Arc::new(AtomicBool::new(true)),
             idle_since: Instant::now(),
-            startup: crate::output::StartupWindow::new(),
+            startup: crate::process::output::StartupWindow::new(),
         }
     }
 }

@@ -25,7 +25,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// `config` sends, or `None` when it sends none (`expose_php` off) or the
 /// probe fails (logged at debug by the caller).
 pub fn powered_by(config: &PoolConfig) -> Result<Option<String>, String> {
-    let spec = super::spec::template(config);
+    let spec = crate::process::spec::template(config);
     let mut cmd = Command::new(&spec.program);
     cmd.args(&spec.args)
         .args(["-d", "auto_prepend_file=", "-d", "auto_append_file="])

@@ -1,6 +1,6 @@
 //! The supervisor of one pool: the one task that owns its children.
 //!
-//! Owns: every php-cgi the pool spawned (through [`crate::spawn`]), their
+//! Owns: every php-cgi the pool spawned (through [`crate::process::spawn`]), their
 //! generations, retiring and killing them, respawning with back-off after
 //! crashes, the process manager (static / dynamic / ondemand), and the
 //! pool's commands (reconfigure, stop). Must not touch: FastCGI or the web
@@ -19,12 +19,12 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, error, info, warn};
 
 use super::slots::{GenId, SlotState, Table};
-use super::spec::{child_spec, template};
 use super::stats::StopReason;
 use super::{Command, Event, Pool, PoolHandle, Reconfigured, StopMode, Worker};
 use crate::config::{PmMode, PoolConfig, Spawn};
-use crate::reap::{Exit, ExitKind};
-use crate::spawn::{Spawned, Spawner};
+use crate::process::reap::{Exit, ExitKind};
+use crate::process::spawn::{Spawned, Spawner};
+use crate::process::spec::{child_spec, template};
 use crate::sys::procfs::parent_of;
 
 /// Back-off after a child that died within [`QUICK_DEATH`] of its start:
@@ -98,7 +98,7 @@ struct Pending {
     gen: GenId,
     endpoint: Arc<PathBuf>,
     alive: Arc<AtomicBool>,
-    startup: crate::output::StartupWindow,
+    startup: crate::process::output::StartupWindow,
     since: Instant,
     /// The slow start was reported.
     warned: bool,
@@ -120,7 +120,7 @@ struct Supervisor {
     runtime_dir: PathBuf,
     children: HashMap<i32, ChildState>,
     exits_tx: mpsc::UnboundedSender<Exit>,
-    forked_tx: mpsc::UnboundedSender<crate::proc_events::ForkedEvent>,
+    forked_tx: mpsc::UnboundedSender<crate::process::proc_events::ForkedEvent>,
     /// Counter for unique socket names.
     serial: u64,
     /// Children that died within [`QUICK_DEATH`] of start, in a row.
@@ -147,7 +147,7 @@ struct Supervisor {
     pending: Vec<Pending>,
     /// The pool's cgroup (`None`: fpmd is not root, or no cgroup
     /// hierarchy is mounted); every child joins it before exec.
-    cgroup: Option<Arc<crate::cgroup::PoolCgroup>>,
+    cgroup: Option<Arc<crate::process::cgroup::PoolCgroup>>,
     /// The cgroup's OOM kill count last seen (to tell an OOM kill from
     /// another SIGKILL).
     oom_kills: u64,
@@ -228,18 +228,18 @@ pub fn start_pool(
 }
 
 /// Creates the pool's cgroup and applies its limits (see
-/// [`crate::cgroup`]); `None`, with a warning when limits were asked
+/// [`crate::process::cgroup`]); `None`, with a warning when limits were asked
 /// for, where there is none.
-fn pool_cgroup(config: &PoolConfig) -> Option<Arc<crate::cgroup::PoolCgroup>> {
+fn pool_cgroup(config: &PoolConfig) -> Option<Arc<crate::process::cgroup::PoolCgroup>> {
     let limited = config.cgroup != crate::config::CgroupLimits::default();
-    let Some(layout) = crate::cgroup::Layout::system() else {
+    let Some(layout) = crate::process::cgroup::Layout::system() else {
         if limited {
             warn!(pool = %config.name, "cgroup.* limits are set but fpmd cannot use cgroups (it is not root, or none is mounted): they do not apply");
         }
         return None;
     };
-    let name = crate::cgroup::cgroup_name(std::process::id(), &config.name);
-    match crate::cgroup::PoolCgroup::create(layout, &name) {
+    let name = crate::process::cgroup::cgroup_name(std::process::id(), &config.name);
+    match crate::process::cgroup::PoolCgroup::create(layout, &name) {
         Ok(cg) => {
             if let Err(e) = cg.apply(&config.cgroup) {
                 warn!(pool = %config.name, "cannot apply the pool's cgroup limits: {e}");
@@ -1169,7 +1169,7 @@ impl Supervisor {
                 // Already gone, and the pid may have been reused: a root
                 // daemon must not signal a stranger.
                 return;
-            } else if crate::proc_events::available() {
+            } else if crate::process::proc_events::available() {
                 // Counted when its exit is reported (`on_forked`).
                 self.forked
                     .entry(pid)
@@ -1197,8 +1197,8 @@ impl Supervisor {
     /// A child of one of this pool's php-cgi parents started or ended: its
     /// exit is logged as php-fpm logs a child's (warning unless fpmd asked
     /// it to go), and a crash counts for `emergency_restart_threshold`.
-    async fn on_forked(&mut self, ev: crate::proc_events::ForkedEvent) {
-        use crate::proc_events::ForkedEvent;
+    async fn on_forked(&mut self, ev: crate::process::proc_events::ForkedEvent) {
+        use crate::process::proc_events::ForkedEvent;
         match ev {
             ForkedEvent::Started { pid, parent } => self.note_forked(pid, parent),
             ForkedEvent::Exited { pid, parent, kind } => {
@@ -1296,7 +1296,7 @@ impl Supervisor {
         for p in ready {
             if p.prefork {
                 debug!(pool = %self.name(), pid = p.leader, "php-cgi parent forked its children: its slots serve");
-                if crate::proc_events::available() {
+                if crate::process::proc_events::available() {
                     // Children forked before the parent was watched sent
                     // no event that reached this pool.
                     for pid in crate::sys::peer::children_of(p.leader) {
@@ -1352,7 +1352,7 @@ impl Supervisor {
     /// for the parent's `why` (without process events fpmd knows only
     /// that the parent kept `pm.max_children` of them).
     fn count_orphaned(&mut self, parent: i32, gen: GenId, why: StopReason) {
-        if !crate::proc_events::available() {
+        if !crate::process::proc_events::available() {
             let n = self
                 .gens
                 .get(&gen)
@@ -1388,7 +1388,7 @@ impl Supervisor {
         self.pending.retain(|p| p.leader != exit.pid);
         let why = child.stop.unwrap_or(StopReason::Died);
         if child.prefork {
-            crate::proc_events::unwatch(exit.pid);
+            crate::process::proc_events::unwatch(exit.pid);
             // Children the parent left behind (it only signals them on
             // SIGTERM) must not serve anything any more.
             let _ = kill(Pid::from_raw(-exit.pid), Signal::SIGKILL);
@@ -1627,7 +1627,7 @@ impl Supervisor {
         let prefork = config.pm.spawn == Spawn::Prefork;
         if !prefork {
             self.pool.stats.count_spawned(1);
-        } else if !crate::proc_events::available() {
+        } else if !crate::process::proc_events::available() {
             // The parent forks pm.max_children at once; with process
             // events each fork is counted as it is reported.
             self.pool.stats.count_spawned(config.pm.max_children.into());
@@ -1640,8 +1640,8 @@ impl Supervisor {
         } else {
             debug!(pool = %self.name(), pid, "child started (generation {gen})");
         }
-        let startup = crate::output::StartupWindow::new();
-        crate::output::forward(&config, pid, output, startup.clone());
+        let startup = crate::process::output::StartupWindow::new();
+        crate::process::output::forward(&config, pid, output, startup.clone());
         let alive = Arc::new(AtomicBool::new(true));
         self.children.insert(
             pid,
@@ -1655,7 +1655,7 @@ impl Supervisor {
             },
         );
         if prefork {
-            crate::proc_events::watch(pid, self.forked_tx.clone());
+            crate::process::proc_events::watch(pid, self.forked_tx.clone());
         }
         self.pending.push(Pending {
             prefork,

@@ -20,10 +20,11 @@ use tracing::{debug, info, warn};
 
 use super::local::Local;
 use super::request::Request;
-use super::{field, script, Charge, Ctx};
+use super::{script, Charge, Ctx};
 use crate::fastcgi::{
     self, BeginRequest, Deframer, EndRequest, Piece, ProtocolStatus, RecordType, NULL_REQUEST_ID,
 };
+use crate::log::field;
 
 /// Largest PARAMS stream stored for one request, in bytes. nginx sends a
 /// few KiB (its own header limit is 32 KiB); a single pair over 64 KiB

@@ -27,7 +27,6 @@ pub mod request_info;
 pub mod script;
 pub mod verdict;
 
-use std::fmt;
 use std::io;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -40,6 +39,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tracing::{debug, error, info, warn};
 
+use crate::log::field;
 use crate::pool::{Acquired, Fate, Pool};
 use client::{ClientConn, ClientError, Next};
 use local::Local;
@@ -227,31 +227,6 @@ fn suppressed(paths: &[String], req: &Request, status: u16) -> bool {
         && (200..=299).contains(&status)
         && req.content_length() == 0
         && paths.iter().any(|p| p.as_bytes() == script_path(req))
-}
-
-/// Client-supplied bytes as text for a log field or message: invalid
-/// UTF-8 shows as U+FFFD. fpmd's log formatter escapes control
-/// characters, quotes and backslashes in every field and message
-/// ([`crate::log::EscapingFields`]), so a client cannot forge log lines or
-/// send escape codes to a terminal; files written outside the formatter
-/// (the slowlog) use [`crate::log::escape`].
-pub struct Field<'a>(pub &'a [u8]);
-
-/// See [`Field`].
-pub fn field(b: &[u8]) -> Field<'_> {
-    Field(b)
-}
-
-impl fmt::Display for Field<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for chunk in self.0.utf8_chunks() {
-            f.write_str(chunk.valid())?;
-            if !chunk.invalid().is_empty() {
-                f.write_str("\u{fffd}")?;
-            }
-        }
-        Ok(())
-    }
 }
 
 /// Serves one web-server connection until it closes, fpmd stops, or it

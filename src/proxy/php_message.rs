@@ -28,7 +28,7 @@ use tracing::warn;
 
 use crate::config::PoolConfig;
 use crate::fastcgi::{decode_record, encode_empty, RecordType, StreamWriter};
-use crate::output::{said, Stream, TokenBucket, CHILD_RATE};
+use crate::process::output::{said, Stream, TokenBucket, CHILD_RATE};
 
 /// php-fpm's prefix of each message.
 pub const PREFIX: &[u8] = b"PHP message: ";

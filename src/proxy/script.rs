@@ -17,13 +17,13 @@ use std::sync::Mutex;
 
 use tracing::{info, warn};
 
-use super::field;
 use super::local::Local;
 use super::request::Edit;
 use super::request_info::{
     for_php_cgi, Action, ChrootFs, Edit as InfoEdit, FileKind, FileSystem, RealFs, Var, Vars,
 };
 use crate::config::PoolConfig;
+use crate::log::field;
 
 /// The pool's settings that change how the script is found.
 #[derive(Debug, Clone)]

@@ -1,6 +1,6 @@
 //! Whether the kernel can confine a process with Landlock: the probe that
 //! `fpmd -t` runs for a pool with `landlock.*` (the ruleset itself is built
-//! in [`crate::sandbox`]).
+//! in [`crate::process::sandbox`]).
 //!
 //! Must not touch: anything but the query.
 

@@ -145,7 +145,7 @@ fn sd_notify_socket_nobody_listens_on_is_not_fatal() {
 /// daemon): RELOADING=1 with CLOCK_MONOTONIC, then READY=1.
 #[test]
 fn sd_notify_reload_check_helper() {
-    use ::fpmd::systemd::{Notifier, Notify};
+    use ::fpmd::control::systemd::{Notifier, Notify};
     let dir = TestDir::new();
     let sd = NotifySocket::bind(&dir);
     let n = Notifier::new(sd.path()).unwrap();

@@ -3,9 +3,9 @@
 //! Owns: the spawner thread, the fork/exec of php-cgi and the per-child
 //! private listening socket that becomes the child's fd 0. What runs
 //! between fork and exec (chroot, limits, credentials, Landlock) follows
-//! the order written at the top of [`crate::sandbox`]. Its fd 1 and
-//! fd 2 come from [`crate::output::open`]. Must not touch: dispatch state,
-//! FastCGI, what becomes of the children's output (`crate::output`), or the
+//! the order written at the top of [`crate::process::sandbox`]. Its fd 1 and
+//! fd 2 come from [`crate::process::output::open`]. Must not touch: dispatch state,
+//! FastCGI, what becomes of the children's output (`crate::process::output`), or the
 //! decision of when to spawn (the supervisor decides; this module only
 //! does).
 //!
@@ -24,8 +24,8 @@ use std::sync::mpsc as std_mpsc;
 use nix::unistd::{Gid, Uid};
 use tokio::sync::oneshot;
 
-use crate::reap::{Exit, Reaper};
-use crate::sandbox::SandboxPlan;
+use crate::process::reap::{Exit, Reaper};
+use crate::process::sandbox::SandboxPlan;
 
 /// Everything needed to start one php-cgi child, built before the fork so
 /// that only async-signal-safe calls run between fork and exec.
@@ -41,7 +41,7 @@ pub struct ChildSpec {
     /// The complete environment of the child (nothing else is inherited).
     pub env: Vec<(OsString, OsString)>,
     /// How the child is confined, its working directory included
-    /// (`chroot`, `chdir`, limits; see [`crate::sandbox`]).
+    /// (`chroot`, `chdir`, limits; see [`crate::process::sandbox`]).
     pub sandbox: SandboxPlan,
     /// Credentials the child drops to before exec.
     pub uid: u32,
@@ -58,10 +58,10 @@ pub struct ChildSpec {
     /// then signals its whole process group (php-cgi's `fastcgi_cleanup`).
     pub death_signal: i32,
     /// `catch_workers_output`: the child's stdout is caught too (else it is
-    /// `/dev/null`); see [`crate::output::open`].
+    /// `/dev/null`); see [`crate::process::output::open`].
     pub catch_workers_output: bool,
     /// The `cgroup.procs` files of the pool's cgroup, one per hierarchy
-    /// ([`crate::cgroup::PoolCgroup::procs_files`]); empty without one.
+    /// ([`crate::process::cgroup::PoolCgroup::procs_files`]); empty without one.
     /// They are opened before the fork and the child writes `0` (itself)
     /// to each in `pre_exec`, so nothing it starts escapes the cgroup.
     pub cgroup_procs: Vec<PathBuf>,
@@ -84,8 +84,8 @@ pub fn process_title(pool: &str) -> String {
 pub struct Spawned {
     pub pid: i32,
     /// fpmd's ends of the child's fd 1 and fd 2 (shared by its pre-forked
-    /// children), for [`crate::output::forward`].
-    pub output: crate::output::Readers,
+    /// children), for [`crate::process::output::forward`].
+    pub output: crate::process::output::Readers,
 }
 
 struct Job {
@@ -155,7 +155,7 @@ fn bind_endpoint(spec: &ChildSpec) -> io::Result<OwnedFd> {
 
 fn spawn_child(spec: &ChildSpec) -> io::Result<Spawned> {
     let listener = bind_endpoint(spec)?;
-    let (stdio, output) = crate::output::open(spec.catch_workers_output)?;
+    let (stdio, output) = crate::process::output::open(spec.catch_workers_output)?;
 
     // In a chroot the binary is exec'd by its canonical path, the one the
     // new root has (Debian's /usr/bin/php-cgi is a symlink through
@@ -167,7 +167,7 @@ fn spawn_child(spec: &ChildSpec) -> io::Result<Spawned> {
     };
     let runtime_dir = spec.endpoint.parent().unwrap_or(std::path::Path::new("/"));
     let (sandbox, report) =
-        crate::sandbox::prepare(&spec.sandbox, &program, runtime_dir, spec.uid, spec.gid)?;
+        crate::process::sandbox::prepare(&spec.sandbox, &program, runtime_dir, spec.uid, spec.gid)?;
 
     let mut cmd = Command::new(&program);
     cmd.arg0(&spec.arg0)
@@ -203,7 +203,7 @@ fn spawn_child(spec: &ChildSpec) -> io::Result<Spawned> {
     // async-signal-safe system calls (those of `Prepared::apply`, write,
     // setgroups, setgid, setuid, prctl, getppid) on data prepared before the
     // fork, and allocates nothing. The order is the one written at the top
-    // of `crate::sandbox`.
+    // of `crate::process::sandbox`.
     unsafe {
         cmd.pre_exec(move || {
             // A failed step ends the child here, its report written, and

@@ -1,7 +1,7 @@
 //! Keeps the man pages in step with the code (a test module of the
 //! binary, where the real command line is): `man/fpmd.8` against the clap
 //! command line of `main.rs`, `man/fpmd.toml.5` against the parser's key
-//! registry (`fpmd::config::registry`), both ways; and both pages render
+//! registry (`crate::config::registry`), both ways; and both pages render
 //! with groff without a warning.
 //!
 //! The pages are written by hand in man(7) (not generated: the command
@@ -15,8 +15,8 @@ use std::collections::BTreeSet;
 
 use clap::CommandFactory;
 
-const FPMD_8: &str = include_str!("../man/fpmd.8");
-const FPMD_TOML_5: &str = include_str!("../man/fpmd.toml.5");
+const FPMD_8: &str = include_str!("../../man/fpmd.8");
+const FPMD_TOML_5: &str = include_str!("../../man/fpmd.toml.5");
 
 /// One `.TP` entry: its tag as text (fonts and escapes removed) and the
 /// lines of its body, as text too.
@@ -292,7 +292,7 @@ fn documented_keys(section: &str) -> BTreeSet<String> {
 fn fpmd_toml_5_describes_every_key_of_the_registry() {
     let global = documented_keys("GLOBAL SETTINGS");
     let pool = documented_keys("POOL SETTINGS");
-    let as_written = |k: &fpmd::config::RegistryKey| {
+    let as_written = |k: &crate::config::RegistryKey| {
         if k.map {
             format!("{}.NAME", k.name)
         } else {
@@ -301,7 +301,7 @@ fn fpmd_toml_5_describes_every_key_of_the_registry() {
     };
     let mut missing = Vec::new();
     let mut known = BTreeSet::new();
-    for k in fpmd::config::registry() {
+    for k in crate::config::registry() {
         let (section, keys) = if k.global {
             ("GLOBAL SETTINGS", &global)
         } else {

@@ -8,7 +8,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use crate::config::{PoolConfig, Spawn};
-use crate::spawn::ChildSpec;
+use crate::process::spawn::ChildSpec;
 
 /// Builds the argv and environment of a child of `config`.
 ///
@@ -64,10 +64,14 @@ pub fn child_spec(config: &PoolConfig, endpoint: PathBuf) -> ChildSpec {
     }
     ChildSpec {
         program: config.php_cgi.clone(),
-        arg0: crate::spawn::process_title(&config.name),
+        arg0: crate::process::spawn::process_title(&config.name),
         args: config.ini_args(),
         env,
-        sandbox: crate::sandbox::SandboxPlan::of(&config.name, &config.isolation, &config.chdir),
+        sandbox: crate::process::sandbox::SandboxPlan::of(
+            &config.name,
+            &config.isolation,
+            &config.chdir,
+        ),
         uid: config.user.uid,
         gid: config.user.gid,
         groups: config.user.groups.clone(),

@@ -7,7 +7,7 @@
 //! `CString`, the Landlock ruleset an fd, the site's directory read) and
 //! its application in the forked child ([`Prepared::apply`]). Must not
 //! touch: credentials, `PR_SET_PDEATHSIG` (the spawner does them, see
-//! [`crate::spawn`]), the decision of when to spawn.
+//! [`crate::process::spawn`]), the decision of when to spawn.
 //!
 //! ## The order of `apply()` (between fork and exec)
 //!

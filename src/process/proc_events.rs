@@ -22,7 +22,7 @@ use std::sync::Mutex;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::reap::ExitKind;
+use crate::process::reap::ExitKind;
 
 /// An event about a child of a watched php-cgi parent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

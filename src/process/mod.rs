@@ -1,0 +1,17 @@
+//! A php-cgi process from its spec to its reaping: the spec built from a
+//! pool's configuration ([`spec`]), the confinement applied between fork and
+//! exec ([`sandbox`]), the one fork/exec on the spawner thread ([`spawn`]),
+//! the pool's cgroup ([`cgroup`]), what children write outside FastCGI
+//! ([`output`]), the reaper of every exit ([`reap`]) and the kernel's
+//! reports of the forks and exits of pre-forked children ([`proc_events`]).
+//!
+//! Must not touch: when to start or stop a child (the pool's supervisor
+//! decides), FastCGI or connections.
+
+pub mod cgroup;
+pub mod output;
+pub mod proc_events;
+pub mod reap;
+pub mod sandbox;
+pub mod spawn;
+pub mod spec;

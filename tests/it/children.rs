@@ -347,18 +347,17 @@ fn exit_on_a_signal_is_logged_with_its_name_and_the_child_replaced() {
 fn ps_shows_the_pool_of_every_php_cgi() {
     let t = TestDir::new();
     let fpm = PhpFpm::start_with(&t, PhpFpmOpts::default().max_children(2));
-    wait_for(LONG, "php-fpm's 2 children", || fpm.children().len() == 2);
-    let theirs: Vec<String> = fpm
-        .children()
-        .iter()
-        .map(|p| procs::cmdline(*p).join(" ").trim().to_string())
-        .collect();
+    // A child shows its master's title until it has set its own.
+    let titles = || -> Vec<String> {
+        fpm.children()
+            .iter()
+            .map(|p| procs::cmdline(*p).join(" ").trim().to_string())
+            .collect()
+    };
+    wait_for(LONG, "php-fpm's 2 children with their titles", || {
+        titles() == ["php-fpm: pool ref", "php-fpm: pool ref"]
+    });
     drop(fpm);
-    assert_eq!(
-        theirs,
-        ["php-fpm: pool ref", "php-fpm: pool ref"],
-        "php-fpm's titles"
-    );
     let f = Fpmd::start(
         &t,
         FpmdConfig::new().pool(Pool::new("site1").max_children(2)),

@@ -14,6 +14,7 @@
 //! child is ever signalled for a reload (unless `graceful_timeout` runs
 //! out).
 
+pub mod policy;
 mod probe;
 pub mod slots;
 pub mod stats;

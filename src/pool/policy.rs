@@ -1,0 +1,493 @@
+//! The process manager's decisions, as pure functions of what the
+//! supervisor knows: how many php-cgi to start ([`fill`]), which idle
+//! children to retire ([`spares_to_retire`], [`parent_idle`],
+//! [`excess`]), how long to wait after a crash at start ([`backoff`]), when
+//! crashes are an emergency ([`CrashWindow`]), and how periodic passes are
+//! spread over their period ([`spread`]). The supervisor gathers the
+//! inputs and carries the decisions out; the tables below test every
+//! decision without a process.
+//!
+//! Must not touch: processes, the slot table, time (it is passed in).
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use crate::config::{PmMode, Spawn};
+
+/// A child that dies within this long of its start (or a php-cgi that
+/// cannot start) counts towards the back-off ([`backoff`]).
+pub const QUICK_DEATH: Duration = Duration::from_secs(1);
+/// The first delay of the back-off.
+pub const BACKOFF_FIRST: Duration = Duration::from_millis(100);
+/// The longest delay of the back-off.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// How long to wait before the next spawn after `quick_deaths` quick deaths
+/// in a row (at least 1): 100 ms, doubled per further one, at most 30 s.
+pub fn backoff(quick_deaths: u32) -> Duration {
+    BACKOFF_FIRST
+        .saturating_mul(1 << quick_deaths.saturating_sub(1).min(16))
+        .min(BACKOFF_MAX)
+}
+
+/// What [`fill`] decides from: the pool's settings and the state of the
+/// generation children are started for (its target).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FillState {
+    pub spawn: Spawn,
+    pub mode: PmMode,
+    pub max_children: usize,
+    /// php-cgi processes of the target generation fpmd started (exec: the
+    /// children; prefork: the parents), stopping ones included.
+    pub mine: usize,
+    /// Those of them not asked to stop.
+    pub active: usize,
+    /// Nothing was spawned for the target generation yet.
+    pub first_round: bool,
+    /// The target generation is the one requests go to (not a reload's
+    /// generation still starting).
+    pub current: bool,
+    /// Idle children and waiting requests of the current generation.
+    pub idle: usize,
+    pub waiting: usize,
+    /// Prefork ondemand: a permit to start a warm parent ahead of any
+    /// request is in hand ([`super::warm`]).
+    pub warm_permit: bool,
+}
+
+/// What [`fill`] decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fill {
+    /// php-cgi processes to start now.
+    pub spawns: usize,
+    /// Prefork ondemand with nothing to serve: start a warm parent ahead
+    /// of any request if memory allows (the supervisor asks for a permit).
+    pub warm: bool,
+}
+
+/// How many php-cgi to start for the target generation:
+/// - exec, static: up to `pm.max_children`;
+/// - exec, dynamic: `pm.start_servers` at first, then one per waiting
+///   request plus what `pm.min_spare_servers` asks for, within
+///   `pm.max_children` and `pm.max_spawn_rate` (no 1-second tick: a
+///   request that finds no idle child starts one at once);
+/// - exec, ondemand: one per waiting request (one for a reload's new
+///   generation, so that it can take over), within the same bounds;
+/// - prefork: one parent, which keeps `pm.max_children` forked; under
+///   ondemand only for a request, a reload's generation or a warm permit,
+///   else a warm parent is wanted ([`Fill::warm`]).
+pub fn fill(s: &FillState) -> Fill {
+    let room = |want: usize, rate: u32| {
+        want.min(s.max_children.saturating_sub(s.mine))
+            .min(rate as usize)
+    };
+    let spawns = |spawns| Fill {
+        spawns,
+        warm: false,
+    };
+    match (s.spawn, s.mode) {
+        (Spawn::Exec, PmMode::Static) => spawns(s.max_children.saturating_sub(s.mine)),
+        (
+            Spawn::Exec,
+            PmMode::Dynamic {
+                start_servers,
+                min_spare_servers,
+                max_spawn_rate,
+                ..
+            },
+        ) => {
+            let want = if s.first_round {
+                start_servers as usize
+            } else {
+                s.waiting + (min_spare_servers as usize).saturating_sub(s.idle)
+            };
+            spawns(room(want, max_spawn_rate))
+        }
+        (Spawn::Exec, PmMode::Ondemand { max_spawn_rate, .. }) => {
+            let want = if !s.current && s.mine == 0 {
+                1
+            } else {
+                s.waiting
+            };
+            spawns(room(want, max_spawn_rate))
+        }
+        (Spawn::Prefork, PmMode::Ondemand { .. }) => {
+            if s.active > 0 {
+                spawns(0)
+            } else if s.waiting > 0 || !s.current || s.warm_permit {
+                spawns(1)
+            } else {
+                Fill {
+                    spawns: 0,
+                    warm: true,
+                }
+            }
+        }
+        (Spawn::Prefork, _) => spawns(usize::from(s.active == 0)),
+    }
+}
+
+/// Dynamic: how many idle children to retire this tick, `warm_idle` idle
+/// ones (under prefork only those that served: a cold fork costs next to
+/// nothing) over `pm.max_spare_servers`: one, as php-fpm retires one per
+/// second.
+pub fn spares_to_retire(warm_idle: usize, max_spare_servers: u32) -> usize {
+    usize::from(warm_idle > max_spare_servers as usize)
+}
+
+/// Ondemand under prefork: whether a php-cgi parent is stopped, its `slots`
+/// of `per_parent` (`pm.max_children`) all back, all idle (`idle`), none
+/// of them idle for less than `pm.process_idle_timeout` (`recent`), and no
+/// memory for a warm parent (`warm_allowed` false).
+pub fn parent_idle(
+    slots: usize,
+    per_parent: usize,
+    idle: usize,
+    recent: usize,
+    warm_allowed: bool,
+) -> bool {
+    !warm_allowed && slots >= per_parent && idle >= per_parent && recent == 0
+}
+
+/// Exec, `pm.max_children` lowered by a reload: how many idle children to
+/// retire, `active` ones for `max`.
+pub fn excess(active: usize, max: usize) -> usize {
+    active.saturating_sub(max)
+}
+
+/// `emergency_restart_threshold` unexpected deaths within
+/// `emergency_restart_interval`: the window of recent crashes.
+#[derive(Debug, Clone)]
+pub struct CrashWindow {
+    threshold: u32,
+    interval: Duration,
+    crashes: VecDeque<Instant>,
+}
+
+impl CrashWindow {
+    pub fn new(threshold: u32, interval: Duration) -> CrashWindow {
+        CrashWindow {
+            threshold,
+            interval,
+            crashes: VecDeque::new(),
+        }
+    }
+
+    /// `emergency_restart_interval`.
+    pub fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    /// `emergency_restart_threshold`.
+    pub fn threshold(&self) -> u32 {
+        self.threshold
+    }
+
+    /// Notes a crash at `now`. `Some(n)`: `n` crashes within the interval
+    /// reached the threshold, and the window starts afresh (the pool's
+    /// children are restarted once per emergency).
+    pub fn note(&mut self, now: Instant) -> Option<usize> {
+        self.crashes.push_back(now);
+        while self
+            .crashes
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > self.interval)
+        {
+            self.crashes.pop_front();
+        }
+        if self.crashes.len() < self.threshold as usize {
+            return None;
+        }
+        let n = self.crashes.len();
+        self.crashes.clear();
+        Some(n)
+    }
+}
+
+/// When, within `period`, the `k`-th periodic pass started runs first (and
+/// then every `period`): offset by the fractional part of k × 0.618… (the
+/// golden ratio's inverse) of the period, which spreads any number of
+/// passes evenly. Hundreds of pools start together; without it their
+/// scale-down and health passes (reading `/proc` for every process) would
+/// all run in the same few milliseconds of every second, on the threads
+/// that accept and proxy requests (200 pools: ~40 ms of CPU a second,
+/// measured), and a request arriving then would wait for all of them.
+pub fn spread(k: u64, period: Duration) -> Duration {
+    period.mul_f64((k as f64 * 0.618_033_988_749_895).fract())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(spawn: Spawn, mode: PmMode) -> FillState {
+        FillState {
+            spawn,
+            mode,
+            max_children: 8,
+            mine: 0,
+            active: 0,
+            first_round: false,
+            current: true,
+            idle: 0,
+            waiting: 0,
+            warm_permit: false,
+        }
+    }
+
+    const DYNAMIC: PmMode = PmMode::Dynamic {
+        start_servers: 2,
+        min_spare_servers: 1,
+        max_spare_servers: 3,
+        max_spawn_rate: 4,
+    };
+    const ONDEMAND: PmMode = PmMode::Ondemand {
+        process_idle_timeout: Duration::from_secs(10),
+        max_spawn_rate: 4,
+    };
+
+    #[test]
+    fn fill_decides_per_strategy_and_mode() {
+        use Spawn::{Exec, Prefork};
+        // (state, spawns, warm)
+        let s = |spawn, mode| state(spawn, mode);
+        let table: Vec<(&str, FillState, usize, bool)> = vec![
+            ("exec static: up to max", s(Exec, PmMode::Static), 8, false),
+            (
+                "exec static, 5 there",
+                FillState {
+                    mine: 5,
+                    active: 5,
+                    ..s(Exec, PmMode::Static)
+                },
+                3,
+                false,
+            ),
+            (
+                "exec static, full",
+                FillState {
+                    mine: 8,
+                    active: 8,
+                    ..s(Exec, PmMode::Static)
+                },
+                0,
+                false,
+            ),
+            (
+                "exec dynamic at start: start_servers",
+                FillState {
+                    first_round: true,
+                    ..s(Exec, DYNAMIC)
+                },
+                2,
+                false,
+            ),
+            (
+                "exec dynamic: waiting + min spare",
+                FillState {
+                    waiting: 2,
+                    mine: 2,
+                    active: 2,
+                    ..s(Exec, DYNAMIC)
+                },
+                3,
+                false,
+            ),
+            (
+                "exec dynamic: spare enough",
+                FillState {
+                    idle: 1,
+                    mine: 2,
+                    active: 2,
+                    ..s(Exec, DYNAMIC)
+                },
+                0,
+                false,
+            ),
+            (
+                "exec dynamic: max_spawn_rate",
+                FillState {
+                    waiting: 10,
+                    ..s(Exec, DYNAMIC)
+                },
+                4,
+                false,
+            ),
+            (
+                "exec dynamic: max_children",
+                FillState {
+                    waiting: 3,
+                    mine: 7,
+                    active: 7,
+                    ..s(Exec, DYNAMIC)
+                },
+                1,
+                false,
+            ),
+            (
+                "exec ondemand: one per waiting request",
+                FillState {
+                    waiting: 3,
+                    ..s(Exec, ONDEMAND)
+                },
+                3,
+                false,
+            ),
+            ("exec ondemand: nothing waits", s(Exec, ONDEMAND), 0, false),
+            (
+                "exec ondemand: a reload's generation takes over",
+                FillState {
+                    current: false,
+                    ..s(Exec, ONDEMAND)
+                },
+                1,
+                false,
+            ),
+            (
+                "exec ondemand: rate",
+                FillState {
+                    waiting: 9,
+                    ..s(Exec, ONDEMAND)
+                },
+                4,
+                false,
+            ),
+            (
+                "prefork static: one parent",
+                s(Prefork, PmMode::Static),
+                1,
+                false,
+            ),
+            (
+                "prefork static: it is there",
+                FillState {
+                    mine: 1,
+                    active: 1,
+                    ..s(Prefork, PmMode::Static)
+                },
+                0,
+                false,
+            ),
+            ("prefork dynamic: one parent", s(Prefork, DYNAMIC), 1, false),
+            (
+                "prefork static: the one stopping is replaced",
+                FillState {
+                    mine: 1,
+                    active: 0,
+                    ..s(Prefork, PmMode::Static)
+                },
+                1,
+                false,
+            ),
+            (
+                "prefork ondemand: a request",
+                FillState {
+                    waiting: 1,
+                    ..s(Prefork, ONDEMAND)
+                },
+                1,
+                false,
+            ),
+            (
+                "prefork ondemand: a reload's generation",
+                FillState {
+                    current: false,
+                    ..s(Prefork, ONDEMAND)
+                },
+                1,
+                false,
+            ),
+            (
+                "prefork ondemand: a warm permit",
+                FillState {
+                    warm_permit: true,
+                    ..s(Prefork, ONDEMAND)
+                },
+                1,
+                false,
+            ),
+            (
+                "prefork ondemand: idle, a warm parent wanted",
+                s(Prefork, ONDEMAND),
+                0,
+                true,
+            ),
+            (
+                "prefork ondemand: the parent is there",
+                FillState {
+                    active: 1,
+                    mine: 1,
+                    waiting: 3,
+                    ..s(Prefork, ONDEMAND)
+                },
+                0,
+                false,
+            ),
+        ];
+        for (what, st, spawns, warm) in table {
+            assert_eq!(fill(&st), Fill { spawns, warm }, "{what}");
+        }
+    }
+
+    #[test]
+    fn scale_down_picks() {
+        // (warm idle, max spare) -> retire
+        for (idle, max, retire) in [(0, 3, 0), (3, 3, 0), (4, 3, 1), (9, 3, 1)] {
+            assert_eq!(
+                spares_to_retire(idle, max),
+                retire,
+                "{idle} idle over {max}"
+            );
+        }
+        // (slots, per parent, idle, recently idle, warm allowed) -> stop the parent
+        for (slots, per, idle, recent, warm, stop) in [
+            (4, 4, 4, 0, false, true),
+            (4, 4, 4, 0, true, false),
+            (4, 4, 3, 0, false, false),
+            (4, 4, 4, 1, false, false),
+            (3, 4, 3, 0, false, false),
+        ] {
+            assert_eq!(parent_idle(slots, per, idle, recent, warm), stop);
+        }
+        for (active, max, n) in [(5, 8, 0), (8, 8, 0), (8, 5, 3)] {
+            assert_eq!(excess(active, max), n);
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_from_100ms_to_30s() {
+        let ms = |n| backoff(n).as_millis();
+        assert_eq!([ms(1), ms(2), ms(3), ms(4)], [100, 200, 400, 800]);
+        assert_eq!(ms(9), 25_600);
+        assert_eq!(ms(10), 30_000, "capped");
+        assert_eq!(ms(40), 30_000, "no overflow");
+        assert_eq!(ms(0), 100, "as the first");
+    }
+
+    #[test]
+    fn crash_window_counts_within_the_interval() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let mut w = CrashWindow::new(3, s(10));
+        assert_eq!(w.note(t0), None);
+        assert_eq!(w.note(t0 + s(5)), None);
+        // The first is out of the window by now: still two.
+        assert_eq!(w.note(t0 + s(12)), None);
+        assert_eq!(w.note(t0 + s(13)), Some(3), "5, 12, 13 within 10 s");
+        // A fresh window after an emergency.
+        assert_eq!(w.note(t0 + s(14)), None);
+        assert_eq!(w.note(t0 + s(15)), None);
+        assert_eq!(w.note(t0 + s(16)), Some(3));
+    }
+
+    #[test]
+    fn spread_fills_the_period_evenly() {
+        let p = Duration::from_secs(1);
+        let mut at: Vec<u128> = (0..10).map(|k| spread(k, p).as_millis()).collect();
+        assert_eq!(at[0], 0);
+        assert!(at.iter().all(|ms| *ms < 1000));
+        at.sort();
+        let gaps: Vec<u128> = at.windows(2).map(|w| w[1] - w[0]).collect();
+        assert!(gaps.iter().all(|g| *g >= 30 && *g <= 160), "{at:?}");
+    }
+}

@@ -1,0 +1,586 @@
+//! The supervisor of one pool: the one task that owns its children.
+//!
+//! Owns: every php-cgi the pool spawned (through [`crate::process::spawn`]), their
+//! generations, retiring and killing them, respawning with back-off after
+//! crashes, the process manager (static / dynamic / ondemand), and the
+//! pool's commands (reconfigure, stop). Must not touch: FastCGI or the web
+//! server's connections; dispatch state only through the slot table's
+//! operations.
+
+mod children;
+mod generations;
+mod health;
+
+use std::collections::HashMap;
+
+use std::path::{Path, PathBuf};
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use std::sync::{Arc, Mutex};
+
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+
+use nix::unistd::Pid;
+
+use tokio::sync::{mpsc, oneshot};
+
+use tracing::{debug, error, info, warn};
+
+use super::policy::{self, CrashWindow, FillState};
+use children::Children;
+use generations::Generations;
+use health::{pool_cgroup, HEALTH_CHECK};
+
+use super::slots::{GenId, SlotState, Table};
+
+use super::stats::StopReason;
+
+use super::{Command, Event, Pool, PoolHandle, StopMode, Worker};
+
+use crate::config::{PmMode, PoolConfig, Spawn};
+
+use crate::process::reap::Exit;
+
+use crate::process::spawn::Spawner;
+
+/// How often a new pre-fork parent is checked for its first child.
+const FORK_POLL: Duration = Duration::from_millis(5);
+
+/// When, within `period`, the next periodic pass to start runs first (and
+/// then every `period`): see [`policy::spread`].
+fn phase(period: Duration) -> Duration {
+    static STARTED: AtomicU64 = AtomicU64::new(0);
+    policy::spread(STARTED.fetch_add(1, Ordering::Relaxed), period)
+}
+
+struct Stopping {
+    mode: StopMode,
+    /// When remaining children are killed.
+    deadline: Option<tokio::time::Instant>,
+}
+
+struct Supervisor {
+    pool: Arc<Pool>,
+    spawner: Spawner,
+    runtime_dir: PathBuf,
+    /// Every php-cgi of the pool.
+    children: Children,
+    exits_tx: mpsc::UnboundedSender<Exit>,
+    forked_tx: mpsc::UnboundedSender<crate::process::proc_events::ForkedEvent>,
+    /// Counter for unique socket names.
+    serial: u64,
+    /// Children that died within [`QUICK_DEATH`] of start, in a row.
+    quick_deaths: u32,
+    /// When the back-off allows the next spawn.
+    respawn_at: Option<tokio::time::Instant>,
+    /// A generation whose php-cgi the kernel refused to exec for its size
+    /// (`E2BIG`): never tried again, since it cannot change (a reload
+    /// makes a new generation).
+    unstartable: Option<GenId>,
+    /// Children of the target generation that exited unasked and are not
+    /// replaced yet: their replacements are logged at NOTICE (php-fpm's
+    /// `child N started` after a death; other starts at DEBUG).
+    replacing: u32,
+    stopping: Option<Stopping>,
+    /// Recent unexpected deaths (`emergency_restart_threshold` within
+    /// `emergency_restart_interval`); `None`: not configured.
+    crashes: Option<CrashWindow>,
+    /// The pool's generations and the target, the newest.
+    gens: Generations,
+    /// The pool's cgroup (`None`: fpmd is not root, or no cgroup
+    /// hierarchy is mounted); every child joins it before exec.
+    cgroup: Option<Arc<crate::process::cgroup::PoolCgroup>>,
+    /// The cgroup's OOM kill count last seen (to tell an OOM kill from
+    /// another SIGKILL).
+    oom_kills: u64,
+    /// php-cgi processes seen stopped (`T`) at the last health check,
+    /// with how many checks in a row.
+    stopped: HashMap<i32, u32>,
+    /// A permit to start a warm parent is asked for ([`super::warm`]).
+    warm_wait: bool,
+    /// The permit, while [`Supervisor::fill`] uses it.
+    warm_permit: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+/// Starts a pool's supervisor, which spawns the pool's first generation.
+/// `runtime_dir` is fpmd's private 0700 directory for the children's
+/// sockets. `emergency_restart` is the global (threshold, interval),
+/// applied to this pool alone.
+pub fn start_pool(
+    config: Arc<PoolConfig>,
+    spawner: Spawner,
+    runtime_dir: &Path,
+    emergency_restart: Option<(u32, Duration)>,
+) -> PoolHandle {
+    let (events_tx, events_rx) = mpsc::unbounded_channel();
+    let (commands_tx, commands_rx) = mpsc::unbounded_channel();
+    let pool = Arc::new(Pool {
+        name: config.name.clone(),
+        table: Mutex::new(Table::new(config.clone())),
+        events: events_tx.clone(),
+        stats: super::stats::PoolStats::new(),
+        powered_by: tokio::sync::Mutex::new(None),
+    });
+    let cgroup = pool_cgroup(&config);
+    let gens = Generations::first(config);
+    let oom_kills = cgroup.as_ref().and_then(|c| c.oom_kills()).unwrap_or(0);
+    let sup = Supervisor {
+        cgroup,
+        oom_kills,
+        stopped: HashMap::new(),
+        warm_wait: false,
+        warm_permit: None,
+        pool: pool.clone(),
+        spawner,
+        runtime_dir: runtime_dir.to_path_buf(),
+        children: Children::default(),
+        exits_tx: relay(events_tx.clone(), Event::Exited),
+        forked_tx: relay(events_tx, Event::Forked),
+        serial: 0,
+        quick_deaths: 0,
+        respawn_at: None,
+        unstartable: None,
+        replacing: 0,
+        stopping: None,
+        crashes: emergency_restart.map(|(n, within)| CrashWindow::new(n, within)),
+        gens,
+    };
+    let (started_tx, started_rx) = oneshot::channel();
+    let done = tokio::spawn(sup.run(events_rx, commands_rx, started_tx));
+    PoolHandle {
+        pool,
+        commands: commands_tx,
+        done: Some(done),
+        started: Some(started_rx),
+    }
+}
+
+/// A sender of `T` whose messages reach the supervisor as events.
+fn relay<T: Send + 'static>(
+    events: mpsc::UnboundedSender<Event>,
+    wrap: fn(T) -> Event,
+) -> mpsc::UnboundedSender<T> {
+    let (tx, mut rx) = mpsc::unbounded_channel::<T>();
+    tokio::spawn(async move {
+        while let Some(m) = rx.recv().await {
+            if events.send(wrap(m)).is_err() {
+                return;
+            }
+        }
+    });
+    tx
+}
+
+async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
+impl Supervisor {
+    fn name(&self) -> &str {
+        &self.pool.name
+    }
+
+    /// The configuration children are spawned with now.
+    fn config(&self) -> Arc<PoolConfig> {
+        self.gens.config()
+    }
+
+    /// The generation requests go to now.
+    fn current(&self) -> GenId {
+        self.pool.table.lock().unwrap().current
+    }
+
+    async fn run(
+        mut self,
+        mut events: mpsc::UnboundedReceiver<Event>,
+        mut commands: mpsc::UnboundedReceiver<Command>,
+        started: oneshot::Sender<()>,
+    ) {
+        let pm = self.config().pm.clone();
+        info!(pool = %self.name(), "starting (pm.mode = {}, pm.max_children = {}, pm.spawn = {})",
+            pm.mode.as_str(), pm.max_children, pm.spawn.as_str());
+        self.fill().await;
+        let _ = started.send(());
+        // The process manager's scale-down pass (dynamic, ondemand); scale-up
+        // is driven by queued requests (Event::Demand), not by this tick.
+        let now = tokio::time::Instant::now();
+        let second = Duration::from_secs(1);
+        let mut tick = tokio::time::interval_at(now + phase(second), second);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut fork_poll = tokio::time::interval(FORK_POLL);
+        let mut health = tokio::time::interval_at(now + phase(HEALTH_CHECK), HEALTH_CHECK);
+        health.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut commands_open = true;
+        loop {
+            if let Some(s) = &self.stopping {
+                if self.children.is_empty() {
+                    info!(pool = %self.name(), "all children are gone");
+                    self.remove_cgroup().await;
+                    return;
+                }
+                let deadline = s.deadline;
+                tokio::select! {
+                    Some(ev) = events.recv() => self.handle(ev).await,
+                    _ = sleep_until_opt(deadline), if deadline.is_some() => self.kill_the_rest(),
+                }
+                continue;
+            }
+            let respawn_at = self.respawn_at;
+            let drain_at = self.gens.next_deadline();
+            let ticking = self.config().pm.mode != PmMode::Static;
+            let polling = !self.children.pending.is_empty();
+            tokio::select! {
+                Some(ev) = events.recv() => self.handle(ev).await,
+                c = commands.recv(), if commands_open => match c {
+                    Some(c) => self.command(c).await,
+                    // The daemon dropped the handle without stopping: stop.
+                    None => {
+                        commands_open = false;
+                        self.begin_stop(StopMode::Fast, None);
+                    }
+                },
+                _ = sleep_until_opt(respawn_at), if respawn_at.is_some() => {
+                    self.respawn_at = None;
+                    self.fill().await;
+                }
+                _ = sleep_until_opt(drain_at), if drain_at.is_some() => self.drain_deadline_passed(),
+                _ = fork_poll.tick(), if polling => self.check_pending(),
+                _ = tick.tick(), if ticking => self.scale_down().await,
+                _ = health.tick() => self.health_check(),
+            }
+        }
+    }
+
+    async fn command(&mut self, c: Command) {
+        match c {
+            Command::Reconfigure { config, done } => self.reconfigure(config, done).await,
+            Command::Stop { mode, grace } => self.begin_stop(mode, grace),
+        }
+    }
+
+    /// Under exec, `pm.max_children` lowered by a reload: idle children over
+    /// it are retired.
+    fn trim_excess(&mut self) {
+        let config = self.config();
+        if config.pm.spawn != Spawn::Exec {
+            return;
+        }
+        let gen = self.gens.target();
+        let active = self.children.active_of(gen);
+        let max = config.pm.max_children as usize;
+        let excess = policy::excess(active, max);
+        if excess > 0 {
+            let extra = self
+                .pool
+                .table
+                .lock()
+                .unwrap()
+                .take_idle(excess, |w| w.gen == gen);
+            for w in extra {
+                info!(pool = %self.name(), pid = w.log_pid(), "pm.max_children lowered to {max}: retiring an idle child");
+                self.retire_idle(w);
+            }
+        }
+    }
+
+    /// Retires idle children the process manager no longer wants: under
+    /// ondemand those idle longer than `pm.process_idle_timeout`, under
+    /// dynamic the least recently used one while more than
+    /// `pm.max_spare_servers` are idle (one per tick, as php-fpm). Under
+    /// prefork a retired child is replaced by a fresh fork of the parent
+    /// (its memory comes back; the process count stays), and an ondemand
+    /// pool whose children are all idle past the timeout stops its parent.
+    async fn scale_down(&mut self) {
+        let config = self.config();
+        let prefork = config.pm.spawn == Spawn::Prefork;
+        let gen = self.current();
+        let now = Instant::now();
+        match config.pm.mode {
+            PmMode::Static => {}
+            PmMode::Ondemand {
+                process_idle_timeout,
+                ..
+            } => {
+                let before = now.checked_sub(process_idle_timeout).unwrap_or(now);
+                if prefork {
+                    let slots = config.pm.max_children as usize;
+                    let leaders = self.children.active_leaders_of(gen);
+                    for leader in leaders {
+                        let all_idle = {
+                            let t = self.pool.table.lock().unwrap();
+                            policy::parent_idle(
+                                t.slots_of(leader),
+                                slots,
+                                t.count_idle(|w| w.leader == leader),
+                                t.count_idle(|w| w.leader == leader && w.idle_since > before),
+                                super::warm::allowed(),
+                            )
+                        };
+                        if all_idle {
+                            info!(pool = %self.name(), pid = leader, "every child idle for {:.1} s (pm.process_idle_timeout): stopping the php-cgi parent",
+                                process_idle_timeout.as_secs_f64());
+                            let workers = self
+                                .pool
+                                .table
+                                .lock()
+                                .unwrap()
+                                .take_idle(usize::MAX, |w| w.leader == leader);
+                            for w in workers {
+                                self.pool.table.lock().unwrap().remove(w.slot);
+                            }
+                            self.stop_child(leader, leader, Signal::SIGTERM, StopReason::Idle);
+                        }
+                    }
+                }
+                let idle = self.pool.table.lock().unwrap().take_idle(usize::MAX, |w| {
+                    w.idle_since <= before && (!w.prefork || w.conn.is_some())
+                });
+                for w in idle {
+                    debug!(pool = %self.name(), pid = w.log_pid(), "child idle for {:.1} s (pm.process_idle_timeout): retiring it", process_idle_timeout.as_secs_f64());
+                    self.retire_idle(w);
+                }
+                if prefork {
+                    // Memory allows a warm parent again.
+                    self.fill().await;
+                }
+            }
+            PmMode::Dynamic {
+                max_spare_servers, ..
+            } => {
+                let max = max_spare_servers as usize;
+                // Under prefork only children that served requests count:
+                // a cold fork costs next to nothing and is not retired.
+                let warm = |w: &Worker| !w.prefork || w.conn.is_some();
+                let idle = self.pool.table.lock().unwrap().count_idle(warm);
+                let retire = policy::spares_to_retire(idle, max_spare_servers);
+                if retire > 0 {
+                    let taken = self.pool.table.lock().unwrap().take_idle(retire, warm);
+                    for w in taken {
+                        // php-fpm logs its scaling at debug level too.
+                        debug!(pool = %self.name(), pid = w.log_pid(), "{idle} idle children, over pm.max_spare_servers = {max}: retiring the least recently used");
+                        self.retire_idle(w);
+                    }
+                }
+                self.fill().await;
+            }
+        }
+    }
+
+    /// Counts an unexpected child death; past `emergency_restart_threshold`
+    /// within `emergency_restart_interval`, restarts this pool's children
+    /// as a new generation (php-fpm restarts its whole master; here other
+    /// pools go on, and busy children finish their requests).
+    async fn note_crash(&mut self) {
+        let Some(window) = self.crashes.as_mut() else {
+            return;
+        };
+        let Some(n) = window.note(Instant::now()) else {
+            return;
+        };
+        error!(pool = %self.name(), "{n} children died within {:.0} s (emergency_restart_threshold = {}): restarting the pool's children",
+            window.interval().as_secs_f64(), window.threshold());
+        let config = self.config();
+        self.new_generation(config, None).await;
+    }
+
+    fn begin_stop(&mut self, mode: StopMode, grace: Option<Duration>) {
+        let idle = self.pool.table.lock().unwrap().close();
+        self.gens.fail_all("the pool is stopping");
+        self.children.pending.clear();
+        let now = tokio::time::Instant::now();
+        match mode {
+            StopMode::Graceful => {
+                self.stopping = Some(Stopping {
+                    mode,
+                    deadline: grace.map(|g| now + g),
+                });
+                self.retire(idle);
+                // Children with no slot at all (a parent still starting).
+                let orphans: Vec<i32> = self
+                    .children
+                    .leaders
+                    .keys()
+                    .copied()
+                    .filter(|leader| self.pool.table.lock().unwrap().slots_of(*leader) == 0)
+                    .collect();
+                for leader in orphans {
+                    self.stop_child(leader, leader, Signal::SIGTERM, StopReason::Retired);
+                }
+            }
+            StopMode::Fast => {
+                self.stopping = Some(Stopping {
+                    mode,
+                    deadline: Some(now + Duration::from_secs(1)),
+                });
+                drop(idle);
+                for (pid, c) in self.children.leaders.iter_mut() {
+                    c.stop.get_or_insert(StopReason::Retired);
+                    // php-cgi only finishes its script on SIGTERM (an
+                    // interrupted sleep() even returns early and the script
+                    // runs on): a fast stop kills, as php-fpm's does.
+                    let target = if c.prefork { -*pid } else { *pid };
+                    let _ = kill(Pid::from_raw(target), Signal::SIGKILL);
+                }
+            }
+        }
+    }
+
+    /// The stop's grace is over: whatever is left is killed.
+    fn kill_the_rest(&mut self) {
+        let busy: Vec<(i32, Option<super::RequestInfo>)> = {
+            let t = self.pool.table.lock().unwrap();
+            t.slots()
+                .filter_map(|(_, s)| match &s.state {
+                    SlotState::Busy { .. } => {
+                        Some((s.pid.unwrap_or(s.leader), Some(s.request.clone())))
+                    }
+                    _ => None,
+                })
+                .collect()
+        };
+        for (pid, r) in busy {
+            let r = r.unwrap_or_default();
+            warn!(pool = %self.name(), pid, script = %r.script, uri = %r.uri, "child still busy when the stop's grace ran out: SIGKILL");
+        }
+        let name = self.pool.name.clone();
+        for (pid, c) in self.children.leaders.iter_mut() {
+            c.stop.get_or_insert(StopReason::Retired);
+            debug!(pool = %name, pid, "child still alive after the stop grace period: SIGKILL");
+            let target = if c.prefork { -*pid } else { *pid };
+            let _ = kill(Pid::from_raw(target), Signal::SIGKILL);
+        }
+        if let Some(s) = &mut self.stopping {
+            s.mode = StopMode::Fast;
+            s.deadline = None;
+        }
+    }
+
+    async fn handle(&mut self, ev: Event) {
+        match ev {
+            Event::Exited(exit) => self.on_exit(exit).await,
+            Event::StopChild {
+                leader,
+                pid,
+                signal,
+                why,
+                conn,
+            } => {
+                self.stop_child(leader, pid, signal, why);
+                drop(conn);
+            }
+            Event::Terminate { leader, pid, conn } => {
+                // SIGKILL, not SIGTERM: php-cgi runs the script on to its
+                // end after a SIGTERM (`fcgi_signal_handler` only marks the
+                // shutdown), and what it wrote after the 504 is what the
+                // timeout is set to prevent.
+                self.stop_child(leader, pid, Signal::SIGKILL, StopReason::Terminated);
+                drop(conn);
+            }
+            Event::Retire(workers) => self.retire(workers),
+            Event::Switched(gen) => self.switched(gen),
+            Event::Demand => self.fill().await,
+            Event::Crashed => {
+                // Without process events this is all fpmd learns of the
+                // child's end; the parent forks a replacement.
+                self.pool.stats.stopped(StopReason::Died);
+                self.pool.stats.count_spawned(1);
+                self.note_crash().await
+            }
+            Event::Forked(ev) => self.on_forked(ev).await,
+            Event::WarmPermit(permit) => {
+                self.warm_wait = false;
+                self.warm_permit = Some(permit);
+                self.fill().await;
+                // Not used (a request started the parent meanwhile, or the
+                // pool stops): the next pool's turn.
+                self.warm_permit = None;
+            }
+        }
+    }
+
+    /// Spawns children of the target generation until the process manager
+    /// has what it wants (exec: processes; prefork: one parent that keeps
+    /// `pm.max_children` forked).
+    async fn fill(&mut self) {
+        if self.stopping.is_some()
+            || self.respawn_at.is_some()
+            || self.unstartable == Some(self.gens.target())
+        {
+            return;
+        }
+        let gen = self.gens.target();
+        let config = self.config();
+        let pm = &config.pm;
+        let max = pm.max_children as usize;
+        let mine = self.children.of_gen(gen);
+        let active = self.children.active_of(gen);
+        let first_round = self.gens.first_round(gen);
+        let (idle, mut waiting) = if gen == self.current() {
+            self.pool.idle_and_waiting()
+        } else {
+            (0, 0)
+        };
+        // A pool whose php-cgi could not start answers 503 instead of
+        // queueing: try one as if a request waited.
+        if gen == self.current() && self.pool.table.lock().unwrap().unstartable.is_some() {
+            waiting = waiting.max(1);
+        }
+        let decision = policy::fill(&FillState {
+            spawn: pm.spawn,
+            mode: pm.mode,
+            max_children: max,
+            mine,
+            active,
+            first_round,
+            current: gen == self.current(),
+            idle,
+            waiting,
+            warm_permit: self.warm_permit.is_some(),
+        });
+        // Prefork ondemand, nothing to serve: a warm parent ahead of any
+        // request while memory allows (`super::warm`), one start per CPU
+        // at a time.
+        if decision.warm && super::warm::allowed() && !self.warm_wait {
+            self.warm_wait = true;
+            let events = self.pool.events.clone();
+            let starts = super::warm::starts();
+            tokio::spawn(async move {
+                if let Ok(permit) = starts.acquire_owned().await {
+                    let _ = events.send(Event::WarmPermit(permit));
+                }
+            });
+        }
+        let spawns = decision.spawns;
+        for _ in 0..spawns {
+            if self.stopping.is_some() {
+                return;
+            }
+            if let Err(e) = self.spawn_one().await {
+                if self.gens.target() != self.current() {
+                    self.abandon_target(&format!("cannot start php-cgi: {e}"));
+                    return;
+                }
+                if e.raw_os_error() == Some(libc::E2BIG) {
+                    // The same arguments and environment fail the same way
+                    // every time: said once, not retried.
+                    error!(pool = %self.name(), "cannot start php-cgi: {e}: its arguments and environment (env.*, php_value.*, and fpmd's own environment without clear_env) are too large for execve; not retried until a reload changes the pool (fpmd -t names the key)");
+                    self.unstartable = Some(self.gens.target());
+                    self.cannot_start(format!("execve: {e}"));
+                    return;
+                }
+                self.quick_deaths += 1;
+                let delay = policy::backoff(self.quick_deaths);
+                error!(pool = %self.name(), "cannot start php-cgi: {e}; next try in {:.1} s", delay.as_secs_f64());
+                self.respawn_at = Some(tokio::time::Instant::now() + delay);
+                self.cannot_start(e.to_string());
+                return;
+            }
+        }
+    }
+}

@@ -188,8 +188,10 @@ pub struct Table {
     pub max_waiting: usize,
     /// The current generation's php-cgi cannot start (why), and the pool
     /// has no child: requests are answered 503 at once instead of waiting
-    /// for a child that may never come. Set by the supervisor; cleared as
-    /// soon as a child has a slot.
+    /// for a child that may never come. Set by the supervisor when a
+    /// php-cgi dies at its start (or cannot be exec'd); cleared when it
+    /// starts the next one (requests wait for that one) and when a child
+    /// has a slot.
     pub unstartable: Option<Arc<str>>,
 }
 

@@ -536,6 +536,11 @@ impl Supervisor {
         }
         let Spawned { pid, output } = self.spawner.spawn(spec, self.exits_tx.clone()).await?;
         self.gens.note_spawn(gen);
+        if gen == self.current() {
+            // A php-cgi is starting: requests wait for it again (see
+            // `cannot_start`) rather than get a 503 meant for the back-off.
+            self.pool.table.lock().unwrap().unstartable = None;
+        }
         let prefork = config.pm.spawn == Spawn::Prefork;
         if !prefork {
             self.pool.stats.count_spawned(1);

@@ -36,7 +36,7 @@ Then, one backend at a time:
 Prints one markdown table per (mode, N), metrics by backend with the ratio
 fpmd / php-fpm, writes bench/results/scale.json and draws
 bench/results/scale.png. The machinery (processes in their own session
-with PDEATHSIG, cleanup on errors and Ctrl-C, /proc helpers) is bench.py's.
+with PDEATHSIG, cleanup on errors and Ctrl-C, /proc helpers) is bench/lib's.
 Exits non-zero when the bench itself failed: a backend that did not start
 or died, a request that failed or returned the wrong body, a reload never
 seen, a manager that did not exit 0 on SIGQUIT, a process left behind.
@@ -47,8 +47,6 @@ php-fpm needs -R).
 """
 
 import argparse
-import datetime
-import hashlib
 import json
 import os
 import re
@@ -60,15 +58,11 @@ import struct
 import sys
 import tempfile
 import time
-import types
+
+from lib import procs, report, servers, tree
+from lib.report import pct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import bench as B  # noqa: E402  (bench.py: processes, /proc, machine info)
-import pm_scenarios as P  # noqa: E402  (percentiles, log grouping)
-
-REPO = B.REPO
-POOL_USER = B.POOL_USER
 MODES = ("ondemand", "dynamic")
 MAX_CHILDREN = 5
 START_SERVERS = 1
@@ -87,8 +81,7 @@ echo 'scale-ok ', ini_get($ini), ' ', getmypid(), "\n";
 """
 
 
-def log(msg):
-    print(f"[bench-scale {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+log = procs.logger("bench-scale")
 
 
 def mono():
@@ -214,14 +207,6 @@ def listening_unix_paths():
     return out
 
 
-def cmdline(pid):
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        return ""
-
-
 def nofile_limit(pid):
     """'soft/hard' of the process's Max open files."""
     try:
@@ -242,7 +227,6 @@ def nofile_limit(pid):
 class ScaleBackend:
     """One manager with N pools, in its own directory under the run's temp dir."""
     kind = "?"
-    label = "?"
 
     def __init__(self, name, rundir, n, mode, args, www):
         self.name = name
@@ -273,24 +257,34 @@ class ScaleBackend:
         for i in range(self.n):
             self.write_pool(i, 0)
 
-    def write_file(self, path, text):
-        # Whole, then renamed: a reload never reads half a file.
-        with open(path + ".new", "w") as f:
-            f.write(text)
-        os.rename(path + ".new", path)
+    def write_pool_file(self, i, ext, lines):
+        """Pool i's file, pool.d/pNNNN.EXT: `lines`, written whole."""
+        servers.write_whole(os.path.join(self.pooldir, f"{pool_name(i)}.{ext}"), "\n".join(lines) + "\n")
+
+    def pm_lines(self, mode_key, q):
+        """The pm settings of every pool, `mode_key` naming the mode and q
+        quoting a string: max_children, then ondemand's idle timeout or
+        dynamic's servers."""
+        pm = [f"{mode_key} = {q(self.mode)}", f"pm.max_children = {MAX_CHILDREN}"]
+        if self.mode == "ondemand":
+            pm.append(f"pm.process_idle_timeout = {q(fmt_dur(self.args.idle_timeout))}")
+        else:
+            pm += [f"pm.start_servers = {START_SERVERS}", "pm.min_spare_servers = 1",
+                   "pm.max_spare_servers = 2"]
+        return pm
 
     def launch(self):
-        self.proc = B.Managed(self.name, self.argv(), self.log_path, signal.SIGQUIT)
+        self.proc = procs.Managed(self.name, self.argv(), self.log_path, signal.SIGQUIT)
 
     def php_processes(self):
         """[(pid, ppid, cmdline)] of the live php processes under the manager."""
         out = []
-        for p in B.descendants(self.proc.pid):
-            if not B.comm(p).startswith("php") or B.proc_state(p) == "Z":
+        for p in procs.descendants(self.proc.pid):
+            if not procs.comm(p).startswith("php") or procs.proc_state(p) == "Z":
                 continue
-            st = B.proc_stat(p)
+            st = procs.proc_stat(p)
             if st is not None:
-                out.append((p, st[0], cmdline(p)))
+                out.append((p, st[0], procs.cmdline(p)))
         self.proc.snapshot()
         return out
 
@@ -324,12 +318,12 @@ class ScaleBackend:
         return out
 
     def memory(self):
-        pids = [self.proc.pid] + B.descendants(self.proc.pid)
-        pss = [B.pss_kib(p) for p in pids]
+        pids = [self.proc.pid] + procs.descendants(self.proc.pid)
+        pss = [procs.pss_kib(p) for p in pids]
         t = self.tree()
         return {
-            "manager_rss_mib": mib(B.status_kib(self.proc.pid, "VmRSS")),
-            "manager_pss_mib": mib(B.pss_kib(self.proc.pid)),
+            "manager_rss_mib": mib(procs.status_kib(self.proc.pid, "VmRSS")),
+            "manager_pss_mib": mib(procs.pss_kib(self.proc.pid)),
             "total_pss_mib": mib(sum(k for k in pss if k)),
             "processes": sum(1 for k in pss if k is not None),
             "php": t["php"],
@@ -337,7 +331,7 @@ class ScaleBackend:
         }
 
     def stop(self, timeout):
-        """SIGQUIT (then SIGTERM, SIGKILL: bench.py's Managed.stop); returns
+        """SIGQUIT (then SIGTERM, SIGKILL: lib/procs.py's Managed.stop); returns
         (seconds, problems)."""
         if self.proc is None or self.proc.stopped:
             return None, []
@@ -348,64 +342,29 @@ class ScaleBackend:
         out = []
         if left:
             out.append(f"{self.name}: {len(left)} process(es) still alive after it exited "
-                       f"(killed): " + ", ".join(f"{p} ({c})" for p, c in left[:10]))
+                       f"(killed): " + procs.leftovers_text(left[:10]))
         if rc != 0:
             out.append(f"{self.name} exited with status {rc} after SIGQUIT "
                        f"({'killed by signal ' + str(-rc) if rc and rc < 0 else 'expected 0'})")
         return took, out
 
 
-class ScalePhpFpm(ScaleBackend):
-    kind = "php-fpm"
-    label = "php-fpm"
+class ScalePhpFpm(servers.PhpFpmManager, ScaleBackend):
+    test_output_lines = 20
 
     def __init__(self, name, rundir, n, mode, args, www):
         super().__init__(name, rundir, n, mode, args, www)
         self.binary = args.php_fpm
-        self.conf = os.path.join(self.dir, "php-fpm.conf")
-        self.fpm_log = os.path.join(self.dir, "php-fpm.log")
         with open(self.conf, "w") as f:
-            f.write(f"""; generated by bench/scale.py: {n} {mode} pools
-[global]
-pid = {self.dir}/php-fpm.pid
-error_log = {self.fpm_log}
-daemonize = no
-include = {self.pooldir}/*.conf
-""")
+            f.write(f"; generated by bench/scale.py: {n} {mode} pools\n"
+                    + servers.php_fpm_global(self.dir, self.error_log())
+                    + f"include = {self.pooldir}/*.conf\n")
         self.write_all()
 
-    def error_log(self):
-        return self.fpm_log
-
     def write_pool(self, i, gen):
-        pm = [f"pm = {self.mode}", f"pm.max_children = {MAX_CHILDREN}"]
-        if self.mode == "ondemand":
-            pm.append(f"pm.process_idle_timeout = {fmt_dur(self.args.idle_timeout)}")
-        else:
-            pm += [f"pm.start_servers = {START_SERVERS}", "pm.min_spare_servers = 1",
-                   "pm.max_spare_servers = 2"]
-        self.write_file(os.path.join(self.pooldir, f"{pool_name(i)}.conf"), "\n".join([
-            f"; generated by bench/scale.py, generation {gen}",
-            f"[{pool_name(i)}]",
-            f"user = {POOL_USER}",
-            f"group = {POOL_USER}",
-            f"listen = {self.sock(i)}",
-            f"listen.owner = {POOL_USER}",
-            f"listen.group = {POOL_USER}",
-            "listen.mode = 0660",
-        ] + pm + [
-            "pm.max_requests = 0",
-            f"php_admin_value[user_agent] = {marker(i, gen)}",
-        ]) + "\n")
-
-    def check_config(self):
-        r = B.run([self.binary, "-t", "-y", self.conf])
-        if r.returncode != 0:
-            raise B.BenchError(f"{self.name}: `{self.binary} -t -y {self.conf}` failed:\n"
-                               + "\n".join(r.stdout.splitlines()[-20:]))
-
-    def argv(self):
-        return [self.binary, "-F", "-R", "-y", self.conf]
+        self.write_pool_file(i, "conf", [f"; generated by bench/scale.py, generation {gen}"]
+                             + servers.php_fpm_pool(pool_name(i), self.sock(i)) + self.pm_lines("pm", str)
+                             + ["pm.max_requests = 0", f"php_admin_value[user_agent] = {marker(i, gen)}"])
 
     def reload(self):
         os.kill(self.proc.pid, signal.SIGUSR2)
@@ -421,61 +380,28 @@ include = {self.pooldir}/*.conf
         return {"name": self.name, "kind": self.kind, "binary": self.binary}
 
 
-class ScaleFpmd(ScaleBackend):
-    kind = "fpmd"
-    label = "fpmd"
+class ScaleFpmd(servers.FpmdManager, ScaleBackend):
+    test_output_lines = 20
 
     def __init__(self, name, rundir, n, mode, args, www):
         super().__init__(name, rundir, n, mode, args, www)
         self.binary = args.fpmd_copy
         self.spawn = args.spawn
         self.prefork = args.spawn != "exec"
-        self.conf = os.path.join(self.dir, "fpmd.toml")
-        self.fpmd_log = os.path.join(self.dir, "fpmd.log")
         self.ctl = os.path.join(self.dir, "fpmd-ctl.sock")
-        q = json.dumps
         with open(self.conf, "w") as f:
-            f.write(f"# generated by bench/scale.py: {n} {mode} pools\n[global]\n"
-                    f"error_log = {q(self.fpmd_log)}\n"
-                    f"control_socket = {q(self.ctl)}\n"
-                    'include = "pool.d/*.toml"\n')
+            f.write(f"# generated by bench/scale.py: {n} {mode} pools\n"
+                    + servers.fpmd_global(self.error_log(), self.ctl))
         self.write_all()
-
-    def error_log(self):
-        return self.fpmd_log
 
     def write_pool(self, i, gen):
         q = json.dumps
-        pm = [f"pm.mode = {q(self.mode)}", f"pm.max_children = {MAX_CHILDREN}"]
-        if self.mode == "ondemand":
-            pm.append(f"pm.process_idle_timeout = {q(fmt_dur(self.args.idle_timeout))}")
-        else:
-            pm += [f"pm.start_servers = {START_SERVERS}", "pm.min_spare_servers = 1",
-                   "pm.max_spare_servers = 2"]
+        pm = self.pm_lines("pm.mode", q)
         if self.spawn:
             pm.append(f"pm.spawn = {q(self.spawn)}")
-        self.write_file(os.path.join(self.pooldir, f"{pool_name(i)}.toml"), "\n".join([
-            f"# generated by bench/scale.py, generation {gen}",
-            f"[{pool_name(i)}]",
-            f"user = {q(POOL_USER)}",
-            f"group = {q(POOL_USER)}",
-            f"listen.address = {q(self.sock(i))}",
-            f"listen.owner = {q(POOL_USER)}",
-            f"listen.group = {q(POOL_USER)}",
-            'listen.mode = "0660"',
-        ] + pm + [
-            "pm.max_requests = 0",
-            f'php_admin_value."user_agent" = {q(marker(i, gen))}',
-        ]) + "\n")
-
-    def check_config(self):
-        r = B.run([self.binary, "-c", self.conf, "-t"])
-        if r.returncode != 0:
-            raise B.BenchError(f"{self.name}: `fpmd -c {self.conf} -t` failed ({r.returncode}):\n"
-                               + "\n".join(r.stdout.splitlines()[-20:]))
-
-    def argv(self):
-        return [self.binary, "-c", self.conf]
+        self.write_pool_file(i, "toml", [f"# generated by bench/scale.py, generation {gen}"]
+                             + servers.fpmd_pool(pool_name(i), self.sock(i)) + pm
+                             + ["pm.max_requests = 0", f'php_admin_value."user_agent" = {q(marker(i, gen))}'])
 
     def reload(self):
         if self.args.fpmd_reload == "sighup":
@@ -483,7 +409,7 @@ class ScaleFpmd(ScaleBackend):
             return {"method": "SIGHUP"}
         t0 = mono()
         try:
-            r = B.run([self.binary, "-c", self.conf, "reload"], timeout=RELOAD_TIMEOUT)
+            r = procs.run([self.binary, "-c", self.conf, "reload"], timeout=RELOAD_TIMEOUT)
             rc, out = r.returncode, r.stdout.strip()
         except Exception as e:  # subprocess.TimeoutExpired: run() killed it
             rc, out = None, repr(e)
@@ -528,9 +454,9 @@ def wait_started(b, timeout):
     while True:
         now = mono()
         if not b.proc.running():
-            raise B.BenchError(f"{b.name} exited with status {b.proc.proc.returncode} while "
-                               f"starting {b.n} pools; its log ends with:\n  " +
-                               "\n  ".join(sum((B.tail(p) for p in b.logs()), [])))
+            raise procs.BenchError(f"{b.name} exited with status {b.proc.proc.returncode} while "
+                                   f"starting {b.n} pools; its log ends with:\n  " +
+                                   "\n  ".join(sum((procs.tail(p) for p in b.logs()), [])))
         if sockets_s is None:
             up = socks & listening_unix_paths()
             if len(up) == len(socks):
@@ -548,9 +474,9 @@ def wait_started(b, timeout):
             return sockets_s, (php_s if want_php else None)
         if now - t0 > timeout:
             up = len(socks & listening_unix_paths())
-            raise B.BenchError(f"{b.name}: not started after {timeout:.0f} s: {up}/{b.n} sockets "
-                               f"listen, {php} php processes (want {START_SERVERS} in each of {b.n} pools); log:\n  " +
-                               "\n  ".join(sum((B.tail(p) for p in b.logs()), [])))
+            raise procs.BenchError(f"{b.name}: not started after {timeout:.0f} s: {up}/{b.n} sockets "
+                                   f"listen, {php} php processes (want {START_SERVERS} in each of {b.n} pools); log:\n  " +
+                                   "\n  ".join(sum((procs.tail(p) for p in b.logs()), [])))
         time.sleep(0.01)
 
 
@@ -562,8 +488,8 @@ def wait_settled(b, timeout, quiet=1.0):
     last_n, last_change = len(b.php_processes()), mono()
     while mono() - last_change < quiet:
         if mono() - b.t0 > timeout:
-            raise B.BenchError(f"{b.name}: php processes still changing after {timeout:.0f} s "
-                               f"({last_n} now)")
+            raise procs.BenchError(f"{b.name}: php processes still changing after {timeout:.0f} s "
+                                   f"({last_n} now)")
         time.sleep(0.1)
         n = len(b.php_processes())
         if n != last_n:
@@ -595,9 +521,9 @@ def summarize_round(ms, bad):
         "requests": len(ms),
         "failed": len(bad),
         "failures": bad[:5],
-        "p50_ms": P.pct(ms, 50),
-        "p90_ms": P.pct(ms, 90),
-        "p99_ms": P.pct(ms, 99),
+        "p50_ms": pct(ms, 50),
+        "p90_ms": pct(ms, 90),
+        "p99_ms": pct(ms, 99),
         "max_ms": max(ms) if ms else None,
         "mean_ms": round(sum(ms) / len(ms), 3) if ms else None,
         "slowest": [{"pool": i, "ms": ms[i]} for i in slowest],
@@ -736,7 +662,7 @@ def run_all(args, tmp, www, problems, results, warnings):
                 log(f"{mode}, {n} pools: {b.name}")
                 try:
                     r = run_one(args, b, problems)
-                except B.BenchError as e:
+                except procs.BenchError as e:
                     r = {"backend": b.name, "error": str(e)}
                     problems.append(f"{mode}, {n} pools, {b.name}: {e}")
                 finally:
@@ -746,10 +672,10 @@ def run_all(args, tmp, www, problems, results, warnings):
                 r["stop_ok"] = not stop_problems
                 lines = []
                 for p in b.logs():
-                    lines += B.bad_log_lines(p)
+                    lines += procs.bad_log_lines(p)
                 r["log_warnings"] = len(lines)
                 if lines:
-                    warnings.setdefault(f"{mode}-{n}", {})[b.name] = P.group_warnings(lines)
+                    warnings.setdefault(f"{mode}-{n}", {})[b.name] = procs.group_warnings(lines)
                 per[b.name] = r
                 if took is not None:
                     log(f"{b.name}: stopped in {took:.2f} s")
@@ -845,7 +771,7 @@ def cell(v):
         return "n/a"
     if isinstance(v, str):
         return v
-    return B.fmt(v)
+    return report.fmt(v)
 
 
 def table(mode, n, per, args):
@@ -879,16 +805,13 @@ def table(mode, n, per, args):
 
 def header(res):
     m, s = res["machine"], res["settings"]
-    load = ", ".join(f"{x:.2f}" for x in m["load_average_at_start"])
     smoke = ", SMOKE RUN: not a measurement" if res["smoke"] else ""
-    return "\n".join([
-        f"## Hundreds of pools: fpmd vs php-fpm ({res['date']}{smoke})",
-        "",
-        f"Machine: {m['nproc']} CPUs ({m['cpu_model']}), {m['memory_mib']} MiB, Linux {m['kernel']}, "
-        f"{m['os']}; {m['php_cgi']}; {m['php_fpm']}; {m['fpmd']} (repo {m['fpmd_git']}, binary "
-        f"{res['fpmd_binary']['source']}, built {res['fpmd_binary']['mtime']}, sha256 "
-        f"{res['fpmd_binary']['sha256'][:12]}). Load average at start: {load}.",
-        "",
+    return report.header(
+        f"Hundreds of pools: fpmd vs php-fpm ({res['date']}{smoke})",
+        m,
+        f"; {m['php_cgi']}; {m['php_fpm']}; {m['fpmd']} (repo {m['fpmd_git']}, "
+        f"binary {res['fpmd_binary']['source']}, built {res['fpmd_binary']['mtime']}, "
+        f"sha256 {res['fpmd_binary']['sha256'][:12]})",
         f"Setup: each backend alone, started fresh for every (mode, N), same N pools: www-data, "
         f"one unix socket each (0660), pm.max_children {MAX_CHILDREN}, pm.max_requests 0, one "
         f"php_admin_value[user_agent] per pool (the script prints it). Requests: one at a time, "
@@ -898,9 +821,7 @@ def header(res):
         f"php-fpm SIGUSR2, fpmd {s['fpmd_reload']}; timed until that pool answers with it, polling "
         f"its socket. Memory: manager = fpmd / the php-fpm master alone; total = PSS of the manager "
         f"and every descendant. fpmd spawn: {s['fpmd_spawn']} (\"parents\": its per-pool php-cgi "
-        f"parents, not counted as php processes). {s['rlimit_note']}",
-        "",
-    ])
+        f"parents, not counted as php processes). {s['rlimit_note']}")
 
 
 # ---------------------------------------------------------------------------
@@ -1004,10 +925,7 @@ def parse_args(argv):
     p.add_argument("--out", help="JSON output (default bench/results/scale.json)")
     p.add_argument("--chart", metavar="PNG", help="chart (default bench/results/scale.png)")
     p.add_argument("--markdown", help="also write the tables to this file")
-    p.add_argument("--fpmd", default=os.path.join(REPO, "target", "release", "fpmd"),
-                   help="copied into the temp dir first, so a rebuild during the run changes nothing")
-    p.add_argument("--php-fpm", help="default: /usr/sbin/php-fpmX.Y of php-cgi's PHP version")
-    p.add_argument("--keep-tmp", action="store_true", help="keep the temp dir (configs, logs)")
+    servers.common_options(p, nginx=False)
     a = p.parse_args(argv)
     given = set(x.split("=")[0] for x in argv)
     if a.smoke:
@@ -1030,21 +948,12 @@ def parse_args(argv):
     if a.idle_timeout < 1 or a.idle_margin < 0:
         p.error("--idle-timeout: at least 1 s; --idle-margin: at least 0")
     if not a.php_fpm:
-        a.php_fpm = f"/usr/sbin/php-fpm{B.php_version('php-cgi') or '8.2'}"
+        a.php_fpm = servers.default_php_fpm()
     return a
 
 
 def preflight(args):
-    if os.geteuid() != 0:
-        raise B.BenchError("run as root: the pools run as www-data and php-fpm needs -R")
-    for path, what in ((args.fpmd, "fpmd (cargo build --release)"), (args.php_fpm, "php-fpm8.2")):
-        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
-            raise B.BenchError(f"{path} not found: install {what} (make bench-scale does)")
-    if not shutil.which("php-cgi"):
-        raise B.BenchError("php-cgi not found on PATH (apt-get install php-cgi)")
-    cgi, fpm = B.php_version("php-cgi"), B.php_version(args.php_fpm)
-    if cgi != fpm:
-        raise B.BenchError(f"php-cgi is PHP {cgi} but {args.php_fpm} is PHP {fpm}")
+    servers.preflight(args, "make bench-scale")
 
 
 def raise_limits():
@@ -1069,16 +978,8 @@ def lim_text(v):
 
 def main(argv):
     args = parse_args(argv)
-    try:
-        preflight(args)
-    except B.BenchError as e:
-        print(f"bench-scale: {e}", file=sys.stderr)
+    if not tree.ready("bench-scale", preflight, args):
         return 2
-
-    def on_signal(signum, _frame):
-        raise B.Interrupted(signal.Signals(signum).name)
-    for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-        signal.signal(s, on_signal)
 
     limits = raise_limits()
     rlimit_note = ("Limits given to both managers (soft raised to hard by the bench, inherited): "
@@ -1086,11 +987,11 @@ def main(argv):
                                f"{lim_text(v['before'][0])})" for k, v in limits.items()) + ".")
     log(rlimit_note)
 
-    problems, results, warnings = [], {}, {}
-    started = time.time()
-    date = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
-    tmp = tempfile.mkdtemp(prefix="fpmd-bench-scale.")
-    interrupted = False
+    results, warnings = {}, {}
+    # The backends are stopped by run_all, each after its run; the clean-up
+    # kills what still runs from the temp dir, one problem each.
+    run = tree.Run("fpmd-bench-scale.", log, strays_one_by_one=True)
+    problems, tmp = run.problems, run.tmp
     smoke_dir = None
     if args.smoke and not args.out:
         smoke_dir = tempfile.mkdtemp(prefix="fpmd-bench-scale-smoke.")
@@ -1099,55 +1000,16 @@ def main(argv):
     chart = args.chart or (os.path.join(smoke_dir, "scale.png") if smoke_dir else
                            os.path.join(HERE, "results", "scale.png"))
     binfo = None
-    try:
-        os.chmod(tmp, 0o755)
-        www = os.path.join(tmp, "www")
-        os.makedirs(www)
-        os.chmod(www, 0o755)
-        with open(os.path.join(www, "scale.php"), "w") as f:
-            f.write(SCALE_PHP)
-        os.chmod(os.path.join(www, "scale.php"), 0o644)
-        bindir = os.path.join(tmp, "bin")
-        os.makedirs(bindir)
-        os.chmod(bindir, 0o755)
-        args.fpmd_copy = os.path.join(bindir, "fpmd")
-        shutil.copy2(args.fpmd, args.fpmd_copy)
-        with open(args.fpmd_copy, "rb") as f:
-            digest = hashlib.sha256(f.read()).hexdigest()
-        binfo = {"source": args.fpmd, "sha256": digest,
-                 "mtime": datetime.datetime.fromtimestamp(os.path.getmtime(args.fpmd)).astimezone()
-                 .isoformat(timespec="seconds")}
+    with run:
+        www, _ = tree.www_dir(tmp, files=[("scale.php", SCALE_PHP)])
+        args.fpmd_copy, binfo = tree.copy_fpmd(args.fpmd, tmp)
         log(f"temp dir {tmp}")
         run_all(args, tmp, www, problems, results, warnings)
-    except B.Interrupted as e:
-        interrupted = True
-        problems.append(f"interrupted ({e})")
-        log(f"interrupted ({e}), cleaning up")
-    except B.BenchError as e:
-        problems.append(str(e))
-        log(f"error: {e}")
-    except Exception as e:  # a bug here: still clean up, still fail
-        import traceback
-        traceback.print_exc()
-        problems.append(f"internal error: {e!r}")
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        for line in stray(tmp):
-            problems.append(f"still running after cleanup (killed): {line}")
 
     if results and binfo:
-        machine = B.machine_info(types.SimpleNamespace(php_fpm=args.php_fpm, nginx="/usr/sbin/nginx",
-                                                       wrk="/nonexistent/wrk", fpmd=args.fpmd))
-        for k in ("wrk", "nginx"):
-            machine.pop(k, None)
-        res = {
-            "schema": 1,
-            "date": date,
-            "command": " ".join([os.path.relpath(sys.argv[0], REPO)] + sys.argv[1:]),
-            "smoke": args.smoke,
-            "machine": machine,
-            "fpmd_binary": binfo,
+        res = report.head(run.date, report.machine_info(args.php_fpm, args.fpmd),
+                          smoke=args.smoke, fpmd_binary=binfo)
+        res.update({
             "settings": {
                 "pools": args.pools, "modes": args.modes, "max_children": MAX_CHILDREN,
                 "max_requests": 0, "idle_timeout_s": args.idle_timeout,
@@ -1167,60 +1029,29 @@ def main(argv):
             "log_warnings": warnings,
             "problems": problems,
             "ok": not problems,
-            "elapsed_s": round(time.time() - started, 1),
-        }
+            "elapsed_s": run.elapsed_s(),
+        })
         text = header(res) + "\n" + "\n\n".join(
             table(mode, int(n), per, args) for mode, byn in results.items() for n, per in byn.items())
         res["markdown"] = text
-        if interrupted:
-            log(f"interrupted: {out} not written")
-        else:
-            B.write_json(out, res)
-            log(f"wrote {out}")
+        if report.save(res, out, run.interrupted, log):
             draw_chart(res, chart, problems)
-        if args.markdown:
-            with open(args.markdown, "w") as f:
-                f.write(text + "\n")
-        print(text)
-        print()
-        B.print_list("Warnings in the backends' logs (mode-N, backend: count × message):",
-                     B.grouped_warnings(warnings))
-        B.print_list("PROBLEMS (the run failed):", problems)
+        report.show(text, args.markdown)
+        report.print_list("Warnings in the backends' logs (mode-N, backend: count × message):",
+                          report.grouped_warnings(warnings))
+        report.print_list("PROBLEMS (the run failed):", problems)
 
     if problems:
-        for d in sorted(os.listdir(tmp)) if os.path.isdir(tmp) else []:
-            for name in ("php-fpm", "fpmd"):
-                for f in ("php-fpm.log", "fpmd.log", "stdout.log"):
-                    path = os.path.join(tmp, d, name, f)
-                    if os.path.exists(path) and os.path.getsize(path):
-                        log(f"--- {path} (last lines)")
-                        for line in B.tail(path, 8):
-                            print("    " + B.ANSI.sub("", line), file=sys.stderr)
-    if args.keep_tmp:
-        log(f"temp dir kept: {tmp}")
-    else:
-        shutil.rmtree(tmp, ignore_errors=True)
+        procs.show_tails([os.path.join(tmp, d, name, f)
+                          for d in (sorted(os.listdir(tmp)) if os.path.isdir(tmp) else [])
+                          for name in ("php-fpm", "fpmd")
+                          for f in ("php-fpm.log", "fpmd.log", "stdout.log")], log, 8)
+    run.remove_tmp(args.keep_tmp)
     if smoke_dir and not problems:
         shutil.rmtree(smoke_dir, ignore_errors=True)
     elif smoke_dir:
         log(f"smoke result and chart kept in {smoke_dir}")
-    if problems:
-        print("FAILED:", file=sys.stderr)
-        for p in problems:
-            print("  - " + p, file=sys.stderr)
-        return 1
-    return 0
-
-
-def stray(tmp):
-    """bench.py's stray_processes, killed."""
-    out = B.stray_processes(tmp)
-    for line in out:
-        try:
-            os.kill(int(line.split()[0]), signal.SIGKILL)
-        except (ProcessLookupError, ValueError):
-            pass
-    return out
+    return run.exit_status()
 
 
 if __name__ == "__main__":

@@ -362,6 +362,8 @@ impl Supervisor {
 
     /// Puts `n` slots of `leader` into dispatch.
     pub(super) fn add_slots(&mut self, leader: &Pending, prefork: bool, n: u32) {
+        // A php-cgi came up: a later failure to start is a new episode.
+        self.start_failure_said = false;
         for _ in 0..n {
             let pid = (!prefork).then_some(leader.leader);
             let slot = self
@@ -516,7 +518,8 @@ impl Supervisor {
         }
         let waiting = t.waiters.len();
         t.waiters.clear();
-        if t.unstartable.is_none() {
+        if !self.start_failure_said {
+            self.start_failure_said = true;
             error!(pool = %self.pool.name, "php-cgi cannot start ({why}): requests are answered 503 until one starts ({waiting} waiting now)");
         }
         t.unstartable = Some(why.into());

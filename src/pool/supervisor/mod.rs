@@ -103,6 +103,9 @@ struct Supervisor {
     warm_wait: bool,
     /// The permit, while [`Supervisor::fill`] uses it.
     warm_permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// php-cgi's failure to start was logged, since the last child that
+    /// started ([`Supervisor::cannot_start`]: once per episode).
+    start_failure_said: bool,
 }
 
 /// Starts a pool's supervisor, which spawns the pool's first generation.
@@ -133,6 +136,7 @@ pub fn start_pool(
         stopped: HashMap::new(),
         warm_wait: false,
         warm_permit: None,
+        start_failure_said: false,
         pool: pool.clone(),
         spawner,
         runtime_dir: runtime_dir.to_path_buf(),

@@ -1054,6 +1054,10 @@ fn a_pool_whose_php_cgi_cannot_start_answers_503_at_once() {
         assert!(took < Duration::from_secs(2), "the 503 took {took:?}");
         assert_eq!(get(&good.url("/pid.php")).status, 200);
     }
+    // Several tries of the back-off, one episode.
+    wait_for(LONG, "three tries to start php-cgi", || {
+        fpmd.log().matches("after start (").count() >= 3
+    });
     let errors = fpmd
         .log()
         .lines()

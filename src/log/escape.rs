@@ -133,6 +133,12 @@ pub(crate) fn write_escaped<W: fmt::Write + ?Sized>(
 mod tests {
     use super::*;
 
+    #[test]
+    fn fields_are_text() {
+        assert_eq!(field(b"/index.php?a=1").to_string(), "/index.php?a=1");
+        assert_eq!(field(b"caf\xc3\xa9 \xff").to_string(), "caf\u{e9} \u{fffd}");
+    }
+
     fn esc(b: &[u8]) -> String {
         escape(b).to_string()
     }

@@ -10,5 +10,6 @@ pub mod access_log;
 pub mod board;
 pub mod metrics;
 pub mod reopen;
+pub mod slowlog;
 pub mod status;
 pub mod top;

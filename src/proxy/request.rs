@@ -161,6 +161,18 @@ pub struct Edit {
 }
 
 impl Request {
+    /// The request's script path as php-fpm matches it against
+    /// `pm.status_path`, `ping.path` and `access.suppress_path` (and as
+    /// `%r` logs it): `SCRIPT_NAME`, else the path of `REQUEST_URI`.
+    pub fn script_path(&self) -> &[u8] {
+        match self.param(b"SCRIPT_NAME") {
+            Some(s) if !s.is_empty() => s,
+            _ => {
+                let uri = self.param(b"REQUEST_URI").unwrap_or_default();
+                uri.split(|b| *b == b'?').next().unwrap_or_default()
+            }
+        }
+    }
     /// Starts a request: the child-bound BEGIN_REQUEST (role RESPONDER,
     /// `FCGI_KEEP_CONN` set whatever the web server asked: the child's
     /// connection is fpmd's) goes first into `head`, a buffer reused from

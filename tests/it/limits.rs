@@ -1065,3 +1065,46 @@ fn a_pool_whose_php_cgi_cannot_start_answers_503_at_once() {
         .count();
     assert_eq!(errors, 1, "said once per episode:\n{}", fpmd.log());
 }
+
+/// A child killed once it was ready (by an admin, the OOM killer) within a
+/// second of its start is not a php-cgi that cannot start: the request
+/// after it waits for its replacement, as under php-fpm, instead of getting
+/// the 503 meant for a php-cgi that never gets ready. Found by CI: a pool
+/// whose only ready child was killed answered 503 while its replacement
+/// started.
+#[test]
+fn a_ready_child_killed_soon_after_its_start_is_replaced_while_requests_wait() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let s = Stack::start(Pool::www().max_children(1).line("pm.spawn = \"exec\""));
+    let mut quick_deaths = 0;
+    for round in 0..10 {
+        let r = get(&s.url("/pid.php"));
+        assert_eq!(r.status, 200, "round {round}: {}", r.text());
+        let victim = pid_of(&r.text());
+        kill(Pid::from_raw(victim), Signal::SIGKILL).unwrap();
+        wait_for(LONG, "the killed child to be gone", || {
+            !procs::alive(victim)
+        });
+        let r = get(&s.url("/pid.php"));
+        assert_eq!(
+            r.status,
+            200,
+            "round {round}, the request after killing the ready child {victim}: {}\n{}",
+            r.text(),
+            s.fpmd.log()
+        );
+        assert!(
+            !s.fpmd.log().contains("php-cgi cannot start"),
+            "{}",
+            s.fpmd.log()
+        );
+        // Killed within a second of its start (the case this test is for):
+        // the log says "child died … s after start (N in a row)".
+        quick_deaths = s.fpmd.log().matches("after start (").count();
+        if quick_deaths >= 3 {
+            break;
+        }
+    }
+    eprintln!("children killed within a second of their start: {quick_deaths}");
+}

@@ -418,6 +418,9 @@ impl Supervisor {
             t.child_died(exit.pid, None);
             t.forget_leader(exit.pid);
         }
+        // Still starting: it died before its PHP start-up was over (before
+        // it waited in accept(), or before a pre-fork parent forked).
+        let never_ready = self.children.pending.iter().any(|p| p.leader == exit.pid);
         self.children.pending.retain(|p| p.leader != exit.pid);
         let why = child.stop.unwrap_or(StopReason::Died);
         if child.prefork {
@@ -479,11 +482,16 @@ impl Supervisor {
             self.note_crash().await;
         }
         if child.stop.is_none() && lived < QUICK_DEATH {
-            self.cannot_start(format!(
-                "{} {:.3} s after it started",
-                exit.kind,
-                lived.as_secs_f64()
-            ));
+            // Only a php-cgi that never got ready says it cannot start; one
+            // killed once it was ready (by an admin, the OOM killer) is
+            // replaced while requests wait for it, as php-fpm's would.
+            if never_ready {
+                self.cannot_start(format!(
+                    "{} {:.3} s after it started",
+                    exit.kind,
+                    lived.as_secs_f64()
+                ));
+            }
             if self.respawn_at.is_some() {
                 // Another child of the same round of spawns: the back-off
                 // step is already counted and announced.
@@ -509,7 +517,9 @@ impl Supervisor {
     /// instead of waiting for a child that may never come, until one
     /// starts. Said once per episode, at error level.
     pub(super) fn cannot_start(&mut self, why: String) {
-        if self.gens.target() != self.current() {
+        let current = self.current();
+        if self.gens.target() != current || self.children.pending.iter().any(|p| p.gen == current) {
+            // A reload is under way, or another php-cgi is still starting.
             return;
         }
         let mut t = self.pool.table.lock().unwrap();

@@ -11,8 +11,6 @@ use nix::sys::signal::Signal;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-const LONG: Duration = Duration::from_secs(30);
-
 fn read(p: &Path) -> String {
     String::from_utf8_lossy(&std::fs::read(p).unwrap_or_default()).into_owned()
 }

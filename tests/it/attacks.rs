@@ -14,7 +14,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-const LONG: Duration = Duration::from_secs(60);
+/// Twice [`LONG`]: what these tests wait for happens while a script
+/// attacks its own pool (fork bombs, runaway memory, killed or stopped
+/// parents) and the bystander pool's request loop runs alongside.
+const LONGER: Duration = Duration::from_secs(60);
 
 /// The attacked pool `a` (nginx `na`) and a bystander pool `b` (nginx
 /// `nb`), whose request loop runs for the whole test.
@@ -50,7 +53,7 @@ impl Arena {
         let fpmd = Fpmd::start(&dir, cfg);
         // Every child of both pools is up before the attack (a script that
         // counts its siblings must find them all).
-        fpmd.wait_workers(5, LONG);
+        fpmd.wait_workers(5, LONGER);
         let a = Nginx::start(
             &dir,
             NginxOpts::default().upstream(fpmd.upstream(0)).name("na"),
@@ -89,7 +92,7 @@ impl Arena {
             })
         };
         arena.loop_b = Some(Bystander { stop, ok, thread });
-        wait_for(LONG, "the bystander pool's loop to get going", || {
+        wait_for(LONGER, "the bystander pool's loop to get going", || {
             arena.loop_b.as_ref().unwrap().ok.load(Ordering::Relaxed) >= 5
         });
         arena
@@ -97,7 +100,7 @@ impl Arena {
 
     /// GET on pool `a`: status (0: no response within 60 s) and body.
     fn get_a(&self, path: &str) -> (u16, String) {
-        let agent = agent_with_timeout(LONG);
+        let agent = agent_with_timeout(LONGER);
         match try_get_with(&agent, &self.a.url(path)) {
             Ok(r) => (r.status, r.text()),
             Err(e) => (0, e),
@@ -107,7 +110,7 @@ impl Arena {
     /// Pool `a` answers 200 again (a few requests in a row, so that every
     /// child slot was tried).
     fn wait_a_recovers(&self) {
-        wait_for(LONG, "pool a to serve 200 again", || {
+        wait_for(LONGER, "pool a to serve 200 again", || {
             (0..6).all(|_| self.get_a("/pid.php").0 == 200)
         });
     }
@@ -117,7 +120,7 @@ impl Arena {
         let b = self.loop_b.take().expect("bystander loop");
         // A few more requests after the attack, too.
         let base = b.ok.load(Ordering::Relaxed);
-        wait_for(LONG, "the bystander pool's loop to go on", || {
+        wait_for(LONGER, "the bystander pool's loop to go on", || {
             b.ok.load(Ordering::Relaxed) >= base + 5
         });
         b.stop.store(true, Ordering::Relaxed);
@@ -330,8 +333,8 @@ fn setsid_grandchild_does_not_outlive_fpmd_stop() {
     }
     let offset = s.fpmd.log_len();
     s.fpmd.signal(nix::sys::signal::Signal::SIGTERM);
-    assert!(s.fpmd.wait_exit(LONG).is_some(), "fpmd did not stop");
-    wait_for(LONG, "the setsid() grandchild to be gone", || {
+    assert!(s.fpmd.wait_exit(LONGER).is_some(), "fpmd did not stop");
+    wait_for(LONGER, "the setsid() grandchild to be gone", || {
         !procs::alive(grandchild)
     });
     let log = s.fpmd.log_since(offset);
@@ -366,7 +369,7 @@ fn setsid_grandchild_dies_with_its_pool_removed_by_reload() {
         .rewrite(&FpmdConfig::new().pool(Pool::new("b").max_children(2)));
     s.fpmd.reload_ok();
     wait_for(
-        LONG,
+        LONGER,
         "the removed pool's setsid() grandchild to be gone",
         || !procs::alive(grandchild),
     );
@@ -382,7 +385,7 @@ fn memory_max_kills_a_runaway_script_and_the_pool_recovers() {
         status == 502 || status == 500 || status == 0,
         "the runaway script got {status} {body}"
     );
-    wait_for(LONG, "the OOM kill to be logged", || {
+    wait_for(LONGER, "the OOM kill to be logged", || {
         s.fpmd
             .log_since(offset)
             .contains("killed by the pool's cgroup memory limit (cgroup.memory_max = 256M)")
@@ -415,7 +418,7 @@ fn pids_max_contains_a_fork_bomb() {
     s.wait_a_recovers();
     s.assert_bystander_unharmed();
     // The forks are gone after the request (they lived 1.5 s).
-    wait_for(LONG, "the forks to be gone", || {
+    wait_for(LONGER, "the forks to be gone", || {
         let php = procs::tagged_php(&s.dir.tag()).len();
         // a: 3 children (+ the pre-fork parent), b: 2 (+ parent).
         php <= if prefork() { 7 } else { 5 }
@@ -429,7 +432,7 @@ fn kill_parent(sig: &str) {
     let offset = s.fpmd.log_len();
     let (_status, body) = s.get_a(&format!("/kill_parent.php?sig={sig}"));
     if prefork() {
-        wait_for(LONG, "the parent's death to be logged", || {
+        wait_for(LONGER, "the parent's death to be logged", || {
             s.fpmd
                 .log_lines_since(offset)
                 .iter()
@@ -490,7 +493,7 @@ fn script_kills_its_siblings() {
     let (status, body) = s.get_a("/kill_siblings.php");
     assert_eq!(status, 200, "{body}");
     assert_eq!(body, "killed 2", "the two other children of pool a");
-    wait_for(LONG, "the siblings' deaths to be logged", || {
+    wait_for(LONGER, "the siblings' deaths to be logged", || {
         s.fpmd
             .log_lines_since(offset)
             .iter()
@@ -517,7 +520,7 @@ fn script_stops_its_parent() {
     // A stopped parent replaces no child: the siblings die too.
     let (status, body) = s.get_a("/kill_siblings.php");
     assert_eq!(status, 200, "{body}");
-    wait_for(LONG, "the stopped parent to be found and killed", || {
+    wait_for(LONGER, "the stopped parent to be found and killed", || {
         s.fpmd
             .log_lines_since(offset)
             .iter()
@@ -525,7 +528,7 @@ fn script_stops_its_parent() {
     });
     // A new parent forks all three children again: three requests held
     // at once are served by three pids.
-    wait_for(LONG, "pool a to have three children again", || {
+    wait_for(LONGER, "pool a to have three children again", || {
         let url = s.a.url("/sleep.php?ms=500");
         let out = crate::harness::http::concurrent(3, 1, move |a, _, _| try_get_with(a, &url));
         let pids: std::collections::BTreeSet<String> = out
@@ -549,7 +552,7 @@ fn stop_self(lines: &[&str]) {
     );
     // Killed by whichever comes first: the stopped-process check or
     // request_terminate_timeout; logged with pool and pid either way.
-    wait_for(LONG, "the stopped child's end to be logged", || {
+    wait_for(LONGER, "the stopped child's end to be logged", || {
         s.fpmd.log_lines_since(offset).iter().any(|l| {
             l.contains("pool=a")
                 && l.contains("pid=")
@@ -575,7 +578,7 @@ fn closing_stdout_and_stdin_closes_copies_only() {
     let mut s = Arena::start(&["catch_workers_output = true"]);
     let (status, body) = s.get_a("/close_fds.php");
     assert_eq!((status, body.as_str()), (200, "fd refused, still open"));
-    wait_for(LONG, "fd 1's text in fpmd's log", || {
+    wait_for(LONGER, "fd 1's text in fpmd's log", || {
         s.fpmd.log().contains("garbage on fd 1")
     });
     s.wait_a_recovers();
@@ -601,7 +604,7 @@ fn forked_copy_that_ends_its_request_does_not_confuse_the_pool() {
     }
     s.wait_a_recovers();
     s.assert_bystander_unharmed();
-    wait_for(LONG, "no php-cgi but the pools' own", || {
+    wait_for(LONGER, "no php-cgi but the pools' own", || {
         procs::tagged_php(&s.dir.tag()).len() <= if prefork() { 7 } else { 5 }
     });
     // The copy is killed when its parent's request ends (or, had it
@@ -720,7 +723,7 @@ fn cgroup_limits_change_live_on_reload_and_the_cgroup_goes_with_its_pool() {
     s.fpmd
         .rewrite(&FpmdConfig::new().pool(Pool::new("b").max_children(2)));
     s.fpmd.reload_ok();
-    wait_for(LONG, "pool a's cgroup to be removed", || {
+    wait_for(LONGER, "pool a's cgroup to be removed", || {
         dirs.iter().all(|d| !d.exists())
     });
     s.assert_bystander_unharmed();

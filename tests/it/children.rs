@@ -13,8 +13,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const LONG: Duration = Duration::from_secs(30);
-
 fn pid_of(body: &str) -> i32 {
     body.split_whitespace()
         .next()

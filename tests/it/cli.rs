@@ -6,9 +6,6 @@ use crate::harness::fpmd::{run_fpmd, CliRun};
 use crate::harness::*;
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
-
-const LONG: Duration = Duration::from_secs(30);
 
 /// `fpmd ARGS` in the test dir.
 fn fpmd(t: &TestDir, args: &[&str]) -> CliRun {

@@ -23,9 +23,8 @@ use crate::harness::*;
 use nix::sys::signal::Signal;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-const LONG: Duration = Duration::from_secs(30);
 const PORT: u16 = 9000;
 /// Client threads of the load.
 const CLIENTS: usize = 16;

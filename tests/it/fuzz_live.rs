@@ -52,7 +52,6 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
-const LONG: Duration = Duration::from_secs(30);
 const CHILDREN: usize = 4;
 const LISTENERS: [&str; 2] = ["unix", "tcp"];
 const GOOD_THREADS: usize = 3;

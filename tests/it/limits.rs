@@ -15,7 +15,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-const LONG: Duration = Duration::from_secs(30);
 const MIB: u64 = 1 << 20;
 
 fn pid_of(body: &str) -> i32 {

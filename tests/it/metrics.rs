@@ -11,7 +11,6 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-const LONG: Duration = Duration::from_secs(30);
 const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 fn metrics_line(port: u16) -> String {

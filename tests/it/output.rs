@@ -7,7 +7,6 @@
 use crate::harness::*;
 use std::time::{Duration, SystemTime};
 
-const LONG: Duration = Duration::from_secs(30);
 const MIB: usize = 1 << 20;
 
 /// "ok PID …" → PID.

@@ -7,9 +7,6 @@ use crate::harness::phpfpm::{PhpFpm, PhpFpmOpts};
 use crate::harness::*;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use std::time::Duration;
-
-const LONG: Duration = Duration::from_secs(30);
 
 /// A php-fpm log line with what differs between runs masked: the time
 /// stamp (`[T]`), the pool's name (`[pool P]`), every number (`N`).

@@ -22,7 +22,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
-const LONG: Duration = Duration::from_secs(60);
+/// Twice [`LONG`], as long as [`Fpmd::reload`] waits for a reload to end:
+/// the reloads, upgrades and new generations of children here run under
+/// load, some with a php-cgi that takes 300 ms to start.
+const LONGER: Duration = Duration::from_secs(60);
 const EX_CONFIG: i32 = 78;
 
 // ---------------------------------------------------------------------------
@@ -51,7 +54,7 @@ fn control_socket(dir: &TestDir) -> String {
 /// var_export's quotes).
 fn ini(nginx: &Nginx, name: &str) -> Result<String, String> {
     let r = try_get_with(
-        &agent_with_timeout(LONG),
+        &agent_with_timeout(LONGER),
         &nginx.url(&format!("/ini.php?name={name}")),
     )?;
     if r.status != 200 {
@@ -371,12 +374,12 @@ fn run_for(fpmd: &mut Fpmd, period: Duration) {
 /// `want`; waits (generously) for older generations to go.
 fn wait_only_generation(fpmd: &Fpmd, want: &str, what: &str) {
     let mut last = Vec::new();
-    if !wait_until(LONG, || {
+    if !wait_until(LONGER, || {
         last = php_cgi_generations(fpmd.tag());
         !last.is_empty() && last.iter().all(|(_, m)| m.as_deref() == Some(want))
     }) {
         panic!(
-            "{what}: php-cgi processes of older generations left after {LONG:?} (want only memory_limit={want}): {last:?}\n{}",
+            "{what}: php-cgi processes of older generations left after {LONGER:?} (want only memory_limit={want}): {last:?}\n{}",
             procs::describe(&procs::descendants(fpmd.pid()))
         );
     }
@@ -393,7 +396,7 @@ fn wait_only_generation(fpmd: &Fpmd, want: &str, what: &str) {
 fn reloads_under_load_lose_no_request_and_apply_at_once() {
     let cfg = |limit: &str| FpmdConfig::new().pool(pool("www", limit));
     let mut s = Stack::start_with(cfg("64M"), NginxOpts::default().keepalive());
-    s.fpmd.wait_workers(4, LONG);
+    s.fpmd.wait_workers(4, LONGER);
     let load = Load::start(20, s.url("/sleep.php?ms=50"), Duration::ZERO);
     let t0 = load.started;
     // 1 s of warm-up, then 4 s of load without reloads: the baseline.
@@ -406,7 +409,7 @@ fn reloads_under_load_lose_no_request_and_apply_at_once() {
         s.fpmd.rewrite(&cfg(&limit));
         let line = s.fpmd.reload_ok();
         let reloaded = t_signal.elapsed();
-        let served = wait_memory_limit(&s.nginx, &limit, LONG);
+        let served = wait_memory_limit(&s.nginx, &limit, LONGER);
         eprintln!(
             "reload {i} (memory_limit {limit}): done {reloaded:?} after SIGUSR2, served {served:?} after that: {line}"
         );
@@ -471,9 +474,9 @@ fn reloads_under_load_lose_no_request_and_apply_at_once() {
 fn request_in_flight_across_a_reload_gets_its_full_sleep_and_body() {
     let cfg = |limit: &str| FpmdConfig::new().pool(pool("www", limit));
     let mut s = Stack::start_with(cfg("64M"), NginxOpts::default());
-    let old: BTreeSet<i32> = s.fpmd.wait_workers(4, LONG).into_iter().collect();
+    let old: BTreeSet<i32> = s.fpmd.wait_workers(4, LONGER).into_iter().collect();
     let long = get_async(s.url("/usleep.php?ms=10000&kb=256&mark=long"));
-    wait_for(LONG, "the 10 s request running in PHP", || {
+    wait_for(LONGER, "the 10 s request running in PHP", || {
         s.dir.mark("long").is_some()
     });
     let victim = marked_pid(&s.dir, "long");
@@ -498,11 +501,11 @@ fn request_in_flight_across_a_reload_gets_its_full_sleep_and_body() {
     let (pid, slept) = check_usleep(&r, 10_000, 256, "the request across the reload");
     eprintln!("the long request: 200 after {took:?}, slept {slept} µs in child {pid}");
     assert_eq!(pid, victim);
-    wait_for(LONG, "the old child to exit after its request", || {
+    wait_for(LONGER, "the old child to exit after its request", || {
         !procs::alive(victim)
     });
     wait_only_generation(&s.fpmd, "96M", "after the long request");
-    let now = s.fpmd.wait_workers(4, LONG);
+    let now = s.fpmd.wait_workers(4, LONGER);
     assert!(now.iter().all(|p| !old.contains(p)), "{now:?} vs {old:?}");
 }
 
@@ -527,7 +530,7 @@ fn reload_changing_one_pool_leaves_the_other_pools_children_and_socket() {
             .upstream(fpmd.upstream(1))
             .name("nginx-b"),
     );
-    wait_for(LONG, "4 workers in each pool", || {
+    wait_for(LONGER, "4 workers in each pool", || {
         pool_workers(&fpmd, "a").len() == 4 && pool_workers(&fpmd, "b").len() == 4
     });
     let (a_before, b_before) = (pool_workers(&fpmd, "a"), pool_workers(&fpmd, "b"));
@@ -541,7 +544,7 @@ fn reload_changing_one_pool_leaves_the_other_pools_children_and_socket() {
     eprintln!("{line}");
     assert_eq!(memory_limit(&na), "96M");
     assert_eq!(memory_limit(&nb), "64M");
-    wait_for(LONG, "pool a's children all replaced", || {
+    wait_for(LONGER, "pool a's children all replaced", || {
         let w = pool_workers(&fpmd, "a");
         w.len() == 4 && w.iter().all(|p| !a_before.contains(p))
     });
@@ -654,7 +657,7 @@ fn unchanged(s: &mut Stack, before: &[i32], what: &str, problems: &mut Vec<Strin
 #[test]
 fn invalid_reload_by_signal_changes_nothing_and_is_logged_with_file_and_line() {
     let mut s = Stack::start(pool("www", "64M"));
-    let before = s.fpmd.wait_workers(4, LONG);
+    let before = s.fpmd.wait_workers(4, LONGER);
     let mut problems = Vec::new();
     for bad in bad_configs(&s.dir, &[]) {
         s.fpmd.rewrite(&bad.cfg);
@@ -705,7 +708,7 @@ fn invalid_reload_by_command_exits_78_naming_the_problem() {
     let fpmd = Fpmd::start(&dir, cfg);
     let nginx = Nginx::start(&dir, NginxOpts::default().upstream(fpmd.upstream(0)));
     let mut s = Stack { nginx, fpmd, dir };
-    let before = s.fpmd.wait_workers(4, LONG);
+    let before = s.fpmd.wait_workers(4, LONGER);
     let mut problems = Vec::new();
     for bad in bad_configs(&s.dir, &globals) {
         s.fpmd.rewrite(&bad.cfg);
@@ -751,7 +754,7 @@ fn reload_to_a_php_cgi_that_dies(script: &str) {
     let fpmd = Fpmd::start(&dir, FpmdConfig::new().pool(pool("www", "64M")));
     let nginx = Nginx::start(&dir, NginxOpts::default().upstream(fpmd.upstream(0)));
     let mut s = Stack { nginx, fpmd, dir };
-    let before = s.fpmd.wait_workers(4, LONG);
+    let before = s.fpmd.wait_workers(4, LONGER);
     let load = light_load(&s);
     let t0 = load.started;
     s.fpmd
@@ -788,7 +791,7 @@ fn reload_after_a_failed_generation_tries_it_again() {
     let fpmd = Fpmd::start(&dir, FpmdConfig::new().pool(pool("www", "64M")));
     let nginx = Nginx::start(&dir, NginxOpts::default().upstream(fpmd.upstream(0)));
     let mut s = Stack { nginx, fpmd, dir };
-    s.fpmd.wait_workers(4, LONG);
+    s.fpmd.wait_workers(4, LONGER);
     s.fpmd
         .rewrite(&FpmdConfig::new().pool(pool("www", "96M").php_cgi(&php)));
     let line = s.fpmd.reload();
@@ -801,7 +804,7 @@ fn reload_after_a_failed_generation_tries_it_again() {
         line.contains("reload done") && line.contains("new children"),
         "{line}"
     );
-    wait_for(LONG, "the new generation to serve", || {
+    wait_for(LONGER, "the new generation to serve", || {
         memory_limit(&s.nginx) == "96M"
     });
 }
@@ -840,7 +843,7 @@ fn after_burst(s: &mut Stack, load: Load, last: Instant, want: &str) {
         "the pid file does not name fpmd"
     );
     wait_only_generation(&s.fpmd, want, "after the burst");
-    let w = s.fpmd.wait_workers(4, LONG);
+    let w = s.fpmd.wait_workers(4, LONGER);
     wait_only_generation(&s.fpmd, want, "after the burst");
     assert_eq!(memory_limit(&s.nginx), want);
     // Light load goes on for 2 s more.
@@ -902,7 +905,7 @@ fn after_burst(s: &mut Stack, load: Load, last: Instant, want: &str) {
 fn twenty_reloads_50ms_apart_end_with_the_last_configuration() {
     let cfg = |limit: &str| FpmdConfig::new().pool(pool("www", limit));
     let mut s = Stack::start_with(cfg("64M"), NginxOpts::default());
-    s.fpmd.wait_workers(4, LONG);
+    s.fpmd.wait_workers(4, LONGER);
     let load = light_load(&s);
     run_for(&mut s.fpmd, Duration::from_millis(500));
     let mut last = Instant::now();
@@ -928,7 +931,7 @@ fn c02_back_to_back_sigusr2_leave_the_master_alive_with_4_new_workers() {
     let fpmd = Fpmd::start(&dir, FpmdConfig::new().pool(pool("www", "64M")));
     let nginx = Nginx::start(&dir, NginxOpts::default().upstream(fpmd.upstream(0)));
     let mut s = Stack { nginx, fpmd, dir };
-    s.fpmd.wait_workers(4, LONG);
+    s.fpmd.wait_workers(4, LONGER);
     let load = light_load(&s);
     run_for(&mut s.fpmd, Duration::from_millis(500));
     s.fpmd
@@ -951,7 +954,7 @@ fn c02_back_to_back_sigusr2_leave_the_master_alive_with_4_new_workers() {
     s.fpmd.signal(Signal::SIGQUIT);
     let st = s
         .fpmd
-        .wait_exit(LONG)
+        .wait_exit(LONGER)
         .expect("fpmd still running 60 s after SIGQUIT");
     assert_eq!(
         st.code(),
@@ -1003,7 +1006,7 @@ fn listen_mode_backlog_and_address_change_under_load() {
             .name("nginx-m2"),
     );
     let mut s = Stack { nginx, fpmd, dir };
-    wait_for(LONG, "4 workers in each pool", || {
+    wait_for(LONGER, "4 workers in each pool", || {
         pool_workers(&s.fpmd, "stay").len() == 4 && pool_workers(&s.fpmd, "moved").len() == 4
     });
     let stay = sock_path(&s.fpmd.addr(0));
@@ -1017,7 +1020,7 @@ fn listen_mode_backlog_and_address_change_under_load() {
     let in_flight: Vec<_> = (0..2)
         .map(|i| get_async(n1.url(&format!("/usleep.php?ms=3000&kb=64&mark=m1-{i}"))))
         .collect();
-    wait_for(LONG, "2 requests running on the old address", || {
+    wait_for(LONGER, "2 requests running on the old address", || {
         (0..2).all(|i| s.dir.mark(&format!("m1-{i}")).is_some())
     });
     run_for(&mut s.fpmd, Duration::from_millis(500));
@@ -1029,7 +1032,7 @@ fn listen_mode_backlog_and_address_change_under_load() {
     let line = s.fpmd.reload_ok();
     eprintln!("{line}");
     // The new address serves at once.
-    let r = try_get_with(&agent_with_timeout(LONG), &n2.url("/pid.php"))
+    let r = try_get_with(&agent_with_timeout(LONGER), &n2.url("/pid.php"))
         .unwrap_or_else(|e| panic!("the new address right after the reload: {e}"));
     assert_eq!(
         r.status,
@@ -1059,9 +1062,11 @@ fn listen_mode_backlog_and_address_change_under_load() {
         );
         eprintln!("in-flight request {i} on the old address: 200 after {took:?}");
     }
-    wait_for(LONG, "the old address closed and its file removed", || {
-        !m1.exists() && !Addr::Unix(m1.clone()).accepts()
-    });
+    wait_for(
+        LONGER,
+        "the old address closed and its file removed",
+        || !m1.exists() && !Addr::Unix(m1.clone()).accepts(),
+    );
     run_for(&mut s.fpmd, Duration::from_millis(500));
     let samples = load.stop();
     eprintln!(
@@ -1089,7 +1094,7 @@ fn listen_mode_backlog_and_address_change_under_load() {
 /// watcher just before, so an edit made earlier (when fpmd is slow to
 /// start, on a loaded machine) could go unseen. `log` reads its log.
 fn wait_watching(log: impl Fn() -> String) {
-    wait_for(LONG, "fpmd ready (its watcher installed)", || {
+    wait_for(LONGER, "fpmd ready (its watcher installed)", || {
         log().contains("ready to handle connections")
     });
 }
@@ -1114,7 +1119,7 @@ fn watch_reloads_an_edited_pool_file_and_ignores_a_broken_save() {
     let fpmd = Fpmd::start(&dir, cfg(pool("www", "64M")));
     let nginx = Nginx::start(&dir, NginxOpts::default().upstream(fpmd.upstream(0)));
     let mut s = Stack { nginx, fpmd, dir };
-    s.fpmd.wait_workers(4, LONG);
+    s.fpmd.wait_workers(4, LONGER);
     wait_watching(|| read(&error_log));
     assert_eq!(memory_limit(&s.nginx), "64M");
 
@@ -1128,7 +1133,7 @@ fn watch_reloads_an_edited_pool_file_and_ignores_a_broken_save() {
         "the edit touched fpmd.toml"
     );
     let mut started = None;
-    let served = wait_memory_limit(&s.nginx, "96M", LONG);
+    let served = wait_memory_limit(&s.nginx, "96M", LONGER);
     for l in s.fpmd.log_lines_since(mark) {
         if l.contains("reloading ") && started.is_none() {
             started = Some(log_time(&l));
@@ -1155,7 +1160,7 @@ fn watch_reloads_an_edited_pool_file_and_ignores_a_broken_save() {
     );
 
     // A broken save: nothing changes, the log says why.
-    let before = s.fpmd.wait_workers(4, LONG);
+    let before = s.fpmd.wait_workers(4, LONGER);
     let broken = pool("www", "128M").line(r#"request_slowlog_timeout = "2s"#);
     let at = format!(
         "www.toml:{}",
@@ -1164,7 +1169,7 @@ fn watch_reloads_an_edited_pool_file_and_ignores_a_broken_save() {
     let mark = s.fpmd.log_len();
     s.fpmd.rewrite(&cfg(broken));
     wait_for(
-        LONG,
+        LONGER,
         "the broken save refused, naming its file and line",
         || {
             s.fpmd
@@ -1185,7 +1190,7 @@ fn watch_reloads_an_edited_pool_file_and_ignores_a_broken_save() {
 
     // Fixed again: applied.
     s.fpmd.rewrite(&cfg(pool("www", "128M")));
-    let served = wait_memory_limit(&s.nginx, "128M", LONG);
+    let served = wait_memory_limit(&s.nginx, "128M", LONGER);
     eprintln!("fixed file served after {served:?}");
 }
 
@@ -1215,7 +1220,7 @@ fn reloads_since(fpmd: &Fpmd, mark: usize) -> Vec<String> {
 fn watch_is_not_postponed_by_writes_beside_the_configuration() {
     let cfg = |p: Pool| FpmdConfig::new().global("watch = true").pool(p);
     let mut s = Stack::start_with(cfg(pool("www", "64M")), NginxOpts::default());
-    s.fpmd.wait_workers(4, LONG);
+    s.fpmd.wait_workers(4, LONGER);
     wait_watching(|| s.fpmd.log());
     let stop = Arc::new(AtomicBool::new(false));
     let busy = {
@@ -1253,7 +1258,7 @@ fn watch_is_not_postponed_by_writes_beside_the_configuration() {
         after <= Duration::from_secs(1) + SLACK,
         "the edit was picked up only after {after:?} (bar: 1 s)"
     );
-    wait_memory_limit(&s.nginx, "96M", LONG);
+    wait_memory_limit(&s.nginx, "96M", LONGER);
 }
 
 /// `watch = true`: one edit is one reload, even when the reload lasts
@@ -1267,11 +1272,11 @@ fn watch_one_edit_is_one_reload_even_when_the_reload_is_slow() {
     let fpmd = Fpmd::start(&dir, cfg(pool("www", "64M")));
     let nginx = Nginx::start(&dir, NginxOpts::default().upstream(fpmd.upstream(0)));
     let mut s = Stack { nginx, fpmd, dir };
-    s.fpmd.wait_workers(4, LONG);
+    s.fpmd.wait_workers(4, LONGER);
     wait_watching(|| s.fpmd.log());
     let mark = s.fpmd.log_len();
     s.fpmd.rewrite(&cfg(pool("www", "96M").php_cgi(&slow)));
-    wait_memory_limit(&s.nginx, "96M", LONG);
+    wait_memory_limit(&s.nginx, "96M", LONGER);
     // Whatever a second reload would need to show up.
     run_for(&mut s.fpmd, Duration::from_secs(2));
     let reloads = reloads_since(&s.fpmd, mark);
@@ -1339,24 +1344,26 @@ fn rotate(s: &Stack, error_log: &Path, slowlog: &Path) -> (PathBuf, PathBuf) {
     std::fs::rename(error_log, &e1).unwrap();
     std::fs::rename(slowlog, &s1).unwrap();
     s.fpmd.signal(Signal::SIGUSR1);
-    wait_for(LONG, "fpmd to log to a new error.log after SIGUSR1", || {
-        read(error_log).contains("log file reopened")
-    });
+    wait_for(
+        LONGER,
+        "fpmd to log to a new error.log after SIGUSR1",
+        || read(error_log).contains("log file reopened"),
+    );
     (e1, s1)
 }
 
 #[test]
 fn logrotate_mv_and_sigusr1_move_new_lines_to_new_files_without_a_restart() {
     let (s, error_log, slowlog) = logging_stack();
-    let before = s.fpmd.wait_workers(4, LONG);
+    let before = s.fpmd.wait_workers(4, LONGER);
     let first = slow_requests(&s, "before", 2);
-    wait_for(LONG, "the first slowlog entries", || {
+    wait_for(LONGER, "the first slowlog entries", || {
         count(&read(&slowlog), "slow-before-") == 2 && count(&read(&error_log), "slow-before-") == 2
     });
     let (e1, s1) = rotate(&s, &error_log, &slowlog);
     let (e1_text, s1_text) = (read(&e1), read(&s1));
     let uris = slow_requests(&s, "after", 10);
-    wait_for(LONG, "10 new slowlog entries and error log lines", || {
+    wait_for(LONGER, "10 new slowlog entries and error log lines", || {
         count(&read(&slowlog), "slow-after-") == 10 && count(&read(&error_log), "slow-after-") == 10
     });
     for u in &uris {
@@ -1394,9 +1401,9 @@ fn logrotate_mv_and_sigusr1_move_new_lines_to_new_files_without_a_restart() {
 #[test]
 fn c14_log_reopen_and_log_targets_after_reload() {
     let (mut s, error_log, slowlog) = logging_stack();
-    s.fpmd.wait_workers(4, LONG);
+    s.fpmd.wait_workers(4, LONGER);
     slow_requests(&s, "before", 1);
-    wait_for(LONG, "the first slowlog entry", || {
+    wait_for(LONGER, "the first slowlog entry", || {
         count(&read(&slowlog), "slow-before-") == 1
     });
     let t_signal = Instant::now();
@@ -1413,10 +1420,10 @@ fn c14_log_reopen_and_log_targets_after_reload() {
     assert!(released, "within 1 s of SIGUSR1 still open: {held:?}");
     let (e1_len, s1_len) = (read(&e1).len(), read(&s1).len());
     slow_requests(&s, "c14", 10);
-    wait_for(LONG, "10 new slowlog entries", || {
+    wait_for(LONGER, "10 new slowlog entries", || {
         count(&read(&slowlog), "slow-c14-") == 10
     });
-    wait_for(LONG, "10 new error log lines", || {
+    wait_for(LONGER, "10 new error log lines", || {
         count(&read(&error_log), "slow-c14-") == 10
     });
     assert_eq!(count(&read(&s1), "slow-c14-"), 0);
@@ -1429,7 +1436,7 @@ fn c14_log_reopen_and_log_targets_after_reload() {
     );
     assert_eq!((read(&e1).len(), read(&s1).len()), (e1_len, s1_len));
     slow_requests(&s, "c14r", 2);
-    wait_for(LONG, "slowlog entries after the reload", || {
+    wait_for(LONGER, "slowlog entries after the reload", || {
         count(&read(&slowlog), "slow-c14r-") == 2
     });
     assert!(procs::fds_on(&[&e1, &s1]).is_empty());
@@ -1443,13 +1450,13 @@ fn c14_log_reopen_and_log_targets_after_reload() {
     let line = fpmd.reload_ok();
     fpmd.signal(Signal::SIGUSR1);
     let stderr_log = dir.join("fpmd.log");
-    wait_for(LONG, "SIGUSR1 logged on stderr", || {
+    wait_for(LONGER, "SIGUSR1 logged on stderr", || {
         read(&stderr_log).contains("log file reopened")
     });
     let r = get(&nginx.url("/sleep.php?ms=400&id=on-stderr"));
     assert_eq!(r.status, 200);
     wait_for(
-        LONG,
+        LONGER,
         "the slow request logged on fd 2 after the reload",
         || read(&stderr_log).contains("id=on-stderr"),
     );
@@ -1466,7 +1473,7 @@ fn binary_upgrade_under_load_hands_over_without_a_failed_request() {
     let cfg = |p: Pool| FpmdConfig::new().global(control_socket(&dir)).pool(p);
     let mut fpmd = Fpmd::start(&dir, cfg(pool("www", "64M")));
     let nginx = Nginx::start(&dir, NginxOpts::default().upstream(fpmd.upstream(0)));
-    let old = fpmd.wait_workers(4, LONG);
+    let old = fpmd.wait_workers(4, LONGER);
     let old_pid = fpmd.pid();
     assert_eq!(fpmd.pid_file(), Some(old_pid));
 
@@ -1494,14 +1501,14 @@ fn binary_upgrade_under_load_hands_over_without_a_failed_request() {
     let load = Load::start(8, nginx.url("/sleep.php?ms=50"), Duration::ZERO);
     let t0 = load.started;
     let long = get_async(nginx.url("/usleep.php?ms=3000&kb=64&mark=long"));
-    wait_for(LONG, "the long request running", || {
+    wait_for(LONGER, "the long request running", || {
         dir.mark("long").is_some()
     });
     let r = fpmd.cli(&["upgrade"]);
     eprintln!("upgrade: {r}");
     assert_eq!(r.code(), Some(0), "{r}");
     let mut new_pid = None;
-    wait_for(LONG, "the pid file to name the new fpmd", || {
+    wait_for(LONGER, "the pid file to name the new fpmd", || {
         new_pid = fpmd.pid_file().filter(|p| *p != old_pid);
         new_pid.is_some()
     });
@@ -1510,21 +1517,25 @@ fn binary_upgrade_under_load_hands_over_without_a_failed_request() {
         procs::alive(new_pid),
         "the new fpmd {new_pid} is not running"
     );
-    wait_for(LONG, "a request served by a child of the new fpmd", || {
-        let pid = get_pid(&nginx);
-        procs::descendants(new_pid).iter().any(|p| p.pid == pid)
-    });
+    wait_for(
+        LONGER,
+        "a request served by a child of the new fpmd",
+        || {
+            let pid = get_pid(&nginx);
+            procs::descendants(new_pid).iter().any(|p| p.pid == pid)
+        },
+    );
     let (r, _) = long.join().unwrap();
     check_usleep(&r, 3000, 64, "the request in flight during the upgrade");
     let st = fpmd
-        .wait_exit(LONG)
+        .wait_exit(LONGER)
         .expect("the old fpmd still runs 60 s after the upgrade");
     eprintln!("old fpmd {old_pid} exited: {}", describe_status(&st));
     assert_eq!(st.code(), Some(0));
     run_for_pid(new_pid, Duration::from_millis(500));
     let samples = load.stop();
     assert_no_failure(&samples, t0, "requests across the upgrade");
-    wait_for(LONG, "4 workers under the new fpmd", || {
+    wait_for(LONGER, "4 workers under the new fpmd", || {
         procs::workers_among(&procs::descendants(new_pid)).len() == 4
     });
 }
@@ -1551,13 +1562,13 @@ fn removed_pool_finishes_its_request_then_its_socket_is_gone() {
             .upstream(fpmd.upstream(1))
             .name("nginx-gone"),
     );
-    wait_for(LONG, "4 workers in each pool", || {
+    wait_for(LONGER, "4 workers in each pool", || {
         pool_workers(&fpmd, "www").len() == 4 && pool_workers(&fpmd, "gone").len() == 4
     });
     let www = pool_workers(&fpmd, "www");
     let gone_sock = sock_path(&fpmd.addr(1));
     let long = get_async(ngone.url("/usleep.php?ms=5000&kb=64&mark=gone"));
-    wait_for(LONG, "the 5 s request running", || {
+    wait_for(LONGER, "the 5 s request running", || {
         dir.mark("gone").is_some()
     });
     let victim = marked_pid(&dir, "gone");
@@ -1569,11 +1580,11 @@ fn removed_pool_finishes_its_request_then_its_socket_is_gone() {
     let (r, took) = long.join().unwrap();
     check_usleep(&r, 5000, 64, "the request of the removed pool");
     eprintln!("the removed pool's request: 200 after {took:?}");
-    wait_for(LONG, "the removed pool's socket file gone", || {
+    wait_for(LONGER, "the removed pool's socket file gone", || {
         !gone_sock.exists()
     });
     assert!(!Addr::Unix(gone_sock.clone()).accepts());
-    wait_for(LONG, "the removed pool's children gone", || {
+    wait_for(LONGER, "the removed pool's children gone", || {
         pool_workers(&fpmd, "gone").is_empty() && !procs::alive(victim)
     });
     assert_eq!(
@@ -1594,12 +1605,12 @@ fn graceful_timeout_kills_the_child_still_busy_2s_after_the_reload() {
     let cfg =
         |limit: &str| FpmdConfig::new().pool(pool("www", limit).line(r#"graceful_timeout = "2s""#));
     let mut s = Stack::start_with(cfg("64M"), NginxOpts::default());
-    s.fpmd.wait_workers(4, LONG);
+    s.fpmd.wait_workers(4, LONGER);
     let load = Load::start(4, s.url("/sleep.php?ms=50"), Duration::ZERO);
     let t0 = load.started;
     let uri = "/usleep.php?ms=30000&kb=1&mark=long";
     let long = get_async(s.url(uri));
-    wait_for(LONG, "the 30 s request running", || {
+    wait_for(LONGER, "the 30 s request running", || {
         s.dir.mark("long").is_some()
     });
     let victim = marked_pid(&s.dir, "long");
@@ -1608,7 +1619,7 @@ fn graceful_timeout_kills_the_child_still_busy_2s_after_the_reload() {
     s.fpmd.reload_ok();
     let done = Instant::now();
     wait_for(
-        LONG,
+        LONGER,
         "the child busy past graceful_timeout to be killed",
         || !procs::alive(victim),
     );
@@ -1662,7 +1673,7 @@ fn graceful_timeout_kills_the_child_still_busy_2s_after_the_reload() {
     run_for(&mut s.fpmd, Duration::from_millis(500));
     let samples = load.stop();
     assert_no_failure(&samples, t0, "the other requests");
-    s.fpmd.wait_workers(4, LONG);
+    s.fpmd.wait_workers(4, LONGER);
     wait_only_generation(&s.fpmd, "96M", "after graceful_timeout");
 }
 
@@ -1693,9 +1704,9 @@ fn sd_notify_sequence_across_start_reloads_and_stop() {
     ));
     let mark = fpmd.log_len();
     fpmd.signal(Signal::SIGUSR2);
-    let (_, ready) = sd.expect_reload(&mut fpmd, LONG);
+    let (_, ready) = sd.expect_reload(&mut fpmd, LONGER);
     assert_eq!(ready, "READY=1\nSTATUS=1 pool, up to 2 children");
-    assert!(fpmd.wait_reload_end(mark, LONG).contains("reload done"));
+    assert!(fpmd.wait_reload_end(mark, LONGER).contains("reload done"));
     assert_eq!(
         memory_limit(&nginx),
         "96M",
@@ -1707,7 +1718,7 @@ fn sd_notify_sequence_across_start_reloads_and_stop() {
         .pool(pool("www", "96M").max_children(2))
         .pool(pool("more", "64M").max_children(3))));
     fpmd.signal(Signal::SIGUSR2);
-    let (_, ready) = sd.expect_reload(&mut fpmd, LONG);
+    let (_, ready) = sd.expect_reload(&mut fpmd, LONGER);
     assert_eq!(ready, "READY=1\nSTATUS=2 pools, up to 5 children");
 
     // A refused reload: RELOADING=1, then READY=1 with the running state.
@@ -1716,9 +1727,11 @@ fn sd_notify_sequence_across_start_reloads_and_stop() {
         .pool(pool("more", "64M").max_children(3))));
     let mark = fpmd.log_len();
     fpmd.signal(Signal::SIGUSR2);
-    let (_, ready) = sd.expect_reload(&mut fpmd, LONG);
+    let (_, ready) = sd.expect_reload(&mut fpmd, LONGER);
     assert_eq!(ready, "READY=1\nSTATUS=2 pools, up to 5 children");
-    assert!(fpmd.wait_reload_end(mark, LONG).contains("reload refused"));
+    assert!(fpmd
+        .wait_reload_end(mark, LONGER)
+        .contains("reload refused"));
     assert_eq!(memory_limit(&nginx), "96M");
     assert_eq!(
         sd.pending(),
@@ -1727,12 +1740,14 @@ fn sd_notify_sequence_across_start_reloads_and_stop() {
     );
 
     fpmd.signal(Signal::SIGQUIT);
-    let msg = sd.next_from(&mut fpmd, LONG, "STOPPING=1");
+    let msg = sd.next_from(&mut fpmd, LONGER, "STOPPING=1");
     assert_eq!(
         msg,
         "STOPPING=1\nSTATUS=graceful stop: waiting for in-flight requests"
     );
-    let st = fpmd.wait_exit(LONG).expect("fpmd runs 60 s after SIGQUIT");
+    let st = fpmd
+        .wait_exit(LONGER)
+        .expect("fpmd runs 60 s after SIGQUIT");
     assert_eq!(st.code(), Some(0));
     assert_eq!(
         sd.pending(),
@@ -1755,11 +1770,11 @@ fn sd_notify_sequence_across_start_reloads_and_stop() {
 fn c01_reload_keeps_the_long_request_and_moves_new_requests_to_new_children() {
     let cfg = |limit: &str| FpmdConfig::new().pool(pool("www", limit));
     let mut s = Stack::start_with(cfg("64M"), NginxOpts::default());
-    let old: BTreeSet<i32> = s.fpmd.wait_workers(4, LONG).into_iter().collect();
+    let old: BTreeSet<i32> = s.fpmd.wait_workers(4, LONGER).into_iter().collect();
     let t0 = Instant::now();
     let long = get_async(s.url("/usleep.php?ms=10000&kb=64&mark=long"));
     let short = Load::start(1, s.url("/sleep.php?ms=10"), Duration::from_millis(50));
-    wait_for(LONG, "the long request running", || {
+    wait_for(LONGER, "the long request running", || {
         s.dir.mark("long").is_some()
     });
     let victim = marked_pid(&s.dir, "long");
@@ -1829,11 +1844,11 @@ fn c01_reload_keeps_the_long_request_and_moves_new_requests_to_new_children() {
         p99_after <= p99_before + Duration::from_millis(500) + SLACK,
         "p99 rose from {p99_before:?} to {p99_after:?} (bar: +500 ms)"
     );
-    wait_for(LONG, "every old child gone", || {
+    wait_for(LONGER, "every old child gone", || {
         old.iter().all(|p| !procs::alive(*p))
     });
     wait_only_generation(&s.fpmd, "96M", "after the long request");
-    s.fpmd.wait_workers(4, LONG);
+    s.fpmd.wait_workers(4, LONGER);
 }
 
 // ---------------------------------------------------------------------------
@@ -1892,7 +1907,7 @@ fn c15_socket_owner_group_mode_exact_after_reloads_restarts_and_kill_9() {
     for i in 0..5 {
         let mut f = fpmd.take().unwrap();
         f.signal(Signal::SIGQUIT);
-        let st = f.wait_exit(LONG).expect("fpmd runs 60 s after SIGQUIT");
+        let st = f.wait_exit(LONGER).expect("fpmd runs 60 s after SIGQUIT");
         assert_eq!(st.code(), Some(0));
         drop(f);
         assert!(!sock.exists(), "restart {i}: the socket outlived a stop");
@@ -1922,9 +1937,9 @@ fn c15_socket_owner_group_mode_exact_after_reloads_restarts_and_kill_9() {
     // kill -9: the socket file stays behind, stale; a new start replaces it.
     let mut f = fpmd.take().unwrap();
     f.signal(Signal::SIGKILL);
-    f.wait_exit(LONG).expect("fpmd runs after SIGKILL");
+    f.wait_exit(LONGER).expect("fpmd runs after SIGKILL");
     let tag = dir.tag();
-    wait_for(LONG, "every process of the killed fpmd gone", || {
+    wait_for(LONGER, "every process of the killed fpmd gone", || {
         procs::tagged(&tag).is_empty()
     });
     drop(f);

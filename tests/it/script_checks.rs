@@ -13,8 +13,6 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-const LONG: Duration = Duration::from_secs(30);
-
 /// The payload of the "uploads": if it ever runs, the answer says PWNED and
 /// `run/<name>` appears.
 fn payload(mark: &str) -> String {

@@ -7,8 +7,6 @@ use crate::harness::*;
 use nix::sys::signal::Signal;
 use std::time::{Duration, Instant};
 
-const LONG: Duration = Duration::from_secs(30);
-
 /// Starts `n` requests of sleep.php?ms=`ms` and waits until all of them run in PHP.
 fn in_flight(s: &Stack, n: usize, ms: u32) -> Vec<std::thread::JoinHandle<(Resp, Duration)>> {
     let handles = (0..n)

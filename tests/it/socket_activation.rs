@@ -14,9 +14,7 @@ use crate::harness::http::{spawn_concurrent, try_get_with};
 use crate::harness::*;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-const LONG: Duration = Duration::from_secs(30);
 const ACTIVATE: &str = "/usr/bin/systemd-socket-activate";
 
 fn require_activate() {

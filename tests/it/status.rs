@@ -10,8 +10,6 @@ use crate::harness::*;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-const LONG: Duration = Duration::from_secs(30);
-
 /// A value as a status parser written for php-fpm types it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {

@@ -14,8 +14,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-const LONG: Duration = Duration::from_secs(30);
-
 /// Two static pools: `www` (2 children, nginx's upstream) and `api` (1).
 fn two_pools() -> FpmdConfig {
     FpmdConfig::new()

@@ -17,8 +17,6 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-const LONG: Duration = Duration::from_secs(30);
-
 fn tcp_pool(children: u32) -> Pool {
     Pool::www()
         .max_children(children)

@@ -10,9 +10,7 @@ use crate::harness::fpmd::describe_status;
 use crate::harness::systemd::{self, NOTIFY_SOCKET};
 use crate::harness::*;
 use nix::sys::signal::Signal;
-use std::time::{Duration, Instant};
-
-const LONG: Duration = Duration::from_secs(30);
+use std::time::Instant;
 
 /// fpmd under a stand-in systemd; READY, a request, then `sig` and its
 /// `STOPPING=1` datagram, which must read `stopping`. With `in_flight_ms`,

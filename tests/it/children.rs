@@ -13,13 +13,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-fn pid_of(body: &str) -> i32 {
-    body.split_whitespace()
-        .next()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no pid in {body:?}"))
-}
-
 #[test]
 fn fifty_connections_four_children() {
     let s = Stack::start(Pool::www().max_children(4));

@@ -17,13 +17,6 @@ use std::time::{Duration, Instant, SystemTime};
 
 const MIB: u64 = 1 << 20;
 
-fn pid_of(body: &str) -> i32 {
-    body.split_whitespace()
-        .next()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no pid in {body:?}"))
-}
-
 /// The pid a script wrote to `run/NAME` (see `sleep.php?mark=`).
 fn marked_pid(dir: &TestDir, name: &str) -> i32 {
     let m = dir

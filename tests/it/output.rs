@@ -9,14 +9,6 @@ use std::time::{Duration, SystemTime};
 
 const MIB: usize = 1 << 20;
 
-/// "ok PID …" → PID.
-fn pid_of(body: &str) -> i32 {
-    body.split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no pid in {body:?}"))
-}
-
 /// The time stamp that starts a line of fpmd's log.
 fn log_time(line: &str) -> Option<SystemTime> {
     humantime::parse_rfc3339(line.split_whitespace().next()?).ok()
@@ -90,7 +82,8 @@ fn catch_on_decorated_lines_name_pool_child_and_stream() {
     let mark = s.fpmd.log_len();
     let r = get(&s.url("/output.php?marker=dec1"));
     assert_eq!(r.status, 200, "{}", r.text());
-    let pid = pid_of(&r.text());
+    // output.php answers "ok PID".
+    let pid = pid_of(r.text().trim_start_matches("ok "));
     let prefix = format!("[pool www] child {pid} said into");
     for (needle, whole) in [
         (

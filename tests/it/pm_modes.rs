@@ -18,13 +18,6 @@ fn prefork() -> bool {
         .unwrap_or(true)
 }
 
-fn pid_of(body: &str) -> i32 {
-    body.split_whitespace()
-        .next()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no pid in {body:?}"))
-}
-
 /// Every php-cgi process of the stack (the pre-fork parent included).
 fn php_processes(s: &Stack) -> usize {
     s.fpmd.children().iter().filter(|p| p.alive()).count()

@@ -83,15 +83,10 @@ fn wait_memory_limit(nginx: &Nginx, want: &str, timeout: Duration) -> Duration {
     }
 }
 
-/// The pid a response starts with (sleep.php, pid.php, usleep.php).
-fn pid_of(body: &str) -> Option<i32> {
-    body.split_whitespace().next()?.parse().ok()
-}
-
 fn get_pid(nginx: &Nginx) -> i32 {
     let r = get(&nginx.url("/pid.php"));
     assert_eq!(r.status, 200, "pid.php: {}", r.text());
-    pid_of(&r.text()).unwrap_or_else(|| panic!("pid.php said {:?}", r.text()))
+    try_pid_of(&r.text()).unwrap_or_else(|| panic!("pid.php said {:?}", r.text()))
 }
 
 /// The pid a script wrote to `run/NAME`.
@@ -271,7 +266,7 @@ impl Load {
                                 let ok = r.status == 200 && text.ends_with(" done");
                                 (
                                     r.status,
-                                    pid_of(&text),
+                                    try_pid_of(&text),
                                     (!ok).then(|| {
                                         format!(
                                             "status {}: {}",

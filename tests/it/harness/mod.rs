@@ -209,6 +209,19 @@ pub fn md5_hex(b: &[u8]) -> String {
     Md5::digest(b).iter().map(|x| format!("{x:02x}")).collect()
 }
 
+/// The pid a test script's answer starts with (pid.php, sleep.php and
+/// usleep.php print `getmypid()` first); panics naming the answer when it
+/// does not start with one.
+pub fn pid_of(body: &str) -> i32 {
+    try_pid_of(body).unwrap_or_else(|| panic!("no pid in {body:?}"))
+}
+
+/// [`pid_of`], or None when the answer does not start with a pid (a load
+/// loop records it and goes on).
+pub fn try_pid_of(body: &str) -> Option<i32> {
+    body.split_whitespace().next()?.parse().ok()
+}
+
 /// A TCP port that was free a moment ago on 127.0.0.1.
 pub fn free_port() -> u16 {
     free_port_on("127.0.0.1:0")

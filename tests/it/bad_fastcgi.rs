@@ -242,11 +242,6 @@ fn raw_request_is_served() {
     }
 }
 
-fn md5_hex(b: &[u8]) -> String {
-    use md5::{Digest, Md5};
-    Md5::digest(b).iter().map(|x| format!("{x:02x}")).collect()
-}
-
 #[test]
 fn closed_connection_is_never_dispatched() {
     let s = tcp_stack();

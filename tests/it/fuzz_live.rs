@@ -172,11 +172,6 @@ fn foreign_markers(text: &[u8], own: u64) -> Vec<String> {
     out
 }
 
-fn md5_hex(b: &[u8]) -> String {
-    use md5::{Digest, Md5};
-    Md5::digest(b).iter().map(|x| format!("{x:02x}")).collect()
-}
-
 fn short(b: &[u8]) -> String {
     let s = String::from_utf8_lossy(b);
     let mut t: String = s.chars().take(300).collect();

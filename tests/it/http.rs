@@ -5,11 +5,6 @@
 use crate::harness::fcgi::noise;
 use crate::harness::phpfpm::PhpFpm;
 use crate::harness::*;
-use md5::{Digest, Md5};
-
-fn md5_hex(b: &[u8]) -> String {
-    Md5::digest(b).iter().map(|x| format!("{x:02x}")).collect()
-}
 
 /// The default pool with PHP's POST limit raised above the biggest body we send.
 fn pool() -> Pool {

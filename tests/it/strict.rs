@@ -23,11 +23,6 @@ fn tcp_pool(children: u32) -> Pool {
         .tcp(format!("127.0.0.1:{}", free_port()))
 }
 
-fn md5_hex(b: &[u8]) -> String {
-    use md5::{Digest, Md5};
-    Md5::digest(b).iter().map(|x| format!("{x:02x}")).collect()
-}
-
 /// `rounds` rounds of `n` concurrent GETs of `path`, each failing after
 /// 20 s: a pool that lost children answers none of them. The first round
 /// alone first, so that a stuck pool fails in 20 s.

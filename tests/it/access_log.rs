@@ -11,12 +11,8 @@ use nix::sys::signal::Signal;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-fn read(p: &Path) -> String {
-    String::from_utf8_lossy(&std::fs::read(p).unwrap_or_default()).into_owned()
-}
-
 fn lines(p: &Path) -> Vec<String> {
-    read(p).lines().map(str::to_string).collect()
+    read_lossy(p).lines().map(str::to_string).collect()
 }
 
 /// The www pool writing its access log to `log`, in `format` (php-fpm's
@@ -264,7 +260,7 @@ fn sigusr1_after_mv_moves_new_lines_to_a_new_file_and_loses_none() {
         "fpmd to log that the access logs were reopened",
         || s.fpmd.log_since(mark).contains("access logs reopened (1)"),
     );
-    let moved_len = read(&moved).len();
+    let moved_len = read_lossy(&moved).len();
     during.join().unwrap();
     for i in 0..5 {
         request(format!("after-{i}"));
@@ -306,7 +302,7 @@ fn sigusr1_after_mv_moves_new_lines_to_a_new_file_and_loses_none() {
     );
     assert!(!old.iter().any(|l| l.contains("after-")), "{old:#?}");
     assert_eq!(
-        read(&moved).len(),
+        read_lossy(&moved).len(),
         moved_len,
         "lines were added to the moved file after the reopen"
     );
@@ -433,10 +429,10 @@ fn log_files_are_created_0600_as_php_fpm_creates_them() {
     );
     assert_eq!(get(&s.url("/usleep.php?ms=1300&secret=1")).status, 200);
     wait_for(LONG, "the slowlog entry", || {
-        read(&slow).contains("usleep.php")
+        read_lossy(&slow).contains("usleep.php")
     });
     wait_for(LONG, "the access log line", || {
-        read(&access).contains("usleep.php")
+        read_lossy(&access).contains("usleep.php")
     });
     for p in [&error_log, &access, &slow] {
         let mode = std::fs::metadata(p).unwrap().mode() & 0o777;

@@ -35,10 +35,6 @@ struct Bystander {
     thread: JoinHandle<Vec<String>>,
 }
 
-fn prefork() -> bool {
-    std::env::var("FPMD_TEST_SPAWN").map_or(true, |s| s.is_empty() || s == "prefork")
-}
-
 impl Arena {
     /// Pool `a` gets `lines` (and 3 children), pool `b` 2 children. The
     /// attack scripts are written into the docroot.

@@ -9,16 +9,9 @@ use nix::unistd::Pid;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+/// The live workers of `pool` (its children carry `POOL=<pool>`).
 fn workers_of(s: &Stack, pool: &str) -> BTreeSet<i32> {
-    s.fpmd
-        .workers()
-        .into_iter()
-        .filter(|pid| {
-            procs::environ(*pid)
-                .iter()
-                .any(|(k, v)| k == "POOL" && v == pool)
-        })
-        .collect()
+    s.fpmd.workers_with_env("POOL", pool).into_iter().collect()
 }
 
 #[test]

@@ -2637,29 +2637,6 @@ fn raw_hello_works(target: &Target, docroot: &Path, who: &str) {
     );
 }
 
-/// The time of a log line: its first word, RFC 3339 in UTC
-/// (`2026-12-01T11:15:34.970188Z`).
-fn log_time(line: &str) -> Option<SystemTime> {
-    let ts = line.split_whitespace().next()?.strip_suffix('Z')?;
-    let (date, time) = ts.split_once('T')?;
-    let mut d = date.split('-').map(|x| x.parse::<i64>().ok());
-    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
-    let mut t = time.split(':');
-    let (h, min) = (
-        t.next()?.parse::<i64>().ok()?,
-        t.next()?.parse::<i64>().ok()?,
-    );
-    let sec: f64 = t.next()?.parse().ok()?;
-    // Days since 1970-01-01 of a civil date (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * ((m + 9) % 12) + 2) / 5 + day - 1;
-    let days = era * 146_097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719_468;
-    let whole = u64::try_from(days * 86_400 + h * 3_600 + min * 60).ok()?;
-    Some(SystemTime::UNIX_EPOCH + Duration::from_secs(whole) + Duration::from_secs_f64(sec))
-}
-
 /// A script that needs no more time once its client has gone (it reads
 /// end of input, its output goes nowhere) still ran this long after the
 /// client closed its connection: a child kept for nobody.
@@ -2700,17 +2677,6 @@ fn held_for_gone_clients(log: &str, fuzz: &[FuzzStats]) -> Vec<String> {
         }
     }
     out
-}
-
-fn workers_of(fpmd: &Fpmd, pool: &str) -> usize {
-    fpmd.workers()
-        .into_iter()
-        .filter(|pid| {
-            procs::environ(*pid)
-                .iter()
-                .any(|(k, v)| k == "POOL" && v == pool)
-        })
-        .count()
 }
 
 fn zombies(fpmd: &Fpmd) -> Vec<procs::ProcInfo> {
@@ -2889,7 +2855,9 @@ fn live_fuzzer_on_unix_and_tcp_listeners() {
     }
     let whole = wait_until(LONG, || {
         fpmd.workers().len() == 2 * CHILDREN
-            && LISTENERS.iter().all(|p| workers_of(&fpmd, p) == CHILDREN)
+            && LISTENERS
+                .iter()
+                .all(|p| fpmd.workers_with_env("POOL", p).len() == CHILDREN)
             && zombies(&fpmd).is_empty()
     });
     assert!(
@@ -2898,7 +2866,7 @@ fn live_fuzzer_on_unix_and_tcp_listeners() {
         fpmd.workers().len(),
         LISTENERS
             .iter()
-            .map(|p| format!("{p}: {}", workers_of(&fpmd, p)))
+            .map(|p| format!("{p}: {}", fpmd.workers_with_env("POOL", p).len()))
             .collect::<Vec<_>>()
             .join(", "),
         procs::describe(&zombies(&fpmd))

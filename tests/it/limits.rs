@@ -17,34 +17,12 @@ use std::time::{Duration, Instant, SystemTime};
 
 const MIB: u64 = 1 << 20;
 
-/// The pid a script wrote to `run/NAME` (see `sleep.php?mark=`).
-fn marked_pid(dir: &TestDir, name: &str) -> i32 {
-    let m = dir
-        .mark(name)
-        .unwrap_or_else(|| panic!("run/{name} is missing"));
-    m.trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("run/{name} holds {m:?}, not a pid"))
-}
-
 /// Decimal figures (with a '.') in a log line: elapsed times such as "2.001 s".
 fn decimals(line: &str) -> Vec<f64> {
     line.split(|c: char| !(c.is_ascii_digit() || c == '.'))
         .filter(|t| t.contains('.') && !t.starts_with('.') && !t.ends_with('.'))
         .filter_map(|t| t.parse().ok())
         .collect()
-}
-
-/// The time stamp that starts a line of fpmd's log (RFC 3339, UTC).
-fn log_time(line: &str) -> Option<SystemTime> {
-    humantime::parse_rfc3339(line.split_whitespace().next()?).ok()
-}
-
-/// Resident memory of a process in bytes (/proc/PID/status VmRSS).
-fn vm_rss(pid: i32) -> Option<u64> {
-    let st = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = st.lines().find(|l| l.starts_with("VmRSS:"))?;
-    Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
 }
 
 /// CPU time used by a process itself (utime + stime of /proc/PID/stat, all
@@ -115,7 +93,7 @@ fn terminate_timeout_answers_504_at_2s_and_replaces_the_child() {
     wait_for(LONG, "sleep.php to start (run/t)", || {
         s.dir.mark("t").is_some()
     });
-    let victim = marked_pid(&s.dir, "t");
+    let victim = s.dir.marked_pid("t");
     let (r, took) = req.join().unwrap();
     assert_504_at_2s(&r, took);
 
@@ -197,7 +175,7 @@ fn terminate_timeout_stops_the_script_at_once_even_one_that_traps_sigterm() {
         let log_mark = s.fpmd.log_len();
         let req = get_async(s.url(&format!("/ticks.php?ms=10000&mark={mark}{trap}")));
         wait_for(LONG, "ticks.php to start", || s.dir.mark(mark).is_some());
-        let victim = marked_pid(&s.dir, mark);
+        let victim = s.dir.marked_pid(mark);
         let (r, took) = req.join().unwrap();
         let answered = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
@@ -371,7 +349,7 @@ fn slowlog_entry_is_written_while_the_request_runs() {
         "entry written {latency:?} after the start (bar: 1.2 s)"
     );
 
-    let pid = marked_pid(&s.dir, "slow");
+    let pid = s.dir.marked_pid("slow");
     let entries = slow_entries(&slowlog);
     assert_eq!(
         entries.len(),
@@ -458,7 +436,7 @@ fn slowlog_entry_is_written_while_the_request_runs() {
     assert_eq!(entries.len(), 4, "one entry per slow request: {entries:#?}");
     for i in 0..3 {
         let uri = format!("/sleep.php?ms=1500&mark=c{i}");
-        let pid = marked_pid(&s.dir, &format!("c{i}"));
+        let pid = s.dir.marked_pid(&format!("c{i}"));
         let e: Vec<_> = entries
             .iter()
             .filter(|e| e.fields.get("request_uri") == Some(&uri))
@@ -505,7 +483,7 @@ fn leak_script_grows_a_child_without_max_memory() {
     }
     let pids: BTreeSet<i32> = seen.iter().map(|(p, _)| *p).collect();
     let (first, last) = (seen[0].1, seen[9].1);
-    let proc_rss = vm_rss(seen[9].0).unwrap_or(0);
+    let proc_rss = procs::vm_rss(seen[9].0).unwrap_or(0);
     eprintln!(
         "leak.php × 10 on {pids:?}: RSS {} MiB → {} MiB (now {} MiB)",
         first / MIB,
@@ -548,7 +526,7 @@ fn c08_max_memory_retires_leaking_children_in_a_256m_cgroup() {
             while !stop.load(Ordering::Relaxed) {
                 for pid in procs::workers_among(&procs::descendants(fpmd_pid)) {
                     let when = SystemTime::now();
-                    if let Some(rss) = vm_rss(pid) {
+                    if let Some(rss) = procs::vm_rss(pid) {
                         samples.push((pid, rss, when));
                     }
                 }
@@ -643,15 +621,6 @@ fn c08_max_memory_retires_leaking_children_in_a_256m_cgroup() {
 // ---------------------------------------------------------------------------
 // Item 7: a pool whose php-cgi crashes at start
 // ---------------------------------------------------------------------------
-
-/// Writes `text` as an executable script at `path`, atomically (new file
-/// renamed over the old one).
-fn write_script(path: &std::path::Path, text: &str) {
-    let tmp = path.with_extension("new");
-    std::fs::write(&tmp, text).unwrap();
-    chmod(&tmp, 0o755);
-    std::fs::rename(&tmp, path).unwrap();
-}
 
 /// A spawn attempt of the bad pool, from the log: when, and the back-off
 /// fpmd announced after it.

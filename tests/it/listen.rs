@@ -215,13 +215,6 @@ fn refused_as_in_use(t: &TestDir, cfg: &FpmdConfig, address: &str) {
     );
 }
 
-/// The inode of a unix socket file.
-fn inode(p: &std::path::Path) -> u64 {
-    std::fs::metadata(p)
-        .unwrap_or_else(|e| panic!("stat {}: {e}", p.display()))
-        .ino()
-}
-
 /// Issue 10: a live socket of a running php-fpm (unix, then TCP) is not
 /// stolen: fpmd refuses to start, naming the address, and php-fpm keeps
 /// serving on it (same socket file, same master, 200 through nginx).

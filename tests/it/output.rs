@@ -5,14 +5,9 @@
 //! `pm.spawn` strategies (`FPMD_TEST_SPAWN`).
 
 use crate::harness::*;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 const MIB: usize = 1 << 20;
-
-/// The time stamp that starts a line of fpmd's log.
-fn log_time(line: &str) -> Option<SystemTime> {
-    humantime::parse_rfc3339(line.split_whitespace().next()?).ok()
-}
 
 /// Waits for a log line after `mark` containing `needle`; returns it.
 fn wait_line(fpmd: &Fpmd, mark: usize, needle: &str) -> String {

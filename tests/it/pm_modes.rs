@@ -12,12 +12,6 @@ use crate::harness::*;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-fn prefork() -> bool {
-    std::env::var("FPMD_TEST_SPAWN")
-        .map(|s| s.is_empty() || s == "prefork")
-        .unwrap_or(true)
-}
-
 /// Every php-cgi process of the stack (the pre-fork parent included).
 fn php_processes(s: &Stack) -> usize {
     s.fpmd.children().iter().filter(|p| p.alive()).count()

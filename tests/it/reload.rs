@@ -89,26 +89,9 @@ fn get_pid(nginx: &Nginx) -> i32 {
     try_pid_of(&r.text()).unwrap_or_else(|| panic!("pid.php said {:?}", r.text()))
 }
 
-/// The pid a script wrote to `run/NAME`.
-fn marked_pid(dir: &TestDir, name: &str) -> i32 {
-    let m = dir
-        .mark(name)
-        .unwrap_or_else(|| panic!("run/{name} is missing"));
-    m.trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("run/{name} holds {m:?}, not a pid"))
-}
-
 /// The workers of pool `name` (by their `FPMD_TEST_POOL`).
 fn pool_workers(fpmd: &Fpmd, name: &str) -> Vec<i32> {
-    fpmd.workers()
-        .into_iter()
-        .filter(|p| {
-            procs::environ(*p)
-                .iter()
-                .any(|(k, v)| k == "FPMD_TEST_POOL" && v == name)
-        })
-        .collect()
+    fpmd.workers_with_env("FPMD_TEST_POOL", name)
 }
 
 /// The `memory_limit` a php-cgi was started with (`-d memory_limit=…`).
@@ -135,12 +118,6 @@ fn sock_path(a: &Addr) -> PathBuf {
     }
 }
 
-fn inode(p: &Path) -> u64 {
-    std::fs::metadata(p)
-        .unwrap_or_else(|e| panic!("stat {}: {e}", p.display()))
-        .ino()
-}
-
 /// Line number (1-based) of the first line of `text` containing `needle`.
 fn line_of(text: &str, needle: &str) -> usize {
     text.lines()
@@ -149,10 +126,9 @@ fn line_of(text: &str, needle: &str) -> usize {
         + 1
 }
 
-/// The time stamp that starts a line of fpmd's log.
-fn log_time(line: &str) -> SystemTime {
-    humantime::parse_rfc3339(line.split_whitespace().next().unwrap_or(""))
-        .unwrap_or_else(|e| panic!("no time stamp on {line:?}: {e}"))
+/// The time stamp that starts a line of fpmd's log; panics without one.
+fn stamp_of(line: &str) -> SystemTime {
+    log_time(line).unwrap_or_else(|| panic!("no time stamp on {line:?}"))
 }
 
 fn secs_between(a: SystemTime, b: SystemTime) -> f64 {
@@ -160,14 +136,6 @@ fn secs_between(a: SystemTime, b: SystemTime) -> f64 {
         Ok(d) => d.as_secs_f64(),
         Err(e) => -e.duration().as_secs_f64(),
     }
-}
-
-/// Writes an executable script atomically.
-fn write_script(path: &Path, text: &str) {
-    let tmp = path.with_extension("new");
-    std::fs::write(&tmp, text).unwrap();
-    chmod(&tmp, 0o755);
-    std::fs::rename(&tmp, path).unwrap();
 }
 
 /// A GET in a thread: (response or transport error, time taken).
@@ -474,7 +442,7 @@ fn request_in_flight_across_a_reload_gets_its_full_sleep_and_body() {
     wait_for(LONGER, "the 10 s request running in PHP", || {
         s.dir.mark("long").is_some()
     });
-    let victim = marked_pid(&s.dir, "long");
+    let victim = s.dir.marked_pid("long");
     s.fpmd.rewrite(&cfg("96M"));
     let line = s.fpmd.reload_ok();
     eprintln!("{line}");
@@ -1115,7 +1083,7 @@ fn watch_reloads_an_edited_pool_file_and_ignores_a_broken_save() {
     let nginx = Nginx::start(&dir, NginxOpts::default().upstream(fpmd.upstream(0)));
     let mut s = Stack { nginx, fpmd, dir };
     s.fpmd.wait_workers(4, LONGER);
-    wait_watching(|| read(&error_log));
+    wait_watching(|| read_lossy(&error_log));
     assert_eq!(memory_limit(&s.nginx), "64M");
 
     let main_before = std::fs::read(s.fpmd.conf()).unwrap();
@@ -1131,7 +1099,7 @@ fn watch_reloads_an_edited_pool_file_and_ignores_a_broken_save() {
     let served = wait_memory_limit(&s.nginx, "96M", LONGER);
     for l in s.fpmd.log_lines_since(mark) {
         if l.contains("reloading ") && started.is_none() {
-            started = Some(log_time(&l));
+            started = Some(stamp_of(&l));
         }
     }
     let ends: Vec<String> = s
@@ -1247,7 +1215,7 @@ fn watch_is_not_postponed_by_writes_beside_the_configuration() {
             s.fpmd.log_since(mark)
         )
     });
-    let after = log_time(&first).duration_since(edited).unwrap_or_default();
+    let after = stamp_of(&first).duration_since(edited).unwrap_or_default();
     eprintln!("reload started {after:?} after the edit: {first}");
     assert!(
         after <= Duration::from_secs(1) + SLACK,
@@ -1304,10 +1272,6 @@ fn logging_stack() -> (Stack, PathBuf, PathBuf) {
     (Stack { nginx, fpmd, dir }, error_log, slowlog)
 }
 
-fn read(p: &Path) -> String {
-    String::from_utf8_lossy(&std::fs::read(p).unwrap_or_default()).into_owned()
-}
-
 fn with_suffix(p: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(format!("{}{suffix}", p.display()))
 }
@@ -1342,7 +1306,7 @@ fn rotate(s: &Stack, error_log: &Path, slowlog: &Path) -> (PathBuf, PathBuf) {
     wait_for(
         LONGER,
         "fpmd to log to a new error.log after SIGUSR1",
-        || read(error_log).contains("log file reopened"),
+        || read_lossy(error_log).contains("log file reopened"),
     );
     (e1, s1)
 }
@@ -1353,28 +1317,30 @@ fn logrotate_mv_and_sigusr1_move_new_lines_to_new_files_without_a_restart() {
     let before = s.fpmd.wait_workers(4, LONGER);
     let first = slow_requests(&s, "before", 2);
     wait_for(LONGER, "the first slowlog entries", || {
-        count(&read(&slowlog), "slow-before-") == 2 && count(&read(&error_log), "slow-before-") == 2
+        count(&read_lossy(&slowlog), "slow-before-") == 2
+            && count(&read_lossy(&error_log), "slow-before-") == 2
     });
     let (e1, s1) = rotate(&s, &error_log, &slowlog);
-    let (e1_text, s1_text) = (read(&e1), read(&s1));
+    let (e1_text, s1_text) = (read_lossy(&e1), read_lossy(&s1));
     let uris = slow_requests(&s, "after", 10);
     wait_for(LONGER, "10 new slowlog entries and error log lines", || {
-        count(&read(&slowlog), "slow-after-") == 10 && count(&read(&error_log), "slow-after-") == 10
+        count(&read_lossy(&slowlog), "slow-after-") == 10
+            && count(&read_lossy(&error_log), "slow-after-") == 10
     });
     for u in &uris {
         assert_eq!(
-            count(&read(&slowlog), &format!("{u}\n")),
+            count(&read_lossy(&slowlog), &format!("{u}\n")),
             1,
             "{u} in slow.log"
         );
     }
     assert_eq!(
-        read(&e1),
+        read_lossy(&e1),
         e1_text,
         "lines were added to the moved error log"
     );
     assert_eq!(
-        read(&s1),
+        read_lossy(&s1),
         s1_text,
         "entries were added to the moved slowlog"
     );
@@ -1399,7 +1365,7 @@ fn c14_log_reopen_and_log_targets_after_reload() {
     s.fpmd.wait_workers(4, LONGER);
     slow_requests(&s, "before", 1);
     wait_for(LONGER, "the first slowlog entry", || {
-        count(&read(&slowlog), "slow-before-") == 1
+        count(&read_lossy(&slowlog), "slow-before-") == 1
     });
     let t_signal = Instant::now();
     let (e1, s1) = rotate(&s, &error_log, &slowlog);
@@ -1413,26 +1379,29 @@ fn c14_log_reopen_and_log_targets_after_reload() {
         t_signal.elapsed()
     );
     assert!(released, "within 1 s of SIGUSR1 still open: {held:?}");
-    let (e1_len, s1_len) = (read(&e1).len(), read(&s1).len());
+    let (e1_len, s1_len) = (read_lossy(&e1).len(), read_lossy(&s1).len());
     slow_requests(&s, "c14", 10);
     wait_for(LONGER, "10 new slowlog entries", || {
-        count(&read(&slowlog), "slow-c14-") == 10
+        count(&read_lossy(&slowlog), "slow-c14-") == 10
     });
     wait_for(LONGER, "10 new error log lines", || {
-        count(&read(&error_log), "slow-c14-") == 10
+        count(&read_lossy(&error_log), "slow-c14-") == 10
     });
-    assert_eq!(count(&read(&s1), "slow-c14-"), 0);
-    assert_eq!(count(&read(&e1), "slow-c14-"), 0);
+    assert_eq!(count(&read_lossy(&s1), "slow-c14-"), 0);
+    assert_eq!(count(&read_lossy(&e1), "slow-c14-"), 0);
     // A reload: the log goes on in the reopened file.
     let line = s.fpmd.reload_ok();
     assert!(
-        read(&error_log).contains(&line),
+        read_lossy(&error_log).contains(&line),
         "the reload was not logged to the reopened error log"
     );
-    assert_eq!((read(&e1).len(), read(&s1).len()), (e1_len, s1_len));
+    assert_eq!(
+        (read_lossy(&e1).len(), read_lossy(&s1).len()),
+        (e1_len, s1_len)
+    );
     slow_requests(&s, "c14r", 2);
     wait_for(LONGER, "slowlog entries after the reload", || {
-        count(&read(&slowlog), "slow-c14r-") == 2
+        count(&read_lossy(&slowlog), "slow-c14r-") == 2
     });
     assert!(procs::fds_on(&[&e1, &s1]).is_empty());
 
@@ -1446,16 +1415,16 @@ fn c14_log_reopen_and_log_targets_after_reload() {
     fpmd.signal(Signal::SIGUSR1);
     let stderr_log = dir.join("fpmd.log");
     wait_for(LONGER, "SIGUSR1 logged on stderr", || {
-        read(&stderr_log).contains("log file reopened")
+        read_lossy(&stderr_log).contains("log file reopened")
     });
     let r = get(&nginx.url("/sleep.php?ms=400&id=on-stderr"));
     assert_eq!(r.status, 200);
     wait_for(
         LONGER,
         "the slow request logged on fd 2 after the reload",
-        || read(&stderr_log).contains("id=on-stderr"),
+        || read_lossy(&stderr_log).contains("id=on-stderr"),
     );
-    assert!(read(&stderr_log).contains(&line));
+    assert!(read_lossy(&stderr_log).contains(&line));
 }
 
 // ---------------------------------------------------------------------------
@@ -1566,7 +1535,7 @@ fn removed_pool_finishes_its_request_then_its_socket_is_gone() {
     wait_for(LONGER, "the 5 s request running", || {
         dir.mark("gone").is_some()
     });
-    let victim = marked_pid(&dir, "gone");
+    let victim = dir.marked_pid("gone");
     fpmd.rewrite(&FpmdConfig::new().pool(pool("www", "64M")));
     let line = fpmd.reload_ok();
     eprintln!("{line}");
@@ -1608,7 +1577,7 @@ fn graceful_timeout_kills_the_child_still_busy_2s_after_the_reload() {
     wait_for(LONGER, "the 30 s request running", || {
         s.dir.mark("long").is_some()
     });
-    let victim = marked_pid(&s.dir, "long");
+    let victim = s.dir.marked_pid("long");
     s.fpmd.rewrite(&cfg("96M"));
     let mark = s.fpmd.log_len();
     s.fpmd.reload_ok();
@@ -1657,8 +1626,8 @@ fn graceful_timeout_kills_the_child_still_busy_2s_after_the_reload() {
         .find(|l| l.contains("reload done"))
         .expect("reload done line");
     let (from_start, from_done) = (
-        secs_between(log_time(reloading), log_time(k)),
-        secs_between(log_time(reload_done), log_time(k)),
+        secs_between(stamp_of(reloading), stamp_of(k)),
+        secs_between(stamp_of(reload_done), stamp_of(k)),
     );
     eprintln!("kill logged {from_start:.3} s after the reload began, {from_done:.3} s after it was done: {k}");
     assert!(
@@ -1772,7 +1741,7 @@ fn c01_reload_keeps_the_long_request_and_moves_new_requests_to_new_children() {
     wait_for(LONGER, "the long request running", || {
         s.dir.mark("long").is_some()
     });
-    let victim = marked_pid(&s.dir, "long");
+    let victim = s.dir.marked_pid("long");
     run_for(
         &mut s.fpmd,
         Duration::from_secs(1).saturating_sub(t0.elapsed()),

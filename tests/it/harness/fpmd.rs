@@ -6,7 +6,7 @@
 //! `cli` (`fpmd -c fpmd.toml reload|upgrade|-t …`).
 
 use super::procs::{self, ProcInfo};
-use super::{php_cgi_bin, wait_until, TestDir, FPMD_BIN};
+use super::{php_cgi_bin, read_lossy, wait_until, TestDir, FPMD_BIN};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use std::fmt::Write as _;
@@ -15,7 +15,7 @@ use std::os::unix::net::UnixStream;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 /// Where a pool listens.
 #[derive(Clone, Debug)]
@@ -615,7 +615,7 @@ impl Fpmd {
     }
 
     pub fn log(&self) -> String {
-        String::from_utf8_lossy(&std::fs::read(&self.log_path).unwrap_or_default()).into_owned()
+        read_lossy(&self.log_path)
     }
 
     /// Current length of the log, to read what comes after with `log_since`.
@@ -650,6 +650,19 @@ impl Fpmd {
     /// Live php-cgi processes below fpmd that serve requests (see `procs::workers_among`).
     pub fn workers(&self) -> Vec<i32> {
         procs::workers_among(&procs::descendants(self.pid))
+    }
+
+    /// The live workers whose environment has `key=value` (a pool's
+    /// `env.KEY = "value"` tells its children from the other pools').
+    pub fn workers_with_env(&self, key: &str, value: &str) -> Vec<i32> {
+        self.workers()
+            .into_iter()
+            .filter(|pid| {
+                procs::environ(*pid)
+                    .iter()
+                    .any(|(k, v)| k == key && v == value)
+            })
+            .collect()
     }
 
     /// Waits until exactly `n` live workers exist; returns their pids.
@@ -915,7 +928,7 @@ pub fn run_fpmd(dir: &Path, tag: &str, args: &[&str]) -> CliRun {
         std::thread::sleep(Duration::from_millis(5));
     };
     let read = |p: &Path| {
-        let s = String::from_utf8_lossy(&std::fs::read(p).unwrap_or_default()).into_owned();
+        let s = read_lossy(p);
         let _ = std::fs::remove_file(p);
         s
     };
@@ -925,6 +938,12 @@ pub fn run_fpmd(dir: &Path, tag: &str, args: &[&str]) -> CliRun {
         stdout: read(&out_path),
         stderr: read(&err_path),
     }
+}
+
+/// The time stamp that starts a line of fpmd's log (RFC 3339, UTC:
+/// `2026-12-01T11:15:34.970188Z`).
+pub fn log_time(line: &str) -> Option<SystemTime> {
+    humantime::parse_rfc3339(line.split_whitespace().next()?).ok()
 }
 
 /// `exit code N` or `signal N` of a status.

@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 pub use apache::{Apache, ApacheOpts, FcgiStyle};
-pub use fpmd::{Addr, Fpmd, FpmdConfig, Launch, Pool};
+pub use fpmd::{log_time, Addr, Fpmd, FpmdConfig, Launch, Pool};
 pub use http::{get, post, Resp};
 pub use lighttpd::{Lighttpd, LighttpdOpts};
 pub use nginx::{Nginx, NginxOpts};
@@ -116,6 +116,12 @@ pub fn require_php_fpm() -> PathBuf {
     })
 }
 
+/// The run's spawn strategy is pre-fork (`FPMD_TEST_SPAWN` unset, empty
+/// or `prefork`; `make test` runs the suite again with `exec`).
+pub fn prefork() -> bool {
+    std::env::var("FPMD_TEST_SPAWN").map_or(true, |s| s.is_empty() || s == "prefork")
+}
+
 pub fn require_dokuwiki() {
     require_binaries();
     if !Path::new(DOKUWIKI_ROOT).join("doku.php").is_file() {
@@ -186,6 +192,17 @@ impl TestDir {
             .ok()
             .filter(|s| !s.is_empty())
     }
+
+    /// The pid a script wrote to `run/NAME` (see `sleep.php?mark=`); panics
+    /// when it is missing or not a pid.
+    pub fn marked_pid(&self, name: &str) -> i32 {
+        let m = self
+            .mark(name)
+            .unwrap_or_else(|| panic!("run/{name} is missing"));
+        m.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("run/{name} holds {m:?}, not a pid"))
+    }
 }
 
 impl Drop for TestDir {
@@ -201,6 +218,30 @@ impl Drop for TestDir {
 pub fn chmod(p: &Path, mode: u32) {
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
         .unwrap_or_else(|e| panic!("chmod {}: {e}", p.display()));
+}
+
+/// Writes `text` as an executable script at `path`, atomically (new file
+/// renamed over the old one).
+pub fn write_script(path: &Path, text: &str) {
+    let tmp = path.with_extension("new");
+    std::fs::write(&tmp, text).unwrap();
+    chmod(&tmp, 0o755);
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// The text of a file (a log), invalid UTF-8 replaced; empty while there
+/// is no such file.
+pub fn read_lossy(p: &Path) -> String {
+    String::from_utf8_lossy(&std::fs::read(p).unwrap_or_default()).into_owned()
+}
+
+/// The inode number of a file (a unix socket's tells it from its
+/// replacement); panics when there is none.
+pub fn inode(p: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(p)
+        .unwrap_or_else(|e| panic!("stat {}: {e}", p.display()))
+        .ino()
 }
 
 /// The MD5 of `b` in lower-case hex, as PHP's `md5()` prints it.

@@ -11,7 +11,7 @@
 //! of fpmd and of php-fpm at once, configured alike.
 
 use super::fpmd::Addr;
-use super::{free_port, tcp_connectable, TestDir};
+use super::{free_port, read_lossy, tcp_connectable, TestDir};
 use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -165,8 +165,7 @@ impl WebServer {
 
     /// A file of its directory (a log), empty when there is none.
     pub fn read(&self, file: &str) -> String {
-        String::from_utf8_lossy(&std::fs::read(self.dir.join(file)).unwrap_or_default())
-            .into_owned()
+        read_lossy(&self.dir.join(file))
     }
 
     /// What the binary printed (config errors end up here).

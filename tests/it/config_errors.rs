@@ -383,23 +383,7 @@ fn config_test_as(
         cmd.uid(uid).gid(gid);
     }
     if let Some(soft) = nproc {
-        // SAFETY: getrlimit/setrlimit are async-signal-safe; nothing else runs between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                let mut lim = libc::rlimit {
-                    rlim_cur: 0,
-                    rlim_max: 0,
-                };
-                if libc::getrlimit(libc::RLIMIT_NPROC, &mut lim) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                lim.rlim_cur = soft.min(lim.rlim_max);
-                if libc::setrlimit(libc::RLIMIT_NPROC, &lim) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        soft_rlimit(&mut cmd, libc::RLIMIT_NPROC, soft);
     }
     let out = cmd
         .output()

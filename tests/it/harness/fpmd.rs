@@ -6,7 +6,7 @@
 //! `cli` (`fpmd -c fpmd.toml reload|upgrade|-t …`).
 
 use super::procs::{self, ProcInfo};
-use super::{php_cgi_bin, read_lossy, wait_until, TestDir, FPMD_BIN};
+use super::{php_cgi_bin, read_lossy, soft_rlimit, wait_until, TestDir, FPMD_BIN};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use std::fmt::Write as _;
@@ -488,24 +488,7 @@ impl Fpmd {
             .stdout(log.try_clone().unwrap())
             .stderr(log);
         if let Some(soft) = cfg.nofile_soft {
-            use std::os::unix::process::CommandExt;
-            // SAFETY: getrlimit/setrlimit are async-signal-safe; nothing else runs between fork and exec.
-            unsafe {
-                cmd.pre_exec(move || {
-                    let mut lim = libc::rlimit {
-                        rlim_cur: 0,
-                        rlim_max: 0,
-                    };
-                    if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    lim.rlim_cur = soft.min(lim.rlim_max);
-                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
+            soft_rlimit(&mut cmd, libc::RLIMIT_NOFILE, soft);
         }
         if !launch.fds.is_empty() {
             use std::os::fd::AsRawFd;

@@ -244,6 +244,33 @@ pub fn inode(p: &Path) -> u64 {
         .ino()
 }
 
+/// Makes `cmd`'s child set its soft limit of `resource` (a
+/// `libc::RLIMIT_*`) to `soft`, at most its hard limit, before exec.
+pub fn soft_rlimit(
+    cmd: &mut std::process::Command,
+    resource: libc::__rlimit_resource_t,
+    soft: u64,
+) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: getrlimit/setrlimit are async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let mut lim = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            if libc::getrlimit(resource, &mut lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            lim.rlim_cur = soft.min(lim.rlim_max);
+            if libc::setrlimit(resource, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// The MD5 of `b` in lower-case hex, as PHP's `md5()` prints it.
 pub fn md5_hex(b: &[u8]) -> String {
     use md5::{Digest, Md5};

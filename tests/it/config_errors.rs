@@ -6,8 +6,6 @@ use crate::harness::fpmd::describe_status;
 use crate::harness::*;
 use std::time::Duration;
 
-const EX_CONFIG: i32 = 78;
-
 /// A pool file, one key per line; line numbers are 1 + index (line 1 is `[www]`).
 struct PoolFile(Vec<(String, String)>);
 

@@ -52,6 +52,10 @@ pub const PHP_SCRIPTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/php");
 /// may be loaded; a test fails only when it is exceeded.
 pub const LONG: Duration = Duration::from_secs(30);
 
+/// The exit status of fpmd refusing a configuration (EX_CONFIG of
+/// sysexits.h): `fpmd -t`, a start, `fpmd reload`, `fpmd upgrade`.
+pub const EX_CONFIG: i32 = 78;
+
 /// Slack allowed on top of a time bar named by the issue ("within 1 s").
 pub const SLACK: Duration = Duration::from_millis(300);
 

@@ -16,9 +16,6 @@ use std::time::{Duration, Instant, SystemTime};
 /// the reloads, upgrades and new generations of children here run under
 /// load, some with a php-cgi that takes 300 ms to start.
 pub(super) const LONGER: Duration = Duration::from_secs(60);
-/// The exit status (EX_CONFIG) of `fpmd -t`, `fpmd reload` and `fpmd
-/// upgrade` on an invalid configuration.
-pub(super) const EX_CONFIG: i32 = 78;
 
 /// A static pool of 4 children started with `memory_limit` (the value the
 /// reloads change); its children carry `FPMD_TEST_POOL=<name>`.

@@ -67,10 +67,6 @@ use crate::harness::*;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// Bigger than PHP's default post_max_size (8M): both backends raise it.
-const POST_LEN: usize = 20 << 20;
-const POST_MAX_SIZE: &str = "128M";
-
 /// Paths whose whole `server_vars.php` output must be the same under both
 /// (the PATH_INFO request `/server_vars.php/foo/bar?x=1` is checked apart).
 const SERVER_VARS_URLS: [&str; 5] = [

@@ -18,10 +18,6 @@ use crate::harness::phpfpm::{PhpFpm, PhpFpmOpts};
 use crate::harness::*;
 use std::path::PathBuf;
 
-/// Bigger than PHP's default post_max_size (8M): both backends raise it.
-const POST_LEN: usize = 20 << 20;
-const POST_MAX_SIZE: &str = "128M";
-
 /// The headers compared between the two backends (lower case); others
 /// (Date, Server, X-Powered-By's version, …) may differ.
 const HEADERS: [&str; 6] = [

@@ -52,6 +52,12 @@ pub const PHP_SCRIPTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/php");
 /// may be loaded; a test fails only when it is exceeded.
 pub const LONG: Duration = Duration::from_secs(30);
 
+/// A POST body bigger than PHP's default post_max_size (8M), for the
+/// comparisons with php-fpm (apache.rs, webservers.rs): both backends
+/// raise post_max_size to [`POST_MAX_SIZE`].
+pub const POST_LEN: usize = 20 << 20;
+pub const POST_MAX_SIZE: &str = "128M";
+
 /// The exit status of fpmd refusing a configuration (EX_CONFIG of
 /// sysexits.h): `fpmd -t`, a start, `fpmd reload`, `fpmd upgrade`.
 pub const EX_CONFIG: i32 = 78;

@@ -362,11 +362,17 @@ fn listen_fields(old: &Listen, new: &Listen) -> Vec<&'static str> {
     .collect()
 }
 
+/// The set differences of the two configurations' listen addresses: each
+/// pool's `listen.address` and its `pm.status_listen` (a socket with the
+/// pool's `listen.*` settings).
 fn listener_changes<'a>(old: &'a Config, new: &'a Config) -> ListenerChanges<'a> {
     let by_address = |c: &'a Config| -> BTreeMap<&'a ListenAddress, &'a Listen> {
         c.pools
             .iter()
-            .map(|p| (&p.listen.address, &p.listen))
+            .flat_map(|p| {
+                let status = p.local.status_listen.as_ref().map(|a| (a, &p.listen));
+                std::iter::once((&p.listen.address, &p.listen)).chain(status)
+            })
             .collect()
     };
     let (old, new) = (by_address(old), by_address(new));
@@ -376,7 +382,13 @@ fn listener_changes<'a>(old: &'a Config, new: &'a Config) -> ListenerChanges<'a>
     let reapply = kept
         .iter()
         .copied()
-        .filter(|a| !listen_fields(old[a], new[a]).is_empty())
+        .filter(|a| {
+            // A status address takes its pool's settings but not its
+            // address.
+            listen_fields(old[a], new[a])
+                .iter()
+                .any(|f| *f != "listen.address")
+        })
         .collect();
     ListenerChanges {
         added: new_set.difference(&old_set).copied().collect(),
@@ -842,6 +854,30 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn status_listen_addresses_are_listeners_too() {
+        let old = config(vec![base("a")]);
+        let mut with_status = base("a");
+        with_status.local.status_listen = Some(tcp("127.0.0.1:9001"));
+        let new = config(vec![with_status.clone()]);
+        let d = new.diff(&old);
+        assert_eq!(d.listeners.added, [&tcp("127.0.0.1:9001")]);
+        assert_eq!(d.listeners.kept, [&unix("/tmp/a.sock")]);
+        assert!(d.listeners.reapply.is_empty() && d.listeners.removed.is_empty());
+        // Removed again; and the pool's listen.* settings reach its status
+        // socket as they reach its main one.
+        let back = old.diff(&new);
+        assert_eq!(back.listeners.removed, [&tcp("127.0.0.1:9001")]);
+        let mut stricter = with_status;
+        stricter.listen.mode = 0o600;
+        let newer = config(vec![stricter]);
+        let d = newer.diff(&new);
+        assert_eq!(
+            d.listeners.reapply,
+            [&unix("/tmp/a.sock"), &tcp("127.0.0.1:9001")]
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::Parser;
 use fpmd::cli::{parse_define, Cli, Command, StatusArgs, EXIT_STILL_STOPPING, EXIT_USAGE, USAGE};
 use fpmd::control::socket::Request;
-use fpmd::{config, control, daemon, log, EXIT_CONFIG};
+use fpmd::{config, daemon, log, EXIT_CONFIG};
 
 /// `fpmd status`: the view, one frame, or the JSON.
 fn status(path: &std::path::Path, options: &config::LoadOptions, args: &StatusArgs) -> ExitCode {
@@ -428,17 +428,10 @@ fn main() -> ExitCode {
                 return ExitCode::from(EXIT_CONFIG);
             }
         };
-        let intents = match control::signals::intents() {
-            Ok(i) => i,
-            Err(e) => {
-                eprintln!("fpmd: cannot install signal handlers: {e}");
-                return ExitCode::FAILURE;
-            }
-        };
-        match daemon::run(prepared, intents, log, handover, detached).await {
+        match daemon::run(prepared, log, handover, detached).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                tracing::error!("{e:#}");
+                tracing::error!("{e}");
                 ExitCode::FAILURE
             }
         }

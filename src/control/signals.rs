@@ -6,25 +6,13 @@
 //! SIGTERM and SIGINT stop fast.
 
 use tokio::signal::unix::{signal, SignalKind};
-use tokio::sync::mpsc;
 
-/// What the operator asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Intent {
-    /// SIGUSR2, SIGHUP.
-    Reload,
-    /// SIGUSR1.
-    ReopenLogs,
-    /// SIGQUIT: stop accepting, let in-flight requests finish, then exit.
-    GracefulStop,
-    /// SIGTERM, SIGINT: stop now.
-    FastStop,
-}
+use super::{Intent, Order, Orders};
 
-/// Installs the handlers and returns the stream of intents. Must run inside
-/// the tokio runtime. Errors: a handler could not be installed.
-pub fn intents() -> std::io::Result<mpsc::UnboundedReceiver<Intent>> {
-    let (tx, rx) = mpsc::unbounded_channel();
+/// Installs the handlers: every signal sends its [`Intent`] to `orders`,
+/// as php-fpm acts on them. Must run inside the tokio runtime. Errors: a
+/// handler could not be installed.
+pub fn listen(orders: &Orders) -> std::io::Result<()> {
     let table = [
         (SignalKind::user_defined2(), Intent::Reload),
         (SignalKind::hangup(), Intent::Reload),
@@ -35,14 +23,14 @@ pub fn intents() -> std::io::Result<mpsc::UnboundedReceiver<Intent>> {
     ];
     for (kind, intent) in table {
         let mut s = signal(kind)?;
-        let tx = tx.clone();
+        let tx = orders.clone();
         tokio::spawn(async move {
             while s.recv().await.is_some() {
-                if tx.send(intent).is_err() {
+                if tx.send(Order::new(intent)).is_err() {
                     return;
                 }
             }
         });
     }
-    Ok(rx)
+    Ok(())
 }

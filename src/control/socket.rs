@@ -21,7 +21,9 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
+
+use super::{Intent, Order, Orders};
 use tracing::{debug, warn};
 
 /// A request from `fpmd CMD`.
@@ -111,12 +113,6 @@ impl Answer {
     }
 }
 
-/// A request waiting for the daemon's answer.
-pub struct Call {
-    pub request: Request,
-    pub reply: oneshot::Sender<Answer>,
-}
-
 /// Answers `status [POOL]` (the pool, or None for all) without waiting for
 /// the daemon's loop.
 pub type StatusFn = Arc<dyn Fn(Option<&str>) -> Answer + Send + Sync>;
@@ -124,8 +120,9 @@ pub type StatusFn = Arc<dyn Fn(Option<&str>) -> Answer + Send + Sync>;
 /// Binds the control socket at `path` (its directory is created 0755 if
 /// missing; a stale socket is replaced, a live one refused) and serves it:
 /// `status` requests are answered by `status`, every other request reaches
-/// `calls`. Errors: the path cannot be bound.
-pub fn serve(path: &Path, calls: mpsc::UnboundedSender<Call>, status: StatusFn) -> io::Result<()> {
+/// `orders` as its [`Intent`] with the reply. Errors: the path cannot be
+/// bound.
+pub fn serve(path: &Path, orders: Orders, status: StatusFn) -> io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     if let Some(dir) = path.parent() {
         if !dir.as_os_str().is_empty() && !dir.exists() {
@@ -158,10 +155,10 @@ pub fn serve(path: &Path, calls: mpsc::UnboundedSender<Call>, status: StatusFn) 
                 warn!("control socket: refused a connection from a user other than root");
                 continue;
             }
-            let calls = calls.clone();
+            let orders = orders.clone();
             let status = status.clone();
             tokio::spawn(async move {
-                if let Err(e) = answer_one(stream, calls, status).await {
+                if let Err(e) = answer_one(stream, orders, status).await {
                     debug!("control socket: {e}");
                 }
             });
@@ -170,11 +167,7 @@ pub fn serve(path: &Path, calls: mpsc::UnboundedSender<Call>, status: StatusFn) 
     Ok(())
 }
 
-async fn answer_one(
-    stream: UnixStream,
-    calls: mpsc::UnboundedSender<Call>,
-    status: StatusFn,
-) -> io::Result<()> {
+async fn answer_one(stream: UnixStream, orders: Orders, status: StatusFn) -> io::Result<()> {
     let (r, mut w) = stream.into_split();
     let mut line = String::new();
     let read = tokio::time::timeout(
@@ -185,8 +178,18 @@ async fn answer_one(
     let answer = match (read, Request::parse(&line)) {
         (Ok(Ok(_)), Some(Request::Status { pool })) => status(pool.as_deref()),
         (Ok(Ok(_)), Some(request)) => {
+            let intent = match request {
+                Request::Reload => Intent::Reload,
+                Request::Stop => Intent::GracefulStop,
+                Request::Upgrade => Intent::Upgrade,
+                Request::Status { .. } => unreachable!("answered above"),
+            };
             let (reply, rx) = oneshot::channel();
-            if calls.send(Call { request, reply }).is_err() {
+            let order = Order {
+                intent,
+                reply: Some(reply),
+            };
+            if orders.send(order).is_err() {
                 Answer::Error("fpmd is stopping".into())
             } else {
                 rx.await
@@ -313,7 +316,7 @@ mod tests {
     async fn serves_one_request_per_connection() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("run/ctl.sock");
-        let (tx, mut rx) = mpsc::unbounded_channel();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Order>();
         let status: StatusFn = Arc::new(|pool| Answer::Ok(format!("status of {pool:?}")));
         serve(&path, tx.clone(), status.clone()).unwrap();
         assert!(
@@ -321,10 +324,9 @@ mod tests {
             "a live socket is not stolen"
         );
         tokio::spawn(async move {
-            while let Some(c) = rx.recv().await {
-                let _ = c
-                    .reply
-                    .send(Answer::Ok(format!("did {}", c.request.word())));
+            while let Some(o) = rx.recv().await {
+                let did = format!("did {:?}", o.intent);
+                o.answer(Answer::Ok(did));
             }
         });
         let p = path.clone();
@@ -332,7 +334,7 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
-        assert_eq!(got, Answer::Ok("did stop".into()));
+        assert_eq!(got, Answer::Ok("did GracefulStop".into()));
         let p = path.clone();
         let got = tokio::task::spawn_blocking(move || {
             let pool = Some("www".to_string());

@@ -11,9 +11,10 @@ use std::time::Duration;
 
 use notify::{RecursiveMode, Watcher};
 use tokio::sync::mpsc;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::config::Sources;
+use crate::control::{Intent, Order, Orders};
 
 /// Changes closer together than this make one reload (editors write a file
 /// in several steps: a temporary file, a rename, a chmod).
@@ -64,13 +65,10 @@ fn directories(sources: &Sources) -> Vec<PathBuf> {
     dirs
 }
 
-/// Watches `sources`; each burst of relevant changes sends one `()` on
-/// `reload` once [`DEBOUNCE`] has passed without another. Errors: the
-/// watcher cannot be set up (no inotify).
-pub fn watch(
-    sources: &Sources,
-    reload: mpsc::UnboundedSender<()>,
-) -> notify::Result<ConfigWatcher> {
+/// Watches `sources`; each burst of relevant changes sends one reload
+/// order to `orders` once [`DEBOUNCE`] has passed without another. Errors:
+/// the watcher cannot be set up (no inotify).
+pub fn watch(sources: &Sources, orders: Orders) -> notify::Result<ConfigWatcher> {
     let (tx, mut rx) = mpsc::unbounded_channel::<PathBuf>();
     let filter = sources.clone();
     let mut watcher =
@@ -107,7 +105,8 @@ pub fn watch(
                     Err(_) => break,
                 }
             }
-            if reload.send(()).is_err() {
+            info!("a configuration file changed (watch = true)");
+            if orders.send(Order::new(Intent::Reload)).is_err() {
                 return;
             }
         }

@@ -214,3 +214,55 @@ impl Handover {
         writeln!(self.stream, "ready {}", std::process::id())
     }
 }
+
+impl super::Daemon {
+    /// `fpmd upgrade`: starts the fpmd binary now on disk on the same
+    /// configuration and hands it the listening sockets; once it serves,
+    /// this one stops accepting (the caller then drains and exits). The
+    /// answer says which happened.
+    pub(super) async fn upgrade(&mut self) -> crate::control::socket::Answer {
+        use crate::control::socket::Answer;
+        use crate::control::systemd::Notify;
+        use crate::observe::board::Phase;
+        use tracing::{error, info};
+        let Some(exe) = self.exe.clone() else {
+            return Answer::Error("cannot tell which fpmd binary runs".into());
+        };
+        let listeners = match listeners_of(&self.listeners, &self.activation) {
+            Ok(l) => l,
+            Err(e) => return Answer::Error(format!("cannot hand over the listening sockets: {e}")),
+        };
+        info!(
+            "upgrade: starting {} on {}",
+            exe.display(),
+            self.config.file.display()
+        );
+        let config = self.config.file.clone();
+        let args = self.config.options.to_args(self.config.global.daemonize);
+        self.board.set_phase(Phase::Upgrading);
+        let outcome =
+            tokio::task::spawn_blocking(move || start_new(&exe, &config, &args, listeners)).await;
+        if !matches!(outcome, Ok(Outcome::Ready(_))) {
+            self.board.set_phase(Phase::Ready);
+        }
+        match outcome {
+            Ok(Outcome::Ready(pid)) => {
+                info!("upgrade: the new fpmd (pid {pid}) serves; this one stops accepting, drains and exits");
+                self.sd.send(&[Notify::MainPid(pid)]);
+                Answer::Ok(format!(
+                    "upgraded: the new fpmd has pid {pid}; the old one ({}) drains and exits",
+                    std::process::id()
+                ))
+            }
+            Ok(Outcome::ConfigError(e)) => {
+                error!("upgrade refused: the new fpmd does not accept the configuration: {e}; this one serves on");
+                Answer::ConfigError(e)
+            }
+            Ok(Outcome::Failed(e)) => {
+                error!("upgrade failed: {e}; this one serves on");
+                Answer::Error(e)
+            }
+            Err(e) => Answer::Error(format!("upgrade: {e}")),
+        }
+    }
+}

@@ -39,8 +39,10 @@
 //!
 //! # A reload
 //!
-//! A signal or `fpmd reload` becomes an intent ([`control`]); the daemon
-//! loads and validates the files ([`config`]), diffs them against the
+//! A signal, `fpmd reload` or a changed file (`watch = true`) becomes an
+//! order on the daemon's one queue ([`control::Order`]); the daemon
+//! ([`daemon`]'s reload) loads and validates the files ([`config`]), diffs
+//! them against the
 //! running configuration ([`config::Config::diff`]), binds or re-applies the
 //! listening sockets that changed ([`listen`]), and tells each pool what
 //! changed: a new pool starts, a removed one drains, a changed one retunes

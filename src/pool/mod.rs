@@ -397,8 +397,6 @@ enum Event {
     /// Slots out of dispatch for good (old generation, stopping pool):
     /// stop their children once nothing of theirs is busy.
     Retire(Vec<Worker>),
-    /// A generation became current.
-    Switched(GenId),
     /// A request found no idle child (dynamic, ondemand): spawn now.
     Demand,
     /// A pre-forked child died in the middle of a request (without process
@@ -712,8 +710,7 @@ impl Pool {
 
     /// Puts a worker back into dispatch: to the oldest waiter, else on the
     /// idle stack. A worker of a generation that is no longer current (or
-    /// of a stopping pool) is retired instead; the first worker of the
-    /// generation being started makes it current.
+    /// of a stopping pool) is retired instead.
     fn offer(&self, w: Worker) {
         self.put_back(w, false)
     }
@@ -728,34 +725,33 @@ impl Pool {
     }
 
     /// [`Pool::offer`], or onto the least recently used end with `lru`.
-    fn put_back(&self, mut w: Worker, lru: bool) {
+    fn put_back(&self, w: Worker, lru: bool) {
         let mut t = self.table.lock().unwrap();
-        if !w.is_alive() {
-            t.remove(w.slot);
-            return;
-        }
-        if t.slot(w.slot).is_none() {
-            // Its leader exited while it was leased.
-            return;
-        }
-        if w.gen > t.current && t.configs.contains_key(&w.gen) {
-            let old = t.switch_to(w.gen);
-            let _ = self.events.send(Event::Switched(w.gen));
-            if !old.is_empty() {
-                let _ = self.events.send(Event::Retire(old));
-            }
-        }
-        if t.closed || w.gen != t.current {
-            t.retiring(w.slot);
+        if let Some(w) = self.put_back_in(&mut t, w, lru) {
             drop(t);
             let _ = self.events.send(Event::Retire(vec![w]));
-            return;
+        }
+    }
+
+    /// [`Pool::put_back`] under the table's lock, held by the caller.
+    /// Returns the worker if it is to be retired (its slot is Retiring):
+    /// its generation is not current, or the pool is stopping.
+    fn put_back_in(&self, t: &mut Table, mut w: Worker, lru: bool) -> Option<Worker> {
+        if !w.is_alive() {
+            t.remove(w.slot);
+            return None;
+        }
+        // Gone if its leader exited while it was leased: nothing to do.
+        t.slot(w.slot)?;
+        if t.closed || w.gen != t.current {
+            t.retiring(w.slot);
+            return Some(w);
         }
         let now = Instant::now();
         while let Some(tx) = t.waiters.pop_front() {
             t.lease(&w, now);
             match tx.send(w) {
-                Ok(()) => return,
+                Ok(()) => return None,
                 Err(back) => w = back,
             }
         }
@@ -764,6 +760,32 @@ impl Pool {
         }
         t.push_idle(w, lru);
         self.stats.limit_left();
+        None
+    }
+
+    /// Puts `n` new slots of the php-cgi `leader` (generation `gen`; `pid`:
+    /// the child behind each, when known) into dispatch, cold, each with
+    /// the worker `make` builds for its id. When `gen` is newer than the
+    /// current generation (the first php-cgi of a reload to be ready), it
+    /// becomes current under the same lock, so that every request from
+    /// then on goes to it. Called by the supervisor, which carries out
+    /// what [`Added`] says.
+    pub(crate) fn add_slots(
+        &self,
+        gen: GenId,
+        leader: i32,
+        pid: Option<i32>,
+        n: u32,
+        mut make: impl FnMut(SlotId) -> Worker,
+    ) -> Added {
+        let mut t = self.table.lock().unwrap();
+        let workers: Vec<Worker> = (0..n).map(|_| make(t.new_slot(gen, leader, pid))).collect();
+        let switched = (gen > t.current && t.configs.contains_key(&gen)).then(|| t.switch_to(gen));
+        let retire = workers
+            .into_iter()
+            .filter_map(|w| self.put_back_in(&mut t, w, true))
+            .collect();
+        Added { switched, retire }
     }
 
     /// Idle children now, and requests waiting for one.
@@ -791,6 +813,18 @@ impl Drop for Waiting<'_> {
             }
         }
     }
+}
+
+/// What [`Pool::add_slots`] leaves the supervisor to do.
+pub(crate) struct Added {
+    /// The new slots' generation became current; these idle workers of
+    /// older generations left dispatch (their slots are Retiring), to
+    /// retire.
+    pub switched: Option<Vec<Worker>>,
+    /// New workers that did not enter dispatch (the pool is stopping, or
+    /// their generation was abandoned; their slots are Retiring), to
+    /// retire.
+    pub retire: Vec<Worker>,
 }
 
 /// Handle used by the daemon to reconfigure and stop a pool.

@@ -360,19 +360,17 @@ impl Supervisor {
         }
     }
 
-    /// Puts `n` slots of `leader` into dispatch.
+    /// Puts `n` slots of `leader` into dispatch. The first php-cgi of a
+    /// new generation to be ready makes it current (under the slot table's
+    /// lock, see [`crate::pool::Pool::add_slots`]): the reload that asked
+    /// for it is answered and the old generation drains.
     pub(super) fn add_slots(&mut self, leader: &Pending, prefork: bool, n: u32) {
         // A php-cgi came up: a later failure to start is a new episode.
         self.start_failure_said = false;
-        for _ in 0..n {
-            let pid = (!prefork).then_some(leader.leader);
-            let slot = self
-                .pool
-                .table
-                .lock()
-                .unwrap()
-                .new_slot(leader.gen, leader.leader, pid);
-            self.pool.offer_cold(Worker {
+        let pid = (!prefork).then_some(leader.leader);
+        let added = self
+            .pool
+            .add_slots(leader.gen, leader.leader, pid, n, |slot| Worker {
                 slot,
                 gen: leader.gen,
                 leader: leader.leader,
@@ -385,6 +383,14 @@ impl Supervisor {
                 idle_since: Instant::now(),
                 startup: leader.startup.clone(),
             });
+        if let Some(old) = added.switched {
+            self.switched(leader.gen);
+            if !old.is_empty() {
+                self.retire(old);
+            }
+        }
+        if !added.retire.is_empty() {
+            self.retire(added.retire);
         }
     }
 

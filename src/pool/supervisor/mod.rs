@@ -487,7 +487,6 @@ impl Supervisor {
                 drop(conn);
             }
             Event::Retire(workers) => self.retire(workers),
-            Event::Switched(gen) => self.switched(gen),
             Event::Demand => self.fill().await,
             Event::Crashed => {
                 // Without process events this is all fpmd learns of the

@@ -299,7 +299,8 @@ impl Lease<'_> {
             "child forked during the request (security.pcntl) and its copies are still there: they share the child's connection, so the child is replaced; copies killed: {plain:?}, left running after setsid(): {daemons:?}");
         for c in plain {
             // Not reaped by php-cgi, so the pid is not reused.
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(c), Signal::SIGKILL);
+            let _ =
+                crate::process::signal::send(pool, nix::unistd::Pid::from_raw(c), Signal::SIGKILL);
         }
         Fate::Kill
     }

@@ -446,6 +446,17 @@ impl PoolCgroup {
         last
     }
 
+    /// SIGKILL to each of `pids`, processes of this cgroup.
+    fn kill_each(&self, pids: &[i32]) {
+        for &pid in pids {
+            let _ = crate::process::signal::send(
+                &self.pool,
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+
     /// One round of killing.
     fn kill_round(&self) {
         if self.v2 {
@@ -453,7 +464,7 @@ impl PoolCgroup {
             if write(&dir.join("cgroup.kill"), "1").is_ok() {
                 return;
             }
-            kill_each(&read_pids(&dir.join("cgroup.procs")));
+            self.kill_each(&read_pids(&dir.join("cgroup.procs")));
             return;
         }
         let freezer = self.dirs.freezer.as_ref();
@@ -470,24 +481,11 @@ impl PoolCgroup {
             }
         }
         for d in self.dirs.all() {
-            kill_each(&read_pids(&d.join("cgroup.procs")));
+            self.kill_each(&read_pids(&d.join("cgroup.procs")));
         }
         if let Some(f) = freezer {
             // SIGKILL is delivered once thawed.
             let _ = write(&f.join("freezer.state"), "THAWED");
-        }
-    }
-}
-
-fn kill_each(pids: &[i32]) {
-    for &pid in pids {
-        if let Err(e) = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        ) {
-            if e != nix::errno::Errno::ESRCH {
-                tracing::warn!(pid, "cannot SIGKILL a process of a pool's cgroup: {e}");
-            }
         }
     }
 }

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{kill, Signal};
+use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use tracing::{debug, error, info, warn};
 
@@ -23,6 +23,7 @@ use crate::pool::slots::GenId;
 use crate::pool::stats::StopReason;
 use crate::pool::Worker;
 use crate::process::reap::{Exit, ExitKind};
+use crate::process::signal;
 use crate::process::spawn::Spawned;
 use crate::process::spec::child_spec;
 use crate::sys::procfs::parent_of;
@@ -230,11 +231,7 @@ impl Supervisor {
             self.pool.stats.stopped(why);
             self.pool.stats.count_spawned(1);
         }
-        if let Err(e) = kill(Pid::from_raw(pid), sig) {
-            if e != nix::errno::Errno::ESRCH {
-                warn!(pool = %self.pool.name, pid, "cannot send {sig}: {e}");
-            }
-        }
+        let _ = signal::send(&self.pool.name, Pid::from_raw(pid), sig);
     }
 
     /// A child of one of this pool's php-cgi parents started or ended: its
@@ -433,7 +430,7 @@ impl Supervisor {
             crate::process::proc_events::unwatch(exit.pid);
             // Children the parent left behind (it only signals them on
             // SIGTERM) must not serve anything any more.
-            let _ = kill(Pid::from_raw(-exit.pid), Signal::SIGKILL);
+            let _ = signal::send(&self.pool.name, Pid::from_raw(-exit.pid), Signal::SIGKILL);
             self.count_orphaned(exit.pid, child.gen, why);
         } else {
             self.pool.stats.stopped(why);

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use nix::sys::signal::{kill, Signal};
+use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use tokio::sync::oneshot;
 use tracing::{debug, info, warn};
@@ -20,6 +20,7 @@ use crate::config::PoolConfig;
 use crate::pool::slots::{GenId, SlotState};
 use crate::pool::stats::StopReason;
 use crate::pool::Reconfigured;
+use crate::process::signal;
 use crate::process::spec::template;
 
 /// Where a reload waits for its answer.
@@ -298,7 +299,11 @@ impl Supervisor {
                     None => {
                         if let Some(c) = self.children.get_mut(leader) {
                             c.stop.get_or_insert(StopReason::Retired);
-                            let _ = kill(Pid::from_raw(-leader), Signal::SIGKILL);
+                            let _ = signal::send(
+                                &self.pool.name,
+                                Pid::from_raw(-leader),
+                                Signal::SIGKILL,
+                            );
                         }
                     }
                 }

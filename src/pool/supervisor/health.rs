@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{kill, Signal};
+use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use tracing::{debug, error, info, warn};
 
@@ -18,6 +18,7 @@ use super::{phase, Supervisor};
 use crate::config::PoolConfig;
 use crate::pool::stats::StopReason;
 use crate::process::reap::ExitKind;
+use crate::process::signal;
 
 /// How often the pool's processes are checked for what a script did to
 /// them ([`Supervisor::health_check`]).
@@ -46,15 +47,6 @@ pub(super) fn pool_cgroup(config: &PoolConfig) -> Option<Arc<crate::process::cgr
         Err(e) => {
             warn!(pool = %config.name, "cannot create the pool's cgroup: {e}; its children run without one");
             None
-        }
-    }
-}
-
-/// SIGKILL to `pid`; an error other than "no such process" is logged.
-pub(super) fn kill_logged(pool: &str, pid: i32) {
-    if let Err(e) = kill(Pid::from_raw(pid), Signal::SIGKILL) {
-        if e != nix::errno::Errno::ESRCH {
-            warn!(pool = %pool, pid, "cannot send SIGKILL: {e}");
         }
     }
 }
@@ -344,7 +336,7 @@ impl Supervisor {
                     self.stop_child(leader, pid, Signal::SIGKILL, StopReason::Killed);
                 } else {
                     warn!(pool = %self.name(), pid, "php-cgi {pid} forked by a script is stopped (SIGSTOP): SIGKILL");
-                    kill_logged(&self.pool.name, pid);
+                    let _ = signal::send(&self.pool.name, Pid::from_raw(pid), Signal::SIGKILL);
                 }
                 continue;
             }
@@ -354,7 +346,7 @@ impl Supervisor {
             if !is_tracked && !parent_is_prefork_leader {
                 if let Some(parent) = stray_copy(pid, parent, &tracked) {
                     warn!(pool = %self.name(), pid, "php-cgi {pid} forked by a script in child {parent} (pcntl_fork) went back to serving FastCGI on its parent's sockets: SIGKILL");
-                    kill_logged(&self.pool.name, pid);
+                    let _ = signal::send(&self.pool.name, Pid::from_raw(pid), Signal::SIGKILL);
                 }
             }
         }

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{kill, Signal};
+use nix::sys::signal::Signal;
 
 use nix::unistd::Pid;
 
@@ -43,6 +43,8 @@ use super::{Command, Event, Pool, PoolHandle, StopMode, Worker};
 use crate::config::{PmMode, PoolConfig, Spawn};
 
 use crate::process::reap::Exit;
+
+use crate::process::signal;
 
 use crate::process::spawn::Spawner;
 
@@ -429,7 +431,7 @@ impl Supervisor {
                     // interrupted sleep() even returns early and the script
                     // runs on): a fast stop kills, as php-fpm's does.
                     let target = if c.prefork { -*pid } else { *pid };
-                    let _ = kill(Pid::from_raw(target), Signal::SIGKILL);
+                    let _ = signal::send(&self.pool.name, Pid::from_raw(target), Signal::SIGKILL);
                 }
             }
         }
@@ -457,7 +459,7 @@ impl Supervisor {
             c.stop.get_or_insert(StopReason::Retired);
             debug!(pool = %name, pid, "child still alive after the stop grace period: SIGKILL");
             let target = if c.prefork { -*pid } else { *pid };
-            let _ = kill(Pid::from_raw(target), Signal::SIGKILL);
+            let _ = signal::send(&self.pool.name, Pid::from_raw(target), Signal::SIGKILL);
         }
         if let Some(s) = &mut self.stopping {
             s.mode = StopMode::Fast;

@@ -484,18 +484,7 @@ impl Pool {
             while let Some(w) = t.pop_idle(Instant::now()) {
                 if w.is_alive() {
                     w.startup.close();
-                    let config = t
-                        .configs
-                        .get(&w.gen)
-                        .cloned()
-                        .unwrap_or_else(|| t.config().clone());
-                    let death = t.death_of(w.slot);
-                    return Acquired::Lease(Lease {
-                        pool: self,
-                        worker: Some(w),
-                        death,
-                        config,
-                    });
+                    return Acquired::Lease(self.lease_for(&t, w));
                 }
                 t.remove(w.slot);
             }
@@ -534,19 +523,7 @@ impl Pool {
         let result = match waiting.rx.as_mut().expect("set").await {
             Ok(w) => {
                 w.startup.close();
-                let t = self.table.lock().unwrap();
-                let config = t
-                    .configs
-                    .get(&w.gen)
-                    .cloned()
-                    .unwrap_or_else(|| t.config().clone());
-                let death = t.death_of(w.slot);
-                Acquired::Lease(Lease {
-                    pool: self,
-                    worker: Some(w),
-                    death,
-                    config,
-                })
+                Acquired::Lease(self.lease_for(&self.table.lock().unwrap(), w))
             }
             // Dropped: the pool stops, or its php-cgi cannot start.
             Err(_) => match &self.table.lock().unwrap().unstartable {
@@ -556,6 +533,25 @@ impl Pool {
         };
         waiting.rx = None;
         result
+    }
+
+    /// The lease of `w`, just taken from the table `t` (whose lock the
+    /// caller holds): with its slot's [`slots::Death`] and its
+    /// generation's configuration (the current one's if that generation is
+    /// gone).
+    fn lease_for<'p>(&'p self, t: &Table, w: Worker) -> Lease<'p> {
+        let config = t
+            .configs
+            .get(&w.gen)
+            .cloned()
+            .unwrap_or_else(|| t.config().clone());
+        let death = t.death_of(w.slot);
+        Lease {
+            pool: self,
+            worker: Some(w),
+            death,
+            config,
+        }
     }
 
     /// Carries out a verdict on a child given back by a [`Lease`]; `config`

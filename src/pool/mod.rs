@@ -89,6 +89,41 @@ pub fn return_buffer(buf: &mut BytesMut) {
     }
 }
 
+/// How the pool's children are started (`pm.spawn`, as the pool carries it
+/// out), and what that means for a slot whose child goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strategy {
+    /// One exec'd php-cgi per slot: the slot is the child, and goes with
+    /// it (the process manager starts a replacement).
+    Exec,
+    /// One php-cgi parent pre-forks `pm.max_children` children, one per
+    /// slot: a slot outlives its child (the parent forks a replacement, in
+    /// accept() on the same socket, which the slot's next connection
+    /// reaches).
+    Prefork,
+}
+
+impl From<crate::config::Spawn> for Strategy {
+    fn from(s: crate::config::Spawn) -> Strategy {
+        match s {
+            crate::config::Spawn::Exec => Strategy::Exec,
+            crate::config::Spawn::Prefork => Strategy::Prefork,
+        }
+    }
+}
+
+impl Strategy {
+    /// What to signal to end everything of the php-cgi `leader` fpmd
+    /// spawned: the child itself (exec), or the parent's process group,
+    /// its children with it (prefork).
+    pub fn everything_of(self, leader: i32) -> nix::unistd::Pid {
+        match self {
+            Strategy::Exec => nix::unistd::Pid::from_raw(leader),
+            Strategy::Prefork => nix::unistd::Pid::from_raw(-leader),
+        }
+    }
+}
+
 /// What moves with a slot between the idle stack and a lease: its
 /// connection and what is known of its child.
 ///
@@ -106,7 +141,7 @@ pub struct Worker {
     /// The child behind this slot, when known (exec: always; prefork: from
     /// the first exchange of each connection on).
     pub pid: Option<i32>,
-    prefork: bool,
+    strategy: Strategy,
     /// The private listening socket (of the child, or of the parent).
     endpoint: Arc<PathBuf>,
     /// Connected lazily, when the first request is ready: php-cgi drops a
@@ -146,7 +181,7 @@ impl Worker {
 
     /// Prefork: finds which child of the parent holds this connection.
     pub fn learn_pid(&mut self) {
-        if self.pid.is_none() && self.prefork {
+        if self.pid.is_none() && self.strategy == Strategy::Prefork {
             if let Some(conn) = &self.conn {
                 use std::os::fd::AsRawFd;
                 self.pid = crate::sys::peer::child_on_connection(
@@ -169,7 +204,7 @@ impl Worker {
     /// to look the child up with [`crate::sys::peer::child_on_connection`].
     pub fn pid_probe(&self) -> Option<(std::os::fd::RawFd, i32)> {
         use std::os::fd::AsRawFd;
-        if !self.prefork || self.pid.is_some() {
+        if self.strategy != Strategy::Prefork || self.pid.is_some() {
             return None;
         }
         self.conn
@@ -566,20 +601,14 @@ impl Pool {
             }
             Fate::Lost => {
                 self.died_mid_request(&w);
-                if w.prefork {
-                    // The parent forks a replacement; the slot reconnects.
-                    drop(w.conn.take());
-                    w.reset_slot();
-                    self.offer_cold(w);
-                } else {
-                    // php-cgi closes its connection mid-request only on its
-                    // way out (it may still be dumping core, its listening
-                    // socket still open): never offer it again. Its exit is
-                    // reaped and logged as a crash (fpmd did not ask for
-                    // it), and the process manager replaces it.
-                    drop(w.conn.take());
-                    self.table.lock().unwrap().remove(w.slot);
-                }
+                // Prefork: the parent forks a replacement; the slot
+                // reconnects. Exec: php-cgi closes its connection
+                // mid-request only on its way out (it may still be dumping
+                // core, its listening socket still open): never offer it
+                // again. Its exit is reaped and logged as a crash (fpmd did
+                // not ask for it), and the process manager replaces it.
+                drop(w.conn.take());
+                self.child_gone(w);
             }
             Fate::Kill | Fate::Unreachable => self.discard(w),
             Fate::Terminate => self.terminate(w),
@@ -630,15 +659,10 @@ impl Pool {
                     warn!(pool = %self.name, "cannot tell which child served the last {} requests: not retiring it", w.served)
                 }
             }
-            if w.prefork {
-                w.reset_slot();
-                self.offer_cold(w);
-            } else {
-                self.table.lock().unwrap().remove(w.slot);
-            }
+            self.child_gone(w);
             return;
         }
-        if w.prefork && w.conn.is_none() {
+        if w.strategy == Strategy::Prefork && w.conn.is_none() {
             // Its connection was closed: the next one lands on whichever
             // child of the parent is in accept().
             w.reset_slot();
@@ -663,19 +687,14 @@ impl Pool {
                 warn!(pool = %self.name, "cannot tell which child runs the request to terminate; closing its connection only")
             }
         }
-        if w.prefork {
-            w.reset_slot();
-            self.offer_cold(w);
-        } else {
-            self.table.lock().unwrap().remove(w.slot);
-        }
+        self.child_gone(w);
     }
 
     /// A child died in the middle of a request. Under prefork without
     /// process events this is the only sign fpmd gets of a crash (the
     /// php-cgi parent reaps it); otherwise the exit status is counted.
     fn died_mid_request(&self, w: &Worker) {
-        if w.prefork && !crate::process::proc_events::available() {
+        if w.strategy == Strategy::Prefork && !crate::process::proc_events::available() {
             let _ = self.events.send(Event::Crashed);
         }
     }
@@ -697,11 +716,24 @@ impl Pool {
                 conn: w.conn.take(),
             });
         }
-        if w.prefork {
-            w.reset_slot();
-            self.offer_cold(w);
-        } else {
-            self.table.lock().unwrap().remove(w.slot);
+        self.child_gone(w);
+    }
+
+    /// The child behind `w` is gone or on its way out (retired, killed,
+    /// lost); its connection, if any, was closed or handed to the
+    /// supervisor. Prefork: the slot stays, its connection and child
+    /// forgotten, and is offered cold (its next connection lands on
+    /// whichever child of the parent is in accept()). Exec: the slot was
+    /// the child, and is removed.
+    pub(crate) fn child_gone(&self, mut w: Worker) {
+        match w.strategy {
+            Strategy::Prefork => {
+                w.reset_slot();
+                self.offer_cold(w);
+            }
+            Strategy::Exec => {
+                self.table.lock().unwrap().remove(w.slot);
+            }
         }
     }
 
@@ -867,6 +899,18 @@ pub(crate) mod tests {
     use super::*;
 
     #[test]
+    fn a_strategy_ends_a_child_or_a_parent_with_its_group() {
+        use nix::unistd::Pid;
+        assert_eq!(Strategy::Exec.everything_of(42), Pid::from_raw(42));
+        assert_eq!(Strategy::Prefork.everything_of(42), Pid::from_raw(-42));
+        assert_eq!(
+            Strategy::from(crate::config::Spawn::Prefork),
+            Strategy::Prefork
+        );
+        assert_eq!(Strategy::from(crate::config::Spawn::Exec), Strategy::Exec);
+    }
+
+    #[test]
     fn a_child_connection_holds_a_read_buffer_only_while_a_request_runs() {
         let mut buf = BytesMut::new();
         lend_buffer(&mut buf);
@@ -917,7 +961,7 @@ pub(crate) mod tests {
             gen,
             leader,
             pid: Some(leader),
-            prefork: false,
+            strategy: Strategy::Exec,
             endpoint: Arc::new(PathBuf::from("/nonexistent")),
             conn: None,
             served: 0,

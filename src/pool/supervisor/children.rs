@@ -17,11 +17,10 @@ use tracing::{debug, error, info, warn};
 
 use super::health::page_out_parent;
 use super::Supervisor;
-use crate::config::Spawn;
 use crate::pool::policy::{self, QUICK_DEATH};
 use crate::pool::slots::GenId;
 use crate::pool::stats::StopReason;
-use crate::pool::Worker;
+use crate::pool::{Strategy, Worker};
 use crate::process::reap::{Exit, ExitKind};
 use crate::process::signal;
 use crate::process::spawn::Spawned;
@@ -37,8 +36,9 @@ pub(super) struct ChildState {
     /// Why fpmd asked it to go (retire, stop, broken connection); `None`:
     /// it was not asked (an exit then counts as [`StopReason::Died`]).
     pub stop: Option<StopReason>,
-    /// A pre-fork parent (its process group holds its children).
-    pub prefork: bool,
+    /// Exec: a child; prefork: a parent (its process group holds its
+    /// children).
+    pub strategy: Strategy,
 }
 
 /// A child forked by a php-cgi parent.
@@ -55,7 +55,7 @@ pub(super) struct Forked {
 /// once it waits in accept(). Until then requests wait in fpmd's queue, and
 /// a new generation does not take over.
 pub(super) struct Pending {
-    pub prefork: bool,
+    pub strategy: Strategy,
     pub leader: i32,
     pub gen: GenId,
     pub endpoint: Arc<PathBuf>,
@@ -75,11 +75,10 @@ pub(super) struct Pending {
 /// that forks a helper and dies does not pass, nor does a process that
 /// exited. Where `/proc/PID/syscall` cannot be read (fpmd not root and the
 /// child another user), a live process counts after 200 ms.
-pub(super) fn started_serving(leader: i32, prefork: bool, elapsed: Duration) -> bool {
-    let candidates = if prefork {
-        crate::sys::peer::children_of(leader)
-    } else {
-        vec![leader]
+pub(super) fn started_serving(leader: i32, strategy: Strategy, elapsed: Duration) -> bool {
+    let candidates = match strategy {
+        Strategy::Prefork => crate::sys::peer::children_of(leader),
+        Strategy::Exec => vec![leader],
     };
     let mut unknown = false;
     for pid in candidates {
@@ -319,7 +318,7 @@ impl Supervisor {
             if !p.alive.load(Ordering::Acquire) {
                 continue;
             }
-            let started = started_serving(p.leader, p.prefork, p.since.elapsed());
+            let started = started_serving(p.leader, p.strategy, p.since.elapsed());
             if started {
                 ready.push(p);
                 continue;
@@ -333,7 +332,7 @@ impl Supervisor {
         }
         self.children.pending = waiting;
         for p in ready {
-            if p.prefork {
+            if p.strategy == Strategy::Prefork {
                 debug!(pool = %self.name(), pid = p.leader, "php-cgi parent forked its children: its slots serve");
                 if crate::process::proc_events::available() {
                     // Children forked before the parent was watched sent
@@ -343,7 +342,7 @@ impl Supervisor {
                     }
                 }
                 let slots = self.gens.config_of(p.gen).map_or(0, |c| c.pm.max_children);
-                self.add_slots(&p, true, slots);
+                self.add_slots(&p, slots);
                 tokio::spawn(page_out_parent(
                     self.pool.name.clone(),
                     p.leader,
@@ -352,7 +351,7 @@ impl Supervisor {
                 ));
             } else {
                 debug!(pool = %self.name(), pid = p.leader, "php-cgi started: it serves");
-                self.add_slots(&p, false, 1);
+                self.add_slots(&p, 1);
             }
         }
     }
@@ -361,10 +360,12 @@ impl Supervisor {
     /// new generation to be ready makes it current (under the slot table's
     /// lock, see [`crate::pool::Pool::add_slots`]): the reload that asked
     /// for it is answered and the old generation drains.
-    pub(super) fn add_slots(&mut self, leader: &Pending, prefork: bool, n: u32) {
+    pub(super) fn add_slots(&mut self, leader: &Pending, n: u32) {
         // A php-cgi came up: a later failure to start is a new episode.
         self.start_failure_said = false;
-        let pid = (!prefork).then_some(leader.leader);
+        // Exec: the slot's child is the leader; prefork: learned from the
+        // slot's connection.
+        let pid = (leader.strategy == Strategy::Exec).then_some(leader.leader);
         let added = self
             .pool
             .add_slots(leader.gen, leader.leader, pid, n, |slot| Worker {
@@ -372,7 +373,7 @@ impl Supervisor {
                 gen: leader.gen,
                 leader: leader.leader,
                 pid,
-                prefork,
+                strategy: leader.strategy,
                 endpoint: leader.endpoint.clone(),
                 conn: None,
                 served: 0,
@@ -426,7 +427,7 @@ impl Supervisor {
         let never_ready = self.children.pending.iter().any(|p| p.leader == exit.pid);
         self.children.pending.retain(|p| p.leader != exit.pid);
         let why = child.stop.unwrap_or(StopReason::Died);
-        if child.prefork {
+        if child.strategy == Strategy::Prefork {
             crate::process::proc_events::unwatch(exit.pid);
             // Children the parent left behind (it only signals them on
             // SIGTERM) must not serve anything any more.
@@ -441,7 +442,7 @@ impl Supervisor {
         if child.stop.is_some() {
             debug!(pool = %self.name(), pid = exit.pid, "{}", exit.describe(lived));
         } else {
-            if child.gen == self.gens.target() && !child.prefork {
+            if child.gen == self.gens.target() && child.strategy == Strategy::Exec {
                 self.replacing += 1;
             }
             match exit.kind {
@@ -557,7 +558,8 @@ impl Supervisor {
             // `cannot_start`) rather than get a 503 meant for the back-off.
             self.pool.table.lock().unwrap().unstartable = None;
         }
-        let prefork = config.pm.spawn == Spawn::Prefork;
+        let strategy = Strategy::from(config.pm.spawn);
+        let prefork = strategy == Strategy::Prefork;
         if !prefork {
             self.pool.stats.count_spawned(1);
         } else if !crate::process::proc_events::available() {
@@ -584,14 +586,14 @@ impl Supervisor {
                 alive: alive.clone(),
                 endpoint: endpoint.clone(),
                 stop: None,
-                prefork,
+                strategy,
             },
         );
         if prefork {
             crate::process::proc_events::watch(pid, self.forked_tx.clone());
         }
         self.children.pending.push(Pending {
-            prefork,
+            strategy,
             leader: pid,
             gen,
             endpoint,
@@ -610,19 +612,19 @@ impl Supervisor {
     /// is closed. Under prefork the slot stays and reconnects to a fresh
     /// fork.
     pub(super) fn retire_idle(&mut self, mut w: Worker) {
-        if w.prefork {
-            if w.conn.is_some() {
+        let pid = match w.strategy {
+            // A slot never connected has no child of its own to stop.
+            Strategy::Prefork if w.conn.is_none() => None,
+            Strategy::Prefork => {
                 w.learn_pid();
-                if let Some(pid) = w.pid {
-                    self.stop_child(w.leader, pid, Signal::SIGTERM, StopReason::Idle);
-                }
+                w.pid
             }
-            w.reset_slot();
-            self.pool.offer_cold(w);
-        } else {
-            self.pool.table.lock().unwrap().remove(w.slot);
-            self.stop_child(w.leader, w.leader, Signal::SIGTERM, StopReason::Idle);
+            Strategy::Exec => Some(w.leader),
+        };
+        if let Some(pid) = pid {
+            self.stop_child(w.leader, pid, Signal::SIGTERM, StopReason::Idle);
         }
+        self.pool.child_gone(w);
     }
 
     /// Slots out of dispatch for good: their children are stopped once
@@ -633,7 +635,7 @@ impl Supervisor {
             self.pool.table.lock().unwrap().remove(w.slot);
             let leader = w.leader;
             let left = self.pool.table.lock().unwrap().slots_of(leader);
-            if w.prefork {
+            if w.strategy == Strategy::Prefork {
                 if left == 0 {
                     debug!(pool = %self.name(), pid = leader, "every slot of the php-cgi parent is retired: stopping it");
                     self.stop_child(leader, leader, Signal::SIGTERM, StopReason::Retired);
@@ -652,13 +654,18 @@ mod tests {
     use super::*;
 
     fn child(gen: u32, stop: Option<StopReason>, prefork: bool) -> ChildState {
+        let strategy = if prefork {
+            Strategy::Prefork
+        } else {
+            Strategy::Exec
+        };
         ChildState {
             gen: GenId(gen),
             started: Instant::now(),
             alive: Arc::new(AtomicBool::new(true)),
             endpoint: Arc::new(PathBuf::from("/run/x.sock")),
             stop,
-            prefork,
+            strategy,
         }
     }
 

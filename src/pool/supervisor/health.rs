@@ -17,6 +17,7 @@ use tracing::{debug, error, info, warn};
 use super::{phase, Supervisor};
 use crate::config::PoolConfig;
 use crate::pool::stats::StopReason;
+use crate::pool::Strategy;
 use crate::process::reap::ExitKind;
 use crate::process::signal;
 
@@ -281,7 +282,7 @@ impl Supervisor {
             .children
             .leaders
             .iter()
-            .map(|(p, c)| (*p, c.prefork))
+            .map(|(p, c)| (*p, c.strategy == Strategy::Prefork))
             .collect();
         if leaders.is_empty() {
             self.stopped.clear();
@@ -323,7 +324,7 @@ impl Supervisor {
                     continue;
                 }
                 if let Some(c) = self.children.leaders.get(&pid) {
-                    if c.prefork {
+                    if c.strategy == Strategy::Prefork {
                         warn!(pool = %self.name(), pid, "php-cgi parent {pid} is stopped (SIGSTOP), so it replaces no child: SIGKILL, a new one is started");
                     } else {
                         warn!(pool = %self.name(), pid, "child {pid} is stopped (SIGSTOP): SIGKILL");

@@ -23,8 +23,6 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
-use nix::unistd::Pid;
-
 use tokio::sync::{mpsc, oneshot};
 
 use tracing::{debug, error, info, warn};
@@ -38,7 +36,7 @@ use super::slots::{GenId, SlotState, Table};
 
 use super::stats::StopReason;
 
-use super::{Command, Event, Pool, PoolHandle, StopMode, Worker};
+use super::{Command, Event, Pool, PoolHandle, StopMode, Strategy, Worker};
 
 use crate::config::{PmMode, PoolConfig, Spawn};
 
@@ -345,7 +343,7 @@ impl Supervisor {
                     }
                 }
                 let idle = self.pool.table.lock().unwrap().take_idle(usize::MAX, |w| {
-                    w.idle_since <= before && (!w.prefork || w.conn.is_some())
+                    w.idle_since <= before && (w.strategy == Strategy::Exec || w.conn.is_some())
                 });
                 for w in idle {
                     debug!(pool = %self.name(), pid = w.log_pid(), "child idle for {:.1} s (pm.process_idle_timeout): retiring it", process_idle_timeout.as_secs_f64());
@@ -362,7 +360,7 @@ impl Supervisor {
                 let max = max_spare_servers as usize;
                 // Under prefork only children that served requests count:
                 // a cold fork costs next to nothing and is not retired.
-                let warm = |w: &Worker| !w.prefork || w.conn.is_some();
+                let warm = |w: &Worker| w.strategy == Strategy::Exec || w.conn.is_some();
                 let idle = self.pool.table.lock().unwrap().count_idle(warm);
                 let retire = policy::spares_to_retire(idle, max_spare_servers);
                 if retire > 0 {
@@ -430,8 +428,11 @@ impl Supervisor {
                     // php-cgi only finishes its script on SIGTERM (an
                     // interrupted sleep() even returns early and the script
                     // runs on): a fast stop kills, as php-fpm's does.
-                    let target = if c.prefork { -*pid } else { *pid };
-                    let _ = signal::send(&self.pool.name, Pid::from_raw(target), Signal::SIGKILL);
+                    let _ = signal::send(
+                        &self.pool.name,
+                        c.strategy.everything_of(*pid),
+                        Signal::SIGKILL,
+                    );
                 }
             }
         }
@@ -458,8 +459,7 @@ impl Supervisor {
         for (pid, c) in self.children.leaders.iter_mut() {
             c.stop.get_or_insert(StopReason::Retired);
             debug!(pool = %name, pid, "child still alive after the stop grace period: SIGKILL");
-            let target = if c.prefork { -*pid } else { *pid };
-            let _ = signal::send(&self.pool.name, Pid::from_raw(target), Signal::SIGKILL);
+            let _ = signal::send(&name, c.strategy.everything_of(*pid), Signal::SIGKILL);
         }
         if let Some(s) = &mut self.stopping {
             s.mode = StopMode::Fast;

@@ -352,11 +352,32 @@ impl Lease<'_> {
         }
     }
 
-    /// Ends the lease as the verdict says.
-    pub fn give_back(mut self, fate: Fate) {
+    /// Ends the lease as the verdict says. Under `pm.max_memory`, a child
+    /// that is to serve on (`Keep`, `Reconnect`) first has its resident
+    /// memory read from `/proc/PID/statm` on a blocking thread, so that no
+    /// runtime thread waits for `/proc`; otherwise nothing is awaited (the
+    /// future is ready at once). Dropped while it awaits that read (the
+    /// connection task ends), the lease is dropped: see [`Lease`].
+    pub async fn give_back(mut self, fate: Fate) {
+        let rss = match (self.config.pm.max_memory, fate) {
+            (Some(_), Fate::Keep | Fate::Reconnect) => self.resident_bytes().await,
+            _ => None,
+        };
         if let Some(w) = self.worker.take() {
-            self.pool.settle(w, fate, &self.config);
+            self.pool.settle(w, fate, &self.config, rss);
         }
+    }
+
+    /// The child's resident memory in bytes, read on a blocking thread;
+    /// `None`: its pid is not known, or `/proc` could not tell.
+    async fn resident_bytes(&mut self) -> Option<u64> {
+        let w = self.worker();
+        w.learn_pid();
+        let pid = w.pid?;
+        tokio::task::spawn_blocking(move || crate::sys::procfs::resident_bytes(pid))
+            .await
+            .ok()
+            .flatten()
     }
 }
 
@@ -364,7 +385,7 @@ impl Drop for Lease<'_> {
     fn drop(&mut self) {
         if let Some(w) = self.worker.take() {
             warn!(pool = %self.pool.name, pid = w.log_pid(), "a child was given back without a verdict (the connection task ended early): killing it");
-            self.pool.settle(w, Fate::Kill, &self.config);
+            self.pool.settle(w, Fate::Kill, &self.config, None);
         }
     }
 }
@@ -590,14 +611,15 @@ impl Pool {
     }
 
     /// Carries out a verdict on a child given back by a [`Lease`]; `config`
-    /// is its generation's.
-    fn settle(&self, mut w: Worker, fate: Fate, config: &PoolConfig) {
+    /// is its generation's; `rss`: the child's resident memory in bytes
+    /// after its request, when read (under `pm.max_memory`).
+    fn settle(&self, mut w: Worker, fate: Fate, config: &PoolConfig, rss: Option<u64>) {
         match fate {
-            Fate::Keep => self.release(w, config),
+            Fate::Keep => self.release(w, config, rss),
             Fate::Reconnect => {
                 w.learn_pid();
                 drop(w.conn.take());
-                self.release(w, config);
+                self.release(w, config, rss);
             }
             Fate::Lost => {
                 self.died_mid_request(&w);
@@ -617,20 +639,18 @@ impl Pool {
 
     /// Gives a child back after a complete exchange: to the oldest waiter,
     /// else onto the idle stack; or retires it when it reached
-    /// `pm.max_requests` or is over `pm.max_memory` (its generation's).
-    fn release(&self, mut w: Worker, config: &PoolConfig) {
+    /// `pm.max_requests` or its `rss` (bytes, read by
+    /// [`Lease::give_back`]) is over `pm.max_memory` (its generation's).
+    fn release(&self, mut w: Worker, config: &PoolConfig, rss: Option<u64>) {
         w.served += 1;
         w.learn_pid();
         let max = config.pm.max_requests;
-        let over_memory = match (config.pm.max_memory, w.pid) {
-            (Some(limit), Some(pid)) => match crate::sys::procfs::resident_bytes(pid) {
-                Some(rss) if rss > limit => {
-                    info!(pool = %self.name, pid, "child uses {:.1} MiB (RSS) after a request, over pm.max_memory = {:.1} MiB: retiring it",
-                        rss as f64 / 1048576.0, limit as f64 / 1048576.0);
-                    true
-                }
-                _ => false,
-            },
+        let over_memory = match (config.pm.max_memory, rss) {
+            (Some(limit), Some(rss)) if rss > limit => {
+                info!(pool = %self.name, pid = w.log_pid(), "child uses {:.1} MiB (RSS) after a request, over pm.max_memory = {:.1} MiB: retiring it",
+                    rss as f64 / 1048576.0, limit as f64 / 1048576.0);
+                true
+            }
             _ => false,
         };
         if over_memory || (max > 0 && w.served >= max) {

@@ -101,7 +101,7 @@ where
             Ok(c) => c,
             Err(e) => {
                 debug!(pool = %ctx.pool, pid = w.log_pid(), "cannot connect to child: {e}; trying another");
-                lease.give_back(Fate::Unreachable);
+                lease.give_back(Fate::Unreachable).await;
                 continue;
             }
         };
@@ -114,7 +114,7 @@ where
             Err((0, e)) => {
                 info!(pool = %ctx.pool, pid = w.log_pid(),
                     "child closed its idle connection ({e}: it exited or was killed); giving the request to another child");
-                lease.give_back(Fate::Unreachable);
+                lease.give_back(Fate::Unreachable).await;
                 continue;
             }
             Err((n, e)) => {
@@ -135,7 +135,7 @@ where
         let known = w.log_pid();
         let Some(conn) = w.conn.as_mut() else {
             // connect() above left a connection; nothing takes it away.
-            lease.give_back(Fate::Unreachable);
+            lease.give_back(Fate::Unreachable).await;
             continue;
         };
         let slot = w.slot;
@@ -200,7 +200,7 @@ where
         };
         let pid = lease.worker().log_pid();
         log_report(pool, ctx, pid, req, &report);
-        lease.give_back(fate);
+        lease.give_back(fate).await;
         let reply = match v.reply {
             Reply::None => None,
             Reply::BadGateway => Some(Local::BadGateway),

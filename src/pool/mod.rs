@@ -125,7 +125,8 @@ impl Strategy {
 }
 
 /// What moves with a slot between the idle stack and a lease: its
-/// connection and what is known of its child.
+/// connection and what is known of its child. The slot's generation and
+/// when it last became idle are the slot's alone ([`slots::Slot`]).
 ///
 /// Under `pm.spawn = "exec"` a slot is one exec'd php-cgi. Under
 /// `"prefork"` it is one of the N connection slots of a php-cgi parent
@@ -134,7 +135,6 @@ impl Strategy {
 /// its pid is learned from the connection (see [`crate::sys::peer`]).
 pub struct Worker {
     pub slot: SlotId,
-    pub gen: GenId,
     /// The process fpmd spawned: the child itself (exec) or the php-cgi
     /// parent (prefork).
     pub leader: i32,
@@ -150,8 +150,6 @@ pub struct Worker {
     /// Requests this child has answered (for `pm.max_requests`).
     pub served: u32,
     alive: Arc<AtomicBool>,
-    /// When it last became idle (for the process manager's scale-down).
-    idle_since: Instant,
     /// Closed when the php-cgi is handed its first request (see
     /// `crate::process::output`).
     startup: crate::process::output::StartupWindow,
@@ -597,8 +595,8 @@ impl Pool {
     /// gone).
     fn lease_for<'p>(&'p self, t: &Table, w: Worker) -> Lease<'p> {
         let config = t
-            .configs
-            .get(&w.gen)
+            .slot(w.slot)
+            .and_then(|s| t.configs.get(&s.gen))
             .cloned()
             .unwrap_or_else(|| t.config().clone());
         let death = t.death_of(w.slot);
@@ -791,8 +789,8 @@ impl Pool {
             return None;
         }
         // Gone if its leader exited while it was leased: nothing to do.
-        t.slot(w.slot)?;
-        if t.closed || w.gen != t.current {
+        let gen = t.slot(w.slot)?.gen;
+        if t.closed || gen != t.current {
             t.retiring(w.slot);
             return Some(w);
         }
@@ -804,10 +802,7 @@ impl Pool {
                 Err(back) => w = back,
             }
         }
-        if !lru {
-            w.idle_since = now;
-        }
-        t.push_idle(w, lru);
+        t.push_idle(w, lru, now);
         self.stats.limit_left();
         None
     }
@@ -975,10 +970,9 @@ pub(crate) mod tests {
             .remove(0)
     }
 
-    pub fn test_worker(slot: SlotId, gen: GenId, leader: i32) -> Worker {
+    pub fn test_worker(slot: SlotId, leader: i32) -> Worker {
         Worker {
             slot,
-            gen,
             leader,
             pid: Some(leader),
             strategy: Strategy::Exec,
@@ -986,7 +980,6 @@ pub(crate) mod tests {
             conn: None,
             served: 0,
             alive: Arc::new(AtomicBool::new(true)),
-            idle_since: Instant::now(),
             startup: crate::process::output::StartupWindow::new(),
         }
     }

@@ -111,6 +111,10 @@ pub struct Slot {
     /// The child serving it, when known.
     pub pid: Option<i32>,
     pub state: SlotState,
+    /// When it last became idle (for the process manager's scale-down);
+    /// a slot offered cold keeps the time it had (a new slot's: when it
+    /// entered the table).
+    pub idle_since: Instant,
     /// The request running (Busy) or last run.
     pub request: RequestInfo,
     /// Requests its current child has served (php-fpm's per-process
@@ -248,6 +252,7 @@ impl Table {
                 leader,
                 pid,
                 state: SlotState::Retiring,
+                idle_since: Instant::now(),
                 request: RequestInfo::default(),
                 requests: 0,
                 last_duration: std::time::Duration::ZERO,
@@ -274,9 +279,10 @@ impl Table {
         self.slots.iter().map(|(id, s)| (*id, s))
     }
 
-    /// Puts `w` on the idle stack (most recently used end, or least with
-    /// `lru`). The caller checked that its generation is current.
-    pub fn push_idle(&mut self, w: Worker, lru: bool) {
+    /// Puts `w` on the idle stack (most recently used end, idle since
+    /// `now`; or least with `lru`, keeping the slot's idle time). The
+    /// caller checked that its generation is current.
+    pub fn push_idle(&mut self, w: Worker, lru: bool, now: Instant) {
         let id = w.slot;
         let Some(s) = self.slots.get_mut(&id) else {
             return;
@@ -294,11 +300,14 @@ impl Table {
             s.last_duration = since.elapsed();
         }
         s.requests = w.served;
+        if !lru {
+            s.idle_since = now;
+        }
         let new = if w.conn.is_none() && w.served == 0 {
             SlotState::Cold
         } else {
             SlotState::Idle {
-                since: w.idle_since,
+                since: s.idle_since,
             }
         };
         transition(&mut self.busy, &mut self.max_busy, s, new);
@@ -396,13 +405,13 @@ impl Table {
         s
     }
 
-    /// Takes up to `limit` idle workers for which `pick` holds, least
-    /// recently used first; their slots are Retiring until the caller puts
-    /// them back or removes them.
+    /// Takes up to `limit` idle workers for which `pick` (given the slot
+    /// and its worker) holds, least recently used first; their slots are
+    /// Retiring until the caller puts them back or removes them.
     pub fn take_idle(
         &mut self,
         limit: usize,
-        mut pick: impl FnMut(&Worker) -> bool,
+        mut pick: impl FnMut(&Slot, &Worker) -> bool,
     ) -> Vec<Worker> {
         let mut taken = Vec::new();
         let mut i = 0;
@@ -411,8 +420,7 @@ impl Table {
             let hit = self
                 .slots
                 .get(&id)
-                .and_then(|s| s.worker.as_ref())
-                .is_some_and(&mut pick);
+                .is_some_and(|s| s.worker.as_ref().is_some_and(|w| pick(s, w)));
             if hit {
                 self.idle.remove(i);
                 if let Some(s) = self.slots.get_mut(&id) {
@@ -428,12 +436,16 @@ impl Table {
         taken
     }
 
-    /// Idle workers for which `pick` holds.
-    pub fn count_idle(&self, mut pick: impl FnMut(&Worker) -> bool) -> usize {
+    /// Idle workers for which `pick` (given the slot and its worker)
+    /// holds.
+    pub fn count_idle(&self, mut pick: impl FnMut(&Slot, &Worker) -> bool) -> usize {
         self.idle
             .iter()
-            .filter_map(|id| self.slots.get(id)?.worker.as_ref())
-            .filter(|w| pick(w))
+            .filter_map(|id| {
+                let s = self.slots.get(id)?;
+                Some((s, s.worker.as_ref()?))
+            })
+            .filter(|(s, w)| pick(s, w))
             .count()
     }
 
@@ -571,7 +583,7 @@ mod tests {
 
     fn add(t: &mut Table, gen: u32, leader: i32) -> SlotId {
         let id = t.new_slot(GenId(gen), leader, Some(leader));
-        t.push_idle(test_worker(id, GenId(gen), leader), false);
+        t.push_idle(test_worker(id, leader), false, Instant::now());
         id
     }
 
@@ -591,7 +603,7 @@ mod tests {
         assert_eq!(t.slot(b).unwrap().request.uri, "/x.php");
         assert_eq!(t.slot(b).unwrap().pid, Some(99));
         assert_eq!(t.busy_of(GenId(1)).count(), 1);
-        t.push_idle(w, false);
+        t.push_idle(w, false, Instant::now());
         assert_eq!(t.busy(), 0);
         assert_eq!(t.idle_len(), 2);
     }
@@ -625,10 +637,10 @@ mod tests {
         let mut t = table();
         let a = add(&mut t, 1, 10);
         add(&mut t, 1, 11);
-        let taken = t.take_idle(1, |_| true);
+        let taken = t.take_idle(1, |_, _| true);
         assert_eq!(taken[0].slot, a);
         assert_eq!(t.slot(a).unwrap().state, SlotState::Retiring);
-        assert_eq!(t.count_idle(|_| true), 1);
+        assert_eq!(t.count_idle(|_, _| true), 1);
         let closed = t.close();
         assert_eq!(closed.len(), 1);
         assert!(t.closed);

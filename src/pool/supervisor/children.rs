@@ -370,7 +370,6 @@ impl Supervisor {
             .pool
             .add_slots(leader.gen, leader.leader, pid, n, |slot| Worker {
                 slot,
-                gen: leader.gen,
                 leader: leader.leader,
                 pid,
                 strategy: leader.strategy,
@@ -378,7 +377,6 @@ impl Supervisor {
                 conn: None,
                 served: 0,
                 alive: leader.alive.clone(),
-                idle_since: Instant::now(),
                 startup: leader.startup.clone(),
             });
         if let Some(old) = added.switched {

@@ -32,7 +32,7 @@ use children::Children;
 use generations::Generations;
 use health::{pool_cgroup, HEALTH_CHECK};
 
-use super::slots::{GenId, SlotState, Table};
+use super::slots::{GenId, Slot, SlotState, Table};
 
 use super::stats::StopReason;
 
@@ -285,7 +285,7 @@ impl Supervisor {
                 .table
                 .lock()
                 .unwrap()
-                .take_idle(excess, |w| w.gen == gen);
+                .take_idle(excess, |s, _| s.gen == gen);
             for w in extra {
                 info!(pool = %self.name(), pid = w.log_pid(), "pm.max_children lowered to {max}: retiring an idle child");
                 self.retire_idle(w);
@@ -321,8 +321,8 @@ impl Supervisor {
                             policy::parent_idle(
                                 t.slots_of(leader),
                                 slots,
-                                t.count_idle(|w| w.leader == leader),
-                                t.count_idle(|w| w.leader == leader && w.idle_since > before),
+                                t.count_idle(|_, w| w.leader == leader),
+                                t.count_idle(|s, w| w.leader == leader && s.idle_since > before),
                                 super::warm::allowed(),
                             )
                         };
@@ -334,7 +334,7 @@ impl Supervisor {
                                 .table
                                 .lock()
                                 .unwrap()
-                                .take_idle(usize::MAX, |w| w.leader == leader);
+                                .take_idle(usize::MAX, |_, w| w.leader == leader);
                             for w in workers {
                                 self.pool.table.lock().unwrap().remove(w.slot);
                             }
@@ -342,9 +342,14 @@ impl Supervisor {
                         }
                     }
                 }
-                let idle = self.pool.table.lock().unwrap().take_idle(usize::MAX, |w| {
-                    w.idle_since <= before && (w.strategy == Strategy::Exec || w.conn.is_some())
-                });
+                let idle = self
+                    .pool
+                    .table
+                    .lock()
+                    .unwrap()
+                    .take_idle(usize::MAX, |s, w| {
+                        s.idle_since <= before && (w.strategy == Strategy::Exec || w.conn.is_some())
+                    });
                 for w in idle {
                     debug!(pool = %self.name(), pid = w.log_pid(), "child idle for {:.1} s (pm.process_idle_timeout): retiring it", process_idle_timeout.as_secs_f64());
                     self.retire_idle(w);
@@ -360,7 +365,7 @@ impl Supervisor {
                 let max = max_spare_servers as usize;
                 // Under prefork only children that served requests count:
                 // a cold fork costs next to nothing and is not retired.
-                let warm = |w: &Worker| w.strategy == Strategy::Exec || w.conn.is_some();
+                let warm = |_: &Slot, w: &Worker| w.strategy == Strategy::Exec || w.conn.is_some();
                 let idle = self.pool.table.lock().unwrap().count_idle(warm);
                 let retire = policy::spares_to_retire(idle, max_spare_servers);
                 if retire > 0 {

@@ -18,6 +18,7 @@ pub mod policy;
 mod probe;
 pub mod slots;
 pub mod stats;
+mod status;
 mod supervisor;
 pub mod warm;
 
@@ -35,6 +36,7 @@ use tracing::{debug, info, warn};
 use crate::config::{PmMode, PoolConfig};
 use slots::Table;
 pub use slots::{GenId, RequestInfo, SlotId, SlotState};
+pub use status::{PoolStatus, ProcessStatus};
 pub use supervisor::start_pool;
 
 /// Read buffer of a child connection while a request runs, in bytes: one
@@ -981,143 +983,6 @@ pub(crate) mod tests {
             served: 0,
             alive: Arc::new(AtomicBool::new(true)),
             startup: crate::process::output::StartupWindow::new(),
-        }
-    }
-}
-
-/// One child as the status page shows it (php-fpm's `&full` rows).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ProcessStatus {
-    /// The child's pid (0 while a pre-fork slot's child is unknown).
-    pub pid: i32,
-    /// php-fpm's stage name: `Idle` or `Running`.
-    pub state: &'static str,
-    /// When the child started (exec: it was ready; prefork: its
-    /// connection was made).
-    pub start_time: std::time::SystemTime,
-    /// Requests this child served.
-    pub requests: u32,
-    /// The running request's time so far, or the last request's; µs.
-    pub request_duration_us: u64,
-    pub request: RequestInfo,
-    /// The generation (configuration epoch) the child was started with.
-    pub generation: u32,
-    /// Its slot id (stable while it lives).
-    pub slot: u32,
-    /// The php-cgi fpmd spawned for it (the child itself under exec, the
-    /// pre-fork parent under prefork).
-    pub leader: i32,
-}
-
-/// A consistent sample of a pool, taken under the slot table's lock: idle
-/// + active = total always, as php-fpm's scoreboard promises.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PoolStatus {
-    pub pool: String,
-    /// `static`, `dynamic` or `ondemand`.
-    pub process_manager: &'static str,
-    pub start_time: std::time::SystemTime,
-    pub accepted_conn: u64,
-    /// Requests waiting for a child in fpmd's queue now.
-    pub listen_queue: usize,
-    pub max_listen_queue: usize,
-    /// The queue's bound (`listen.backlog`, as the kernel caps it).
-    pub listen_queue_len: u32,
-    pub idle: usize,
-    pub active: usize,
-    pub max_active: usize,
-    pub max_children_reached: u64,
-    pub slow_requests: u64,
-    /// `pm.max_children` of the current generation.
-    pub max_children: u32,
-    /// The current generation.
-    pub generation: u32,
-    pub processes: Vec<ProcessStatus>,
-}
-
-impl PoolStatus {
-    /// Names the children of rows whose pid fpmd has not learned yet (a
-    /// pre-forked child learns it from its first request): each pre-fork
-    /// parent's children (from `/proc`) that no row names are given to its
-    /// unnamed rows, in order. Reads `/proc`: call it outside the table's
-    /// lock, for a `full` sample.
-    pub fn name_unknown_children(&mut self) {
-        let known: std::collections::BTreeSet<i32> = self
-            .processes
-            .iter()
-            .map(|p| p.pid)
-            .filter(|p| *p > 0)
-            .collect();
-        let leaders: std::collections::BTreeSet<i32> = self
-            .processes
-            .iter()
-            .filter(|p| p.pid == 0)
-            .map(|p| p.leader)
-            .collect();
-        for leader in leaders {
-            let mut free = crate::sys::peer::children_of(leader)
-                .into_iter()
-                .filter(|pid| !known.contains(pid));
-            for p in self
-                .processes
-                .iter_mut()
-                .filter(|p| p.pid == 0 && p.leader == leader)
-            {
-                match free.next() {
-                    Some(pid) => p.pid = pid,
-                    None => break,
-                }
-            }
-        }
-    }
-}
-
-impl Pool {
-    /// A sample of the pool for the status page (`full`: with one row per
-    /// child). Cheap: one pass over the slot table under its lock.
-    pub fn status(&self, full: bool) -> PoolStatus {
-        use std::sync::atomic::Ordering::Relaxed;
-        let mut t = self.table.lock().unwrap();
-        t.waiters.retain(|s| !s.is_closed());
-        let config = t.config().clone();
-        let now = Instant::now();
-        let mut processes = Vec::new();
-        if full {
-            for (id, s) in t.slots() {
-                let (state, duration) = match &s.state {
-                    SlotState::Busy { since } => ("Running", now.saturating_duration_since(*since)),
-                    SlotState::Idle { .. } | SlotState::Cold => ("Idle", s.last_duration),
-                    SlotState::Retiring => continue,
-                };
-                processes.push(ProcessStatus {
-                    pid: s.pid.unwrap_or(0),
-                    state,
-                    start_time: s.created,
-                    requests: s.requests,
-                    request_duration_us: duration.as_micros() as u64,
-                    request: s.request.clone(),
-                    generation: s.gen.0,
-                    slot: id.0,
-                    leader: s.leader,
-                });
-            }
-        }
-        PoolStatus {
-            pool: self.name.clone(),
-            process_manager: config.pm.mode.as_str(),
-            start_time: self.stats.started,
-            accepted_conn: self.stats.accepted.load(Relaxed),
-            listen_queue: t.waiters.len(),
-            max_listen_queue: t.max_waiting,
-            listen_queue_len: crate::listen::effective_backlog(config.listen.backlog),
-            idle: t.idle_len(),
-            active: t.busy(),
-            max_active: t.max_busy,
-            max_children_reached: self.stats.max_children_reached.load(Relaxed),
-            slow_requests: self.stats.slow_requests.load(Relaxed),
-            max_children: config.pm.max_children,
-            generation: t.current.0,
-            processes,
         }
     }
 }

@@ -15,19 +15,24 @@
 //!
 //! Must not touch: the pool (the caller gives the lease back).
 
+use std::future::Future;
 use std::io::{self, IoSlice};
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
-use bytes::Buf;
+use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
 use super::client::{management, ClientConn, ClientError};
 use super::php_message::PhpMessages;
 use super::request::{Owed, Request};
 use super::verdict::{BodyEnd, ChildEnd, ClientEnd, Outcome, Sent};
 use crate::fastcgi::cgi::{self, Head};
-use crate::fastcgi::{self, scan_response, Header, Piece, RecordType, NULL_REQUEST_ID};
+use crate::fastcgi::{
+    self, scan_response, Deframer, Header, Piece, RecordType, Scan, NULL_REQUEST_ID,
+};
+use crate::pool::slots::Death;
 use crate::pool::ChildConn;
 
 /// Bytes a web server may send once its STDIN has ended and its request is
@@ -37,12 +42,8 @@ const MAX_IN_FLIGHT_EXTRA: usize = 64 * 1024;
 
 /// How long a request past `request_terminate_timeout` may still end on
 /// its own before it is terminated (one turn of the event loop, see the
-/// terminate timer in [`run`]).
+/// terminate timer in [`ExchangeCtx::relay`]).
 const TERMINATE_RECHECK: Duration = Duration::from_millis(20);
-
-const SENT_NOTHING: u8 = 0;
-const SENT_PARTIAL: u8 = 1;
-const SENT_WHOLE: u8 = 2;
 
 /// What the exchange reports besides the [`Outcome`], for the log.
 pub struct Report {
@@ -131,15 +132,20 @@ pub struct Timers {
 /// `head` (for the access log) collects the head of the child's response
 /// as it is forwarded; `on` hears of the child's pid (and of the slowlog
 /// timeout passing) while the request runs.
+///
+/// In three steps: the two pumps ([`Upstream::pump`], web server to
+/// child; [`Downstream::pump`], child to web server) run concurrently
+/// under the timers ([`ExchangeCtx::relay`]), then [`ExchangeCtx::finish`]
+/// sends what was held back and judges how each side ended.
 #[allow(clippy::too_many_arguments)]
 pub async fn run<R, W>(
     conn: &mut ChildConn,
-    probe: Option<(std::os::fd::RawFd, i32)>,
-    death: Option<(&crate::pool::slots::Death, u64)>,
+    probe: Option<(RawFd, i32)>,
+    death: Option<(&Death, u64)>,
     timers: Timers,
     client: &mut ClientConn<R, W>,
     req: &mut Request,
-    mut head: Option<&mut Head>,
+    head: Option<&mut Head>,
     mut on: impl FnMut(Notice),
 ) -> Report
 where
@@ -147,19 +153,21 @@ where
     W: AsyncWrite + Unpin,
 {
     let started = Instant::now();
-    let mut learned = None;
-    let id = req.id;
-    let until_end = req.owed == Owed::UntilEnd;
-    let keep_conn = req.keep_conn;
     crate::pool::lend_buffer(&mut conn.buf);
     let ChildConn {
         reader: child_r,
         writer: child_w,
         buf: child_buf,
     } = conn;
-    let child_fd = {
-        use std::os::fd::AsRawFd;
-        child_r.as_ref().as_raw_fd()
+    let ctx = ExchangeCtx {
+        id: req.id,
+        started,
+        timers,
+        probe,
+        death,
+        child_fd: child_r.as_ref().as_raw_fd(),
+        until_end: req.owed == Owed::UntilEnd,
+        keep_conn: req.keep_conn,
     };
     let ClientConn {
         reader,
@@ -169,226 +177,102 @@ where
         st,
         ..
     } = client;
-    // Written by the response pump, read after it (which may have been
-    // dropped by a timer). Atomics only because a task must be Send.
-    let sent = AtomicU8::new(SENT_NOTHING);
-    let client_gone = AtomicBool::new(false);
-
-    let up = async {
-        let mut extra = 0usize;
-        if until_end && req.child_stdin_ended {
-            // A negative CONTENT_LENGTH: php-cgi reads past the empty STDIN
-            // record and would wait for more; end its input (as php-fpm's
-            // child sees the web server close).
-            let _ = child_w.shutdown().await;
-        }
-        loop {
-            loop {
-                let (piece, used) = match deframer.next(buf) {
-                    Ok(x) => x,
-                    Err(e) => return half_close(child_w, req, UpEnd::Broke(e.into())).await,
-                };
-                let Some(piece) = piece else {
-                    buf.advance(used);
-                    break;
-                };
-                if req.client_stdin_done {
-                    extra += used;
-                }
-                match piece {
-                    Piece::Data {
-                        kind: RecordType::Stdin,
-                        request_id,
-                        data,
-                    } if request_id == id && !req.client_stdin_done => {
-                        let take = req.remaining().min(data.len() as u64) as usize;
-                        req.excess += (data.len() - take) as u64;
-                        if take > 0 {
-                            let hdr = Header::new(RecordType::Stdin, id, take as u16).encode();
-                            let end = req.stdin_end_record();
-                            let ended = req.sent_body(take as u64);
-                            let mut io = [
-                                IoSlice::new(&hdr),
-                                IoSlice::new(&data[..take]),
-                                IoSlice::new(if ended { &end } else { &[] }),
-                            ];
-                            if write_all_vectored(child_w, &mut io).await.is_err() {
-                                buf.advance(used);
-                                return UpEnd::ChildGone;
-                            }
-                        }
-                    }
-                    Piece::End {
-                        kind: RecordType::Stdin,
-                        request_id,
-                    } if request_id == id && !req.client_stdin_done => {
-                        req.client_stdin_done = true;
-                        if !req.child_stdin_ended {
-                            buf.advance(used);
-                            if req.owed != Owed::UntilEnd {
-                                return half_close(child_w, req, UpEnd::Short).await;
-                            }
-                            req.child_stdin_ended = true;
-                            if child_w.write_all(&req.stdin_end_record()).await.is_err() {
-                                return UpEnd::ChildGone;
-                            }
-                            // php-cgi reads past it (see above): end its
-                            // input.
-                            let _ = child_w.shutdown().await;
-                            continue;
-                        }
-                    }
-                    Piece::Record(r)
-                        if r.header.request_id == NULL_REQUEST_ID
-                            && r.header.kind != RecordType::BeginRequest as u8 =>
-                    {
-                        if let Err(e) = management(&mut st.replies, r) {
-                            buf.advance(used);
-                            return half_close(child_w, req, UpEnd::Broke(e)).await;
-                        }
-                    }
-                    Piece::Record(r)
-                        if r.header.kind == RecordType::AbortRequest as u8
-                            && r.header.request_id == id =>
-                    {
-                        // php-cgi cannot be interrupted: the response still
-                        // ends with END_REQUEST. Mid-body, the child reads
-                        // end of input (php-fpm's child sees the same).
-                        buf.advance(used);
-                        if !req.child_stdin_ended {
-                            return half_close(child_w, req, UpEnd::Short).await;
-                        }
-                        continue;
-                    }
-                    other => {
-                        let e = match other {
-                            Piece::Record(r) if r.header.kind == RecordType::BeginRequest as u8 => {
-                                ClientError::SecondBegin {
-                                    new: r.header.request_id,
-                                    busy: id,
-                                }
-                            }
-                            Piece::Record(r) if r.header.record_type().is_none() => {
-                                ClientError::UnknownType {
-                                    kind: r.header.kind,
-                                    id: r.header.request_id,
-                                }
-                            }
-                            Piece::Record(r) => unexpected(r.header.kind, r.header.request_id, req),
-                            Piece::Data {
-                                kind, request_id, ..
-                            }
-                            | Piece::End { kind, request_id } => {
-                                unexpected(kind as u8, request_id, req)
-                            }
-                        };
-                        buf.advance(used);
-                        return half_close(child_w, req, UpEnd::Broke(e)).await;
-                    }
-                }
-                buf.advance(used);
-            }
-            if extra > MAX_IN_FLIGHT_EXTRA {
-                let e = ClientError::TooMuchInFlight { id };
-                return half_close(child_w, req, UpEnd::Broke(e)).await;
-            }
-            if buf.capacity() - buf.len() < 1024 {
-                buf.reserve(16 * 1024);
-            }
-            match reader.read_buf(buf).await {
-                Ok(0) | Err(_) => {
-                    if req.child_stdin_ended {
-                        return UpEnd::Gone;
-                    }
-                    return half_close(child_w, req, UpEnd::Cut).await;
-                }
-                Ok(_) => {}
-            }
-        }
-    };
-
     let mut messages = PhpMessages::default();
     messages.collect = timers.php_messages;
-    let mut reframed = Vec::new();
-    // php-cgi's "No input file specified.": its END_REQUEST, held back
-    // until fpmd has told the web server why (see `tell_no_input_file`).
-    let mut held_end: Option<Vec<u8>> = None;
-    let down = async {
-        loop {
-            let scan = scan_response(child_buf, id);
-            if scan.forwardable > 0 {
-                if let Some(h) = head.as_deref_mut().filter(|h| !h.done()) {
-                    h.feed_records(&child_buf[..scan.forwardable], id);
-                }
-                let span = if scan.ended.is_some()
-                    && cgi::is_no_input_file(&child_buf[..scan.forwardable], id)
-                {
-                    let end = last_record_at(&child_buf[..scan.forwardable]);
-                    held_end = Some(child_buf[end..scan.forwardable].to_vec());
-                    &child_buf[..end]
-                } else if scan.stderr || messages.holding() {
-                    reframed.clear();
-                    messages.rewrite(&child_buf[..scan.forwardable], id, &mut reframed);
-                    &reframed[..]
-                } else {
-                    &child_buf[..scan.forwardable]
-                };
-                if !client_gone.load(Ordering::Relaxed) {
-                    if writer.write_all(span).await.is_err() {
-                        client_gone.store(true, Ordering::Relaxed);
-                    } else {
-                        sent.store(
-                            if scan.ended.is_some() && held_end.is_none() {
-                                SENT_WHOLE
-                            } else {
-                                SENT_PARTIAL
-                            },
-                            Ordering::Relaxed,
-                        );
-                    }
-                }
-                child_buf.advance(scan.forwardable);
-            }
-            if let Some(why) = scan.bad {
-                return (ChildEnd::Garbage, Some(why));
-            }
-            if scan.ended.is_some() {
-                return (ChildEnd::Ended, None);
-            }
-            if child_buf.capacity() - child_buf.len() < fastcgi::HEADER_LEN {
-                child_buf.reserve(fastcgi::MAX_RECORD_LEN);
-            }
-            match child_r.read_buf(child_buf).await {
-                Ok(0) | Err(_) => return (ChildEnd::Eof, None),
-                Ok(_) => {}
-            }
-        }
+    let mut down = Downstream {
+        id: ctx.id,
+        child_r,
+        child_buf,
+        head,
+        messages,
+        reframed: Vec::new(),
+        held_end: None,
+        out: ToClient {
+            writer,
+            sent: Sent::Nothing,
+            gone: false,
+        },
     };
+    let up = Upstream {
+        id: ctx.id,
+        reader,
+        buf,
+        deframer,
+        replies: &mut st.replies,
+        child_w,
+        req: &mut *req,
+        extra: 0,
+    };
+    let relayed = ctx.relay(up.pump(), down.pump(), &mut on).await;
+    ctx.finish(down, req, relayed).await
+}
 
-    let (child, child_error, up_end) = {
+/// What the steps of one exchange share, fixed when it starts.
+struct ExchangeCtx<'d> {
+    /// The request's id, on both connections.
+    id: u16,
+    started: Instant,
+    timers: Timers,
+    /// Prefork: the child connection's fd and the php-cgi parent's pid.
+    probe: Option<(RawFd, i32)>,
+    /// The slot's [`Death`] and its epoch when leased.
+    death: Option<(&'d Death, u64)>,
+    /// The connection the child's reader reads, open for the whole
+    /// exchange.
+    child_fd: RawFd,
+    /// The body is owed until the web server's STDIN ends (no usable
+    /// `CONTENT_LENGTH`).
+    until_end: bool,
+    keep_conn: bool,
+}
+
+/// How the relay ended, for [`ExchangeCtx::finish`].
+struct Relayed {
+    child: ChildEnd,
+    /// How the child broke the protocol, if it did.
+    child_error: Option<String>,
+    /// Why the web server's pump stopped, if it did.
+    up_end: Option<UpEnd>,
+    /// Prefork: the pid of the child that took the connection, if learned.
+    learned: Option<i32>,
+}
+
+impl ExchangeCtx<'_> {
+    /// Polls both pumps under the request's timers until the child's
+    /// answer ends (`down`), it times out (`request_terminate_timeout`), or
+    /// it breaks the protocol. On the way: the web server's pump may end
+    /// first (its end is kept); the child's death shuts down fpmd's reading
+    /// side; the slowlog timeout and (prefork) the pid probe, backing off
+    /// from 1 to 200 ms, tell `on`.
+    async fn relay<U, D>(&self, up: U, down: D, on: &mut impl FnMut(Notice)) -> Relayed
+    where
+        U: Future<Output = UpEnd>,
+        D: Future<Output = (ChildEnd, Option<String>)>,
+    {
         tokio::pin!(up);
         tokio::pin!(down);
         let mut up_end: Option<UpEnd> = None;
+        let mut learned = None;
         let mut probe_delay = Duration::from_millis(1);
         let probe_timer = tokio::time::sleep(probe_delay);
         tokio::pin!(probe_timer);
         let now = tokio::time::Instant::now();
-        let slow_at = timers.slowlog.map(|d| now + d);
+        let slow_at = self.timers.slowlog.map(|d| now + d);
         let slow_timer = super::sleep_until_opt(slow_at);
         tokio::pin!(slow_timer);
         let mut slow_logged = false;
-        let term_at = timers.terminate.map(|d| now + d);
+        let term_at = self.timers.terminate.map(|d| now + d);
         let term_timer = super::sleep_until_opt(term_at);
         tokio::pin!(term_timer);
         let died = async {
-            match death {
+            match self.death {
                 Some((d, epoch)) => d.after(epoch).await,
                 None => std::future::pending().await,
             }
         };
         tokio::pin!(died);
         let mut shut = false;
-        let (child, why) = loop {
+        let (child, child_error) = loop {
             tokio::select! {
                 // The child's answer first: after fpmd was stopped (SIGSTOP)
                 // a response that arrived meanwhile wins over the timers.
@@ -400,7 +284,7 @@ where
                     shut = true;
                     // `child_fd` is the connection `child_r` reads, open for
                     // the whole exchange.
-                    let _ = nix::sys::socket::shutdown(child_fd, nix::sys::socket::Shutdown::Read);
+                    let _ = nix::sys::socket::shutdown(self.child_fd, nix::sys::socket::Shutdown::Read);
                 }
                 _ = &mut term_timer, if term_at.is_some() => {
                     // After fpmd was stopped (SIGSTOP) the timer can fire
@@ -414,42 +298,85 @@ where
                 _ = &mut slow_timer, if slow_at.is_some() && !slow_logged => {
                     slow_logged = true;
                     if learned.is_none() {
-                        if let Some((fd, parent)) = probe {
-                            learned = crate::sys::peer::child_on_connection(fd, parent);
-                            if let Some(pid) = learned {
-                                on(Notice::Learned(pid));
-                            }
-                        }
+                        learn_pid(self.probe, &mut learned, on);
                     }
-                    on(Notice::Slow { pid: learned, elapsed: started.elapsed() });
+                    on(Notice::Slow { pid: learned, elapsed: self.started.elapsed() });
                 }
-                _ = &mut probe_timer, if probe.is_some() && learned.is_none() => {
-                    if let Some((fd, parent)) = probe {
-                        learned = crate::sys::peer::child_on_connection(fd, parent);
-                        if let Some(pid) = learned {
-                            on(Notice::Learned(pid));
-                        }
-                    }
+                _ = &mut probe_timer, if self.probe.is_some() && learned.is_none() => {
+                    learn_pid(self.probe, &mut learned, on);
                     probe_delay = (probe_delay * 2).min(Duration::from_millis(200));
                     probe_timer.as_mut().reset(tokio::time::Instant::now() + probe_delay);
                 }
             }
         };
-        (child, why, up_end)
-    };
-    let no_input_file = held_end.is_some();
-    if let Some(end) = held_end {
-        let script = req.param(b"SCRIPT_FILENAME").unwrap_or_default();
-        let out = tell_no_input_file(id, script, req.script_found, &end);
-        if !client_gone.load(Ordering::Relaxed) {
-            if writer.write_all(&out).await.is_err() {
-                client_gone.store(true, Ordering::Relaxed);
-            } else {
-                sent.store(SENT_WHOLE, Ordering::Relaxed);
-            }
+        Relayed {
+            child,
+            child_error,
+            up_end,
+            learned,
         }
     }
-    let php_messages = (messages.take_done(), messages.dropped);
+
+    /// After the relay: tells the web server why php-cgi found no script
+    /// (the END_REQUEST held back), gives the child connection's buffer
+    /// back, and reports how each side ended.
+    async fn finish<W: AsyncWrite + Unpin>(
+        &self,
+        mut down: Downstream<'_, W>,
+        req: &Request,
+        relayed: Relayed,
+    ) -> Report {
+        let no_input_file = down.held_end.is_some();
+        if let Some(end) = down.held_end.take() {
+            let script = req.param(b"SCRIPT_FILENAME").unwrap_or_default();
+            let out = tell_no_input_file(self.id, script, req.script_found, &end);
+            down.out.send(&out, true).await;
+        }
+        let php_messages = (down.messages.take_done(), down.messages.dropped);
+        let (client, body, client_error) = ends(relayed.up_end, down.out.gone, req);
+        crate::pool::return_buffer(down.child_buf);
+        let outcome = Outcome {
+            client,
+            body,
+            until_end: self.until_end,
+            child: relayed.child,
+            sent: down.out.sent,
+            keep_conn: self.keep_conn,
+        };
+        Report {
+            outcome,
+            client_error,
+            child_error: relayed.child_error,
+            started: self.started,
+            learned: relayed.learned,
+            php_messages,
+            finish_request_missing: down.messages.finish_request_missing,
+            no_input_file,
+        }
+    }
+}
+
+/// Prefork: learns which child took the connection (`sock_diag`, see
+/// [`crate::sys::peer::child_on_connection`]) into `learned`, and tells
+/// `on` when it did.
+fn learn_pid(probe: Option<(RawFd, i32)>, learned: &mut Option<i32>, on: &mut impl FnMut(Notice)) {
+    if let Some((fd, parent)) = probe {
+        *learned = crate::sys::peer::child_on_connection(fd, parent);
+        if let Some(pid) = *learned {
+            on(Notice::Learned(pid));
+        }
+    }
+}
+
+/// How the web server's side and the body ended, from why its pump
+/// stopped (`up_end`), whether writing to it failed (`client_gone`), and
+/// what of the body the child got; with how the web server broke the
+/// protocol, if it did.
+fn ends(
+    up_end: Option<UpEnd>,
+    client_gone: bool,
+    req: &Request,
+) -> (ClientEnd, BodyEnd, Option<ClientError>) {
     let short = matches!(up_end, Some(UpEnd::Short | UpEnd::Broke(_)));
     let cut = matches!(up_end, Some(UpEnd::Cut));
     let mut client_error = None;
@@ -459,7 +386,7 @@ where
             client_error = Some(e);
             ClientEnd::Broke
         }
-        _ if client_gone.load(Ordering::Relaxed) => ClientEnd::Gone,
+        _ if client_gone => ClientEnd::Gone,
         _ => ClientEnd::Open,
     };
     let body = if req.child_stdin_ended {
@@ -475,28 +402,289 @@ where
             _ => BodyEnd::Unread,
         }
     };
-    crate::pool::return_buffer(child_buf);
-    let outcome = Outcome {
-        client,
-        body,
-        until_end,
-        child,
-        sent: match sent.load(Ordering::Relaxed) {
-            SENT_NOTHING => Sent::Nothing,
-            SENT_PARTIAL => Sent::Partial,
-            _ => Sent::Whole,
+    (client, body, client_error)
+}
+
+/// The web server's half of the exchange: its records after the head,
+/// checked, and the body forwarded to the child as STDIN records.
+struct Upstream<'a, R> {
+    id: u16,
+    reader: &'a mut R,
+    /// Bytes read from the web server and not yet consumed.
+    buf: &'a mut BytesMut,
+    deframer: &'a mut Deframer,
+    /// Management replies owed to the web server.
+    replies: &'a mut Vec<u8>,
+    child_w: &'a mut OwnedWriteHalf,
+    req: &'a mut Request,
+    /// Bytes of records since the web server's STDIN ended (at most
+    /// [`MAX_IN_FLIGHT_EXTRA`]).
+    extra: usize,
+}
+
+impl<R: AsyncRead + Unpin> Upstream<'_, R> {
+    /// Reads the web server's records until its side ends: the body to the
+    /// child, management records answered, anything else a fault.
+    async fn pump(mut self) -> UpEnd {
+        if self.req.owed == Owed::UntilEnd && self.req.child_stdin_ended {
+            // A negative CONTENT_LENGTH: php-cgi reads past the empty STDIN
+            // record and would wait for more; end its input (as php-fpm's
+            // child sees the web server close).
+            let _ = self.child_w.shutdown().await;
+        }
+        loop {
+            if let Some(end) = self.take_buffered().await {
+                return end;
+            }
+            if self.extra > MAX_IN_FLIGHT_EXTRA {
+                let e = ClientError::TooMuchInFlight { id: self.id };
+                return self.half_close(UpEnd::Broke(e)).await;
+            }
+            if self.buf.capacity() - self.buf.len() < 1024 {
+                self.buf.reserve(16 * 1024);
+            }
+            match self.reader.read_buf(self.buf).await {
+                Ok(0) | Err(_) => {
+                    if self.req.child_stdin_ended {
+                        return UpEnd::Gone;
+                    }
+                    return self.half_close(UpEnd::Cut).await;
+                }
+                Ok(_) => {}
+            }
+        }
+    }
+
+    /// Takes every piece whole in the buffer; `Some` when the pump ends.
+    async fn take_buffered(&mut self) -> Option<UpEnd> {
+        let id = self.id;
+        loop {
+            let (piece, used) = match self.deframer.next(self.buf) {
+                Ok(x) => x,
+                Err(e) => return Some(self.half_close(UpEnd::Broke(e.into())).await),
+            };
+            let Some(piece) = piece else {
+                self.buf.advance(used);
+                return None;
+            };
+            if self.req.client_stdin_done {
+                self.extra += used;
+            }
+            match piece {
+                Piece::Data {
+                    kind: RecordType::Stdin,
+                    request_id,
+                    data,
+                } if request_id == id && !self.req.client_stdin_done => {
+                    if forward_stdin(self.child_w, self.req, id, data)
+                        .await
+                        .is_err()
+                    {
+                        self.buf.advance(used);
+                        return Some(UpEnd::ChildGone);
+                    }
+                }
+                Piece::End {
+                    kind: RecordType::Stdin,
+                    request_id,
+                } if request_id == id && !self.req.client_stdin_done => {
+                    self.req.client_stdin_done = true;
+                    if !self.req.child_stdin_ended {
+                        self.buf.advance(used);
+                        if self.req.owed != Owed::UntilEnd {
+                            return Some(self.half_close(UpEnd::Short).await);
+                        }
+                        self.req.child_stdin_ended = true;
+                        let end = self.req.stdin_end_record();
+                        if self.child_w.write_all(&end).await.is_err() {
+                            return Some(UpEnd::ChildGone);
+                        }
+                        // php-cgi reads past it (see above): end its
+                        // input.
+                        let _ = self.child_w.shutdown().await;
+                        continue;
+                    }
+                }
+                Piece::Record(r)
+                    if r.header.request_id == NULL_REQUEST_ID
+                        && r.header.kind != RecordType::BeginRequest as u8 =>
+                {
+                    if let Err(e) = management(self.replies, r) {
+                        self.buf.advance(used);
+                        return Some(self.half_close(UpEnd::Broke(e)).await);
+                    }
+                }
+                Piece::Record(r)
+                    if r.header.kind == RecordType::AbortRequest as u8
+                        && r.header.request_id == id =>
+                {
+                    // php-cgi cannot be interrupted: the response still
+                    // ends with END_REQUEST. Mid-body, the child reads
+                    // end of input (php-fpm's child sees the same).
+                    self.buf.advance(used);
+                    if !self.req.child_stdin_ended {
+                        return Some(self.half_close(UpEnd::Short).await);
+                    }
+                    continue;
+                }
+                other => {
+                    let e = refusal(other, self.req);
+                    self.buf.advance(used);
+                    return Some(self.half_close(UpEnd::Broke(e)).await);
+                }
+            }
+            self.buf.advance(used);
+        }
+    }
+
+    /// Ends the child's input by closing fpmd's writing side of the
+    /// connection (`shutdown(SHUT_WR)`), unless the child already has its
+    /// whole body: php-cgi then reads end of input and finishes its
+    /// request.
+    async fn half_close(&mut self, end: UpEnd) -> UpEnd {
+        if !self.req.child_stdin_ended {
+            let _ = self.child_w.shutdown().await;
+        }
+        end
+    }
+}
+
+/// Forwards a STDIN record's `data` to the child, as far as the body is
+/// owed (the rest counts as excess), with the empty STDIN record when that
+/// ends it: one `writev` of a fresh header, the content and the end.
+/// Errors: the write failed (the child closed its connection).
+async fn forward_stdin(
+    child_w: &mut OwnedWriteHalf,
+    req: &mut Request,
+    id: u16,
+    data: &[u8],
+) -> io::Result<()> {
+    let take = req.remaining().min(data.len() as u64) as usize;
+    req.excess += (data.len() - take) as u64;
+    if take > 0 {
+        let hdr = Header::new(RecordType::Stdin, id, take as u16).encode();
+        let end = req.stdin_end_record();
+        let ended = req.sent_body(take as u64);
+        let mut io = [
+            IoSlice::new(&hdr),
+            IoSlice::new(&data[..take]),
+            IoSlice::new(if ended { &end } else { &[] }),
+        ];
+        write_all_vectored(child_w, &mut io).await?;
+    }
+    Ok(())
+}
+
+/// Why a piece the exchange does not take breaks the protocol.
+fn refusal(piece: Piece<'_>, req: &Request) -> ClientError {
+    match piece {
+        Piece::Record(r) if r.header.kind == RecordType::BeginRequest as u8 => {
+            ClientError::SecondBegin {
+                new: r.header.request_id,
+                busy: req.id,
+            }
+        }
+        Piece::Record(r) if r.header.record_type().is_none() => ClientError::UnknownType {
+            kind: r.header.kind,
+            id: r.header.request_id,
         },
-        keep_conn,
-    };
-    Report {
-        outcome,
-        client_error,
-        child_error,
-        started,
-        learned,
-        php_messages,
-        finish_request_missing: messages.finish_request_missing,
-        no_input_file,
+        Piece::Record(r) => unexpected(r.header.kind, r.header.request_id, req),
+        Piece::Data {
+            kind, request_id, ..
+        }
+        | Piece::End { kind, request_id } => unexpected(kind as u8, request_id, req),
+    }
+}
+
+/// The child's half of the exchange: its records scanned and forwarded to
+/// the web server, PHP's messages reframed.
+struct Downstream<'a, W> {
+    id: u16,
+    child_r: &'a mut OwnedReadHalf,
+    /// Bytes read from the child and not yet forwarded.
+    child_buf: &'a mut BytesMut,
+    /// The access log's copy of the response head, while it is incomplete.
+    head: Option<&'a mut Head>,
+    messages: PhpMessages,
+    /// A span with PHP messages, reframed (reused from span to span).
+    reframed: Vec<u8>,
+    /// php-cgi's "No input file specified.": its END_REQUEST, held back
+    /// until fpmd has told the web server why (see `tell_no_input_file`).
+    held_end: Option<Vec<u8>>,
+    out: ToClient<'a, W>,
+}
+
+impl<W: AsyncWrite + Unpin> Downstream<'_, W> {
+    /// Forwards the child's records as they come, until its END_REQUEST,
+    /// end of file or garbage (with why).
+    async fn pump(&mut self) -> (ChildEnd, Option<String>) {
+        loop {
+            let scan = scan_response(self.child_buf, self.id);
+            if scan.forwardable > 0 {
+                self.forward(&scan).await;
+            }
+            if let Some(why) = scan.bad {
+                return (ChildEnd::Garbage, Some(why));
+            }
+            if scan.ended.is_some() {
+                return (ChildEnd::Ended, None);
+            }
+            if self.child_buf.capacity() - self.child_buf.len() < fastcgi::HEADER_LEN {
+                self.child_buf.reserve(fastcgi::MAX_RECORD_LEN);
+            }
+            match self.child_r.read_buf(self.child_buf).await {
+                Ok(0) | Err(_) => return (ChildEnd::Eof, None),
+                Ok(_) => {}
+            }
+        }
+    }
+
+    /// Forwards the whole records `scan` found at the front of the buffer:
+    /// as they are, reframed when PHP logged messages, or without php-cgi's
+    /// END_REQUEST when it answered "No input file specified." (held back).
+    async fn forward(&mut self, scan: &Scan) {
+        let id = self.id;
+        let span = &self.child_buf[..scan.forwardable];
+        if let Some(h) = self.head.as_deref_mut().filter(|h| !h.done()) {
+            h.feed_records(span, id);
+        }
+        let span = if scan.ended.is_some() && cgi::is_no_input_file(span, id) {
+            let end = last_record_at(span);
+            self.held_end = Some(span[end..].to_vec());
+            &span[..end]
+        } else if scan.stderr || self.messages.holding() {
+            self.reframed.clear();
+            self.messages.rewrite(span, id, &mut self.reframed);
+            &self.reframed[..]
+        } else {
+            span
+        };
+        let whole = scan.ended.is_some() && self.held_end.is_none();
+        self.out.send(span, whole).await;
+        self.child_buf.advance(scan.forwardable);
+    }
+}
+
+/// The web server's writer during the exchange, and what reached it.
+struct ToClient<'a, W> {
+    writer: &'a mut W,
+    sent: Sent,
+    /// A write failed: the web server is gone, nothing more is written.
+    gone: bool,
+}
+
+impl<W: AsyncWrite + Unpin> ToClient<'_, W> {
+    /// Writes `bytes` unless the web server is gone; `whole`: they end the
+    /// response (its END_REQUEST included).
+    async fn send(&mut self, bytes: &[u8], whole: bool) {
+        if self.gone {
+            return;
+        }
+        if self.writer.write_all(bytes).await.is_err() {
+            self.gone = true;
+        } else {
+            self.sent = if whole { Sent::Whole } else { Sent::Partial };
+        }
     }
 }
 
@@ -546,16 +734,6 @@ fn unexpected(kind: u8, request_id: u16, req: &Request) -> ClientError {
         id: request_id,
         state,
     }
-}
-
-/// Ends the child's input by closing fpmd's writing side of the
-/// connection (`shutdown(SHUT_WR)`), unless the child already has its whole
-/// body: php-cgi then reads end of input and finishes its request.
-async fn half_close<W: AsyncWrite + Unpin>(child_w: &mut W, req: &Request, end: UpEnd) -> UpEnd {
-    if !req.child_stdin_ended {
-        let _ = child_w.shutdown().await;
-    }
-    end
 }
 
 #[cfg(test)]

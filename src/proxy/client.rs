@@ -261,75 +261,24 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> ClientConn<R, W> {
         ctx: &Ctx<'_>,
         shutdown: &mut watch::Receiver<bool>,
     ) -> Result<Next, ClientError> {
-        let mut state = State::Idle;
         let mut raw = std::mem::take(&mut self.st.spare_params);
         raw.clear();
-        let mut req: Option<Request> = None;
-        // PARAMS bytes dropped past MAX_PARAMS (the request gets a 431).
-        let mut dropped = 0usize;
-        let mut head_deadline = None;
+        let mut rd = Reading {
+            state: State::Idle,
+            req: None,
+            raw,
+            dropped: 0,
+            head_deadline: None,
+        };
         // Since when the connection waits idle during a stop.
         let mut idle_since = None;
         loop {
-            loop {
-                let before = self.deframer;
-                let (piece, used) = self.deframer.next(&self.buf)?;
-                let Some(piece) = piece else {
-                    self.buf.advance(used);
-                    break;
-                };
-                let step =
-                    self.st
-                        .handle(ctx, piece, &mut state, &mut req, &mut raw, &mut dropped)?;
-                if matches!(step, Step::ReadyLeave) {
-                    // The exchange reads this piece again.
-                    self.deframer = before;
-                } else {
-                    self.buf.advance(used);
-                }
-                match step {
-                    Step::Continue => {}
-                    Step::Ready | Step::ReadyLeave => {
-                        self.flush_replies().await?;
-                        raw.clear();
-                        if raw.capacity() > 16 * 1024 {
-                            raw = Vec::new();
-                        }
-                        self.st.spare_params = raw;
-                        return Ok(Next::Request(req.take().expect("a ready request exists")));
-                    }
-                    Step::Answered(answer) => {
-                        self.flush_replies().await?;
-                        let r = req.take().expect("an answered request exists");
-                        let keep = r.keep_conn;
-                        if !r.client_stdin_done {
-                            self.st.skip = Some(r.id);
-                        }
-                        if let Some(answer) = answer.filter(|_| ctx.access_log) {
-                            raw.clear();
-                            self.st.spare_params = raw;
-                            return Ok(Next::Answered(r, answer));
-                        }
-                        let unread = !r.client_stdin_done;
-                        self.recycle(r);
-                        raw.clear();
-                        dropped = 0;
-                        head_deadline = None;
-                        state = State::Idle;
-                        if !keep {
-                            if unread {
-                                super::drain_and_close(self).await;
-                            }
-                            return Ok(Next::Closed);
-                        }
-                    }
-                }
-                if state == State::Params && head_deadline.is_none() {
-                    head_deadline = Some(tokio::time::Instant::now() + HEAD_TIMEOUT);
-                }
+            if let Some(next) = self.take_buffered(ctx, &mut rd).await? {
+                return Ok(next);
             }
             self.flush_replies().await?;
-            let idle = state == State::Idle && self.buf.is_empty() && self.deframer.at_boundary();
+            let idle =
+                rd.state == State::Idle && self.buf.is_empty() && self.deframer.at_boundary();
             let mut drain_until = None;
             if !idle {
                 idle_since = None;
@@ -340,72 +289,188 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> ClientConn<R, W> {
                     Some(until) => drain_until = Some(until),
                 }
             }
-            let deadline = match state {
-                State::Idle if drain_until.is_some() => drain_until.unwrap(),
-                State::Idle if self.st.requests == 0 => {
-                    tokio::time::Instant::now() + FIRST_REQUEST_TIMEOUT
-                }
-                State::Idle | State::Stdin => tokio::time::Instant::now() + IDLE_TIMEOUT,
-                State::Params => {
-                    head_deadline.unwrap_or_else(|| tokio::time::Instant::now() + HEAD_TIMEOUT)
-                }
+            if let Some(next) = self.wait(ctx, shutdown, &rd, idle, drain_until).await? {
+                return Ok(next);
+            }
+        }
+    }
+
+    /// Takes every piece whole in the buffer into the request being read;
+    /// `Some` when the request is ready, or answered by fpmd, or the
+    /// connection is to close.
+    async fn take_buffered(
+        &mut self,
+        ctx: &Ctx<'_>,
+        rd: &mut Reading,
+    ) -> Result<Option<Next>, ClientError> {
+        loop {
+            let before = self.deframer;
+            let (piece, used) = self.deframer.next(&self.buf)?;
+            let Some(piece) = piece else {
+                self.buf.advance(used);
+                return Ok(None);
             };
-            if self.buf.capacity() - self.buf.len() < 1024 {
-                self.buf.reserve(4 * 1024);
+            let step = self.st.handle(ctx, piece, rd)?;
+            if matches!(step, Step::ReadyLeave) {
+                // The exchange reads this piece again.
+                self.deframer = before;
+            } else {
+                self.buf.advance(used);
             }
-            let timer = self
-                .timer
-                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
-            if deadline < timer.deadline() {
-                timer.as_mut().reset(deadline);
-            }
-            tokio::select! {
-                n = self.reader.read_buf(&mut self.buf) => {
-                    if n? == 0 {
-                        let id = req.as_ref().map_or(0, |r| r.id);
-                        return match state {
-                            State::Idle if self.buf.is_empty() && self.deframer.at_boundary() => Ok(Next::Closed),
-                            State::Idle => Err(ClientError::ClosedMidRecord(self.buf.len())),
-                            s => Err(ClientError::ClosedMidRequest { id, state: s.name() }),
-                        };
+            match step {
+                Step::Continue => {}
+                Step::Ready | Step::ReadyLeave => {
+                    self.flush_replies().await?;
+                    let mut raw = std::mem::take(&mut rd.raw);
+                    raw.clear();
+                    if raw.capacity() > 16 * 1024 {
+                        raw = Vec::new();
+                    }
+                    self.st.spare_params = raw;
+                    let req = rd.req.take().expect("a ready request exists");
+                    return Ok(Some(Next::Request(req)));
+                }
+                Step::Answered(answer) => {
+                    self.flush_replies().await?;
+                    if let Some(next) = self.answered(ctx, rd, answer).await {
+                        return Ok(Some(next));
                     }
                 }
-                // The stop is handled at the top of the loop.
-                r = shutdown.changed(), if idle && drain_until.is_none() => if r.is_err() { return Ok(Next::Closed) },
-                _ = timer.as_mut() => {
-                    if tokio::time::Instant::now() < deadline {
-                        // Set for an earlier deadline since moved on.
-                        timer.as_mut().reset(deadline);
-                        continue;
-                    }
-                    let id = req.as_ref().map_or(0, |r| r.id);
-                    return match state {
-                        State::Idle if drain_until.is_some() => {
-                            debug!(pool = %ctx.pool, peer = %ctx.peer, "stopping: closing a connection that brought no request for {} ms", DRAIN_LINGER.as_millis());
-                            Ok(Next::Closed)
-                        }
-                        State::Idle => {
-                            debug!(pool = %ctx.pool, peer = %ctx.peer, "closing a connection idle for {} s", if self.st.requests == 0 { FIRST_REQUEST_TIMEOUT.as_secs() } else { IDLE_TIMEOUT.as_secs() });
-                            Ok(Next::Closed)
-                        }
-                        State::Params => Err(ClientError::HeadTimeout { id }),
-                        State::Stdin => Err(ClientError::BodyTimeout { id }),
+            }
+            if rd.state == State::Params && rd.head_deadline.is_none() {
+                rd.head_deadline = Some(tokio::time::Instant::now() + HEAD_TIMEOUT);
+            }
+        }
+    }
+
+    /// After fpmd answered the request being read (`answer`, or `None`
+    /// for a bare END_REQUEST): returns it for its access log line (with
+    /// `ctx.access_log`), or recycles it and, unless it is `keep_conn`,
+    /// closes the connection (after the rest of the request, as
+    /// [`super::drain_and_close`]). `None`: read the next request.
+    async fn answered(
+        &mut self,
+        ctx: &Ctx<'_>,
+        rd: &mut Reading,
+        answer: Option<Local>,
+    ) -> Option<Next> {
+        let r = rd.req.take().expect("an answered request exists");
+        let keep = r.keep_conn;
+        if !r.client_stdin_done {
+            self.st.skip = Some(r.id);
+        }
+        if let Some(answer) = answer.filter(|_| ctx.access_log) {
+            rd.raw.clear();
+            self.st.spare_params = std::mem::take(&mut rd.raw);
+            return Some(Next::Answered(r, answer));
+        }
+        let unread = !r.client_stdin_done;
+        self.recycle(r);
+        rd.raw.clear();
+        rd.dropped = 0;
+        rd.head_deadline = None;
+        rd.state = State::Idle;
+        if !keep {
+            if unread {
+                super::drain_and_close(self).await;
+            }
+            return Some(Next::Closed);
+        }
+        None
+    }
+
+    /// Waits for more bytes from the web server, until the deadline of
+    /// the request's state (or, when `idle` during a stop, `drain_until`)
+    /// or, `idle`, a stop. `Some`: the connection closed or timed out;
+    /// `None`: read the buffer again.
+    async fn wait(
+        &mut self,
+        ctx: &Ctx<'_>,
+        shutdown: &mut watch::Receiver<bool>,
+        rd: &Reading,
+        idle: bool,
+        drain_until: Option<tokio::time::Instant>,
+    ) -> Result<Option<Next>, ClientError> {
+        let deadline = match rd.state {
+            State::Idle if drain_until.is_some() => drain_until.unwrap(),
+            State::Idle if self.st.requests == 0 => {
+                tokio::time::Instant::now() + FIRST_REQUEST_TIMEOUT
+            }
+            State::Idle | State::Stdin => tokio::time::Instant::now() + IDLE_TIMEOUT,
+            State::Params => rd
+                .head_deadline
+                .unwrap_or_else(|| tokio::time::Instant::now() + HEAD_TIMEOUT),
+        };
+        if self.buf.capacity() - self.buf.len() < 1024 {
+            self.buf.reserve(4 * 1024);
+        }
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        if deadline < timer.deadline() {
+            timer.as_mut().reset(deadline);
+        }
+        tokio::select! {
+            n = self.reader.read_buf(&mut self.buf) => {
+                if n? == 0 {
+                    let id = rd.req.as_ref().map_or(0, |r| r.id);
+                    return match rd.state {
+                        State::Idle if self.buf.is_empty() && self.deframer.at_boundary() => Ok(Some(Next::Closed)),
+                        State::Idle => Err(ClientError::ClosedMidRecord(self.buf.len())),
+                        s => Err(ClientError::ClosedMidRequest { id, state: s.name() }),
                     };
+                }
+                Ok(None)
+            }
+            // The stop is handled at the top of the loop.
+            r = shutdown.changed(), if idle && drain_until.is_none() => Ok(r.is_err().then_some(Next::Closed)),
+            _ = timer.as_mut() => {
+                if tokio::time::Instant::now() < deadline {
+                    // Set for an earlier deadline since moved on.
+                    timer.as_mut().reset(deadline);
+                    return Ok(None);
+                }
+                let id = rd.req.as_ref().map_or(0, |r| r.id);
+                match rd.state {
+                    State::Idle if drain_until.is_some() => {
+                        debug!(pool = %ctx.pool, peer = %ctx.peer, "stopping: closing a connection that brought no request for {} ms", DRAIN_LINGER.as_millis());
+                        Ok(Some(Next::Closed))
+                    }
+                    State::Idle => {
+                        debug!(pool = %ctx.pool, peer = %ctx.peer, "closing a connection idle for {} s", if self.st.requests == 0 { FIRST_REQUEST_TIMEOUT.as_secs() } else { IDLE_TIMEOUT.as_secs() });
+                        Ok(Some(Next::Closed))
+                    }
+                    State::Params => Err(ClientError::HeadTimeout { id }),
+                    State::Stdin => Err(ClientError::BodyTimeout { id }),
                 }
             }
         }
     }
 }
 
+/// The request being read, between the pieces of its records.
+struct Reading {
+    state: State,
+    req: Option<Request>,
+    /// Its PARAMS stream as received (at most [`MAX_PARAMS`]).
+    raw: Vec<u8>,
+    /// PARAMS bytes dropped past MAX_PARAMS (the request gets a 431).
+    dropped: usize,
+    /// When its PARAMS must be complete ([`HEAD_TIMEOUT`] after they
+    /// began).
+    head_deadline: Option<tokio::time::Instant>,
+}
+
 impl Session {
+    /// Takes one piece for the request being read (`rd`): a management
+    /// record is answered, the rest of an answered request dropped, and
+    /// the others go to the step for the request's state. Errors: the
+    /// piece breaks the protocol, or a limit.
     fn handle(
         &mut self,
         ctx: &Ctx<'_>,
         piece: Piece<'_>,
-        state: &mut State,
-        req: &mut Option<Request>,
-        raw: &mut Vec<u8>,
-        dropped: &mut usize,
+        rd: &mut Reading,
     ) -> Result<Step, ClientError> {
         let (id, kind) = match piece {
             Piece::Record(r) => (r.header.request_id, r.header.record_type()),
@@ -414,68 +479,13 @@ impl Session {
             }
             | Piece::End { kind, request_id } => (request_id, Some(kind)),
         };
-        // Management records (FCGI spec 4).
-        if id == NULL_REQUEST_ID {
-            return match piece {
-                Piece::Record(r) if kind != Some(RecordType::BeginRequest) => {
-                    management(&mut self.replies, r)?;
-                    Ok(Step::Continue)
-                }
-                _ => Err(ClientError::Unexpected {
-                    kind: fastcgi::type_name(kind.map_or(0, |k| k as u8)),
-                    id,
-                    state: "request id 0 is reserved",
-                }),
-            };
+        if let Some(step) = self.aside(id, kind, piece) {
+            return step;
         }
-        // The rest of a request already answered.
-        if self.skip == Some(id)
-            && matches!(
-                kind,
-                Some(
-                    RecordType::Params
-                        | RecordType::Stdin
-                        | RecordType::Data
-                        | RecordType::AbortRequest
-                )
-            )
-        {
-            if matches!(
-                piece,
-                Piece::End {
-                    kind: RecordType::Stdin,
-                    ..
-                }
-            ) {
-                self.skip = None;
-            }
-            return Ok(Step::Continue);
-        }
-        let busy = req.as_ref().map(|r| r.id);
-        match (*state, piece) {
+        let busy = rd.req.as_ref().map(|r| r.id);
+        match (rd.state, piece) {
             (State::Idle, Piece::Record(r)) if kind == Some(RecordType::BeginRequest) => {
-                let begin = BeginRequest::decode(r.content)?;
-                self.skip = None;
-                if begin.role != fastcgi::ROLE_RESPONDER {
-                    // FCGI spec 5.5: reject the role, keep the connection.
-                    info!(pool = %ctx.pool, peer = %ctx.peer, "rejecting request id {id}: role {} is not RESPONDER (FCGI_UNKNOWN_ROLE)", begin.role);
-                    let end = EndRequest {
-                        app_status: 0,
-                        protocol_status: ProtocolStatus::UnknownRole as u8,
-                    };
-                    fastcgi::encode_end_request(&mut self.replies, id, end);
-                    self.skip = Some(id);
-                    return Ok(Step::Continue);
-                }
-                self.requests += 1;
-                let mut r =
-                    Request::begin(id, begin.keep_conn(), std::mem::take(&mut self.spare_head));
-                if ctx.access_log {
-                    r.began = Some(std::time::Instant::now());
-                }
-                *req = Some(r);
-                *state = State::Params;
-                Ok(Step::Continue)
+                self.begin(ctx, id, r.content, rd)
             }
             (
                 State::Params,
@@ -484,91 +494,14 @@ impl Session {
                     data,
                     ..
                 },
-            ) if busy == Some(id) => {
-                if *dropped > 0 || raw.len() + data.len() > MAX_PARAMS {
-                    *dropped += data.len();
-                    if *dropped > MAX_PARAMS_DROPPED {
-                        return Err(ClientError::ParamsTooLarge { id });
-                    }
-                    return Ok(Step::Continue);
-                }
-                let head = req.as_ref().map_or(0, |r| r.head.len());
-                if !self.charge.cover(raw.len() + data.len() + head) {
-                    return Err(ClientError::Budget { id });
-                }
-                raw.extend_from_slice(data);
-                Ok(Step::Continue)
-            }
+            ) if busy == Some(id) => self.params(id, data, rd),
             (
                 State::Params,
                 Piece::End {
                     kind: RecordType::Params,
                     ..
                 },
-            ) if busy == Some(id) => {
-                let r = req.as_mut().expect("busy");
-                if *dropped > 0 {
-                    warn!(pool = %ctx.pool, peer = %ctx.peer, "request id {id}: {} bytes of PARAMS, over the limit of {MAX_PARAMS}: answering 431", raw.len() + *dropped);
-                    r.client_stdin_done = false;
-                    Local::HeadTooLarge.encode(&mut self.replies, id);
-                    return Ok(Step::Answered(Some(Local::HeadTooLarge)));
-                }
-                // One pass for the common case: the PARAMS are copied while
-                // the variables that find the script are read; the rare
-                // request that php-fpm would rewrite is copied again.
-                let mut seen = script::Seen::new();
-                let mut lost = r.set_params(raw, &[], |n, v| seen.note(n, v))?;
-                if super::local_page(&ctx.script.local, r).is_some() {
-                    // The status page or ping: fpmd answers, no script runs.
-                    *state = State::Stdin;
-                    return Ok(if r.child_stdin_ended {
-                        Step::Ready
-                    } else {
-                        Step::Continue
-                    });
-                }
-                script::log_ini_params(ctx.pool, &seen);
-                let plan = script::plan(&seen, ctx.script);
-                r.script_found = plan.script_found;
-                if !plan.edits.is_empty() {
-                    lost = r.set_params(raw, &plan.edits, |_, _| {})?;
-                }
-                for (name, len) in lost {
-                    warn!(pool = %ctx.pool, peer = %ctx.peer, "request id {id}: dropped the CGI variable {} ({len} bytes): no FastCGI record can carry it to php-cgi", field(&name));
-                }
-                if plan.dropped_redirect_url {
-                    debug!(pool = %ctx.pool, peer = %ctx.peer, "request id {id}: REDIRECT_URL not passed on: php-cgi would drop PATH_INFO for it, php-fpm keeps both");
-                }
-                if let Some(answer) = plan.answer {
-                    let (script, uri) = (
-                        field(r.param(b"SCRIPT_FILENAME").unwrap_or_default()),
-                        field(r.param(b"REQUEST_URI").unwrap_or_default()),
-                    );
-                    match (answer, plan.denied) {
-                        // php-fpm logs this at debug level too (fpm_main.c).
-                        (Local::ScriptUnknown, _) => {
-                            debug!(pool = %ctx.pool, peer = %ctx.peer, script = %script, uri = %uri, "Primary script unknown")
-                        }
-                        (_, Some((why, path))) => {
-                            let uri = r.param(b"REQUEST_URI").unwrap_or_default();
-                            script::log_denied(ctx.pool, ctx.peer, uri, why, path);
-                            script::encode_denied(&mut self.replies, id, why, path);
-                            return Ok(Step::Answered(Some(answer)));
-                        }
-                        _ => {
-                            warn!(pool = %ctx.pool, peer = %ctx.peer, script = %script, uri = %uri, "refusing the request: {}", answer.status())
-                        }
-                    }
-                    answer.encode(&mut self.replies, id);
-                    return Ok(Step::Answered(Some(answer)));
-                }
-                *state = State::Stdin;
-                Ok(if r.child_stdin_ended {
-                    Step::Ready
-                } else {
-                    Step::Continue
-                })
-            }
+            ) if busy == Some(id) => self.params_end(ctx, id, rd),
             (
                 State::Stdin,
                 Piece::Data {
@@ -576,38 +509,14 @@ impl Session {
                     data,
                     ..
                 },
-            ) if busy == Some(id) => {
-                let r = req.as_mut().expect("busy");
-                if !r.child_stdin_ended && !self.charge.cover(r.head.len() + data.len()) {
-                    // No room to buffer more: the child takes the rest as
-                    // it streams (this piece stays in the buffer for it).
-                    return Ok(Step::ReadyLeave);
-                }
-                r.buffer_body(data);
-                Ok(
-                    if r.child_stdin_ended || r.buffered_body() >= DISPATCH_BUFFER {
-                        Step::Ready
-                    } else {
-                        Step::Continue
-                    },
-                )
-            }
+            ) if busy == Some(id) => Ok(self.stdin(data, rd)),
             (
                 State::Stdin,
                 Piece::End {
                     kind: RecordType::Stdin,
                     ..
                 },
-            ) if busy == Some(id) => {
-                let r = req.as_mut().expect("busy");
-                if !r.end_client_stdin() {
-                    info!(pool = %ctx.pool, peer = %ctx.peer, uri = %field(r.param(b"REQUEST_URI").unwrap_or_default()),
-                        "request id {id}: the body ended after {} of {:?} bytes (CONTENT_LENGTH); answering 400, the script does not run", r.body, r.owed);
-                    Local::ShortBody.encode(&mut self.replies, id);
-                    return Ok(Step::Answered(Some(Local::ShortBody)));
-                }
-                Ok(Step::Ready)
-            }
+            ) if busy == Some(id) => Ok(self.stdin_end(ctx, id, rd)),
             (State::Params | State::Stdin, Piece::Record(_))
                 if kind == Some(RecordType::AbortRequest) && busy == Some(id) =>
             {
@@ -634,6 +543,228 @@ impl Session {
                 state: s.name(),
             }),
         }
+    }
+
+    /// A piece outside the request being read: a management record,
+    /// answered (FCGI spec 4), or the rest of a request fpmd already
+    /// answered, dropped up to its empty STDIN record. `None`: neither.
+    fn aside(
+        &mut self,
+        id: u16,
+        kind: Option<RecordType>,
+        piece: Piece<'_>,
+    ) -> Option<Result<Step, ClientError>> {
+        // Management records (FCGI spec 4).
+        if id == NULL_REQUEST_ID {
+            return Some(match piece {
+                Piece::Record(r) if kind != Some(RecordType::BeginRequest) => {
+                    management(&mut self.replies, r).map(|()| Step::Continue)
+                }
+                _ => Err(ClientError::Unexpected {
+                    kind: fastcgi::type_name(kind.map_or(0, |k| k as u8)),
+                    id,
+                    state: "request id 0 is reserved",
+                }),
+            });
+        }
+        // The rest of a request already answered.
+        if self.skip == Some(id)
+            && matches!(
+                kind,
+                Some(
+                    RecordType::Params
+                        | RecordType::Stdin
+                        | RecordType::Data
+                        | RecordType::AbortRequest
+                )
+            )
+        {
+            if matches!(
+                piece,
+                Piece::End {
+                    kind: RecordType::Stdin,
+                    ..
+                }
+            ) {
+                self.skip = None;
+            }
+            return Some(Ok(Step::Continue));
+        }
+        None
+    }
+
+    /// BEGIN_REQUEST `id` (its record's `content`) on an idle connection:
+    /// a RESPONDER request starts; another role is rejected (FCGI spec
+    /// 5.5), the connection kept.
+    fn begin(
+        &mut self,
+        ctx: &Ctx<'_>,
+        id: u16,
+        content: &[u8],
+        rd: &mut Reading,
+    ) -> Result<Step, ClientError> {
+        let begin = BeginRequest::decode(content)?;
+        self.skip = None;
+        if begin.role != fastcgi::ROLE_RESPONDER {
+            // FCGI spec 5.5: reject the role, keep the connection.
+            info!(pool = %ctx.pool, peer = %ctx.peer, "rejecting request id {id}: role {} is not RESPONDER (FCGI_UNKNOWN_ROLE)", begin.role);
+            let end = EndRequest {
+                app_status: 0,
+                protocol_status: ProtocolStatus::UnknownRole as u8,
+            };
+            fastcgi::encode_end_request(&mut self.replies, id, end);
+            self.skip = Some(id);
+            return Ok(Step::Continue);
+        }
+        self.requests += 1;
+        let mut r = Request::begin(id, begin.keep_conn(), std::mem::take(&mut self.spare_head));
+        if ctx.access_log {
+            r.began = Some(std::time::Instant::now());
+        }
+        rd.req = Some(r);
+        rd.state = State::Params;
+        Ok(Step::Continue)
+    }
+
+    /// A PARAMS record's `data`: kept up to [`MAX_PARAMS`] within the
+    /// buffer budget, dropped past it up to [`MAX_PARAMS_DROPPED`].
+    /// Errors: beyond that, or the budget is used up.
+    fn params(&mut self, id: u16, data: &[u8], rd: &mut Reading) -> Result<Step, ClientError> {
+        if rd.dropped > 0 || rd.raw.len() + data.len() > MAX_PARAMS {
+            rd.dropped += data.len();
+            if rd.dropped > MAX_PARAMS_DROPPED {
+                return Err(ClientError::ParamsTooLarge { id });
+            }
+            return Ok(Step::Continue);
+        }
+        let head = rd.req.as_ref().map_or(0, |r| r.head.len());
+        if !self.charge.cover(rd.raw.len() + data.len() + head) {
+            return Err(ClientError::Budget { id });
+        }
+        rd.raw.extend_from_slice(data);
+        Ok(Step::Continue)
+    }
+
+    /// The PARAMS are complete: answered 431 if some were dropped; else
+    /// the child's PARAMS are built and, unless it is fpmd's status page or
+    /// ping, the script is looked for as php-fpm would (`script::plan`),
+    /// which may answer the request itself. Errors: the PARAMS are not
+    /// valid name-value pairs.
+    fn params_end(
+        &mut self,
+        ctx: &Ctx<'_>,
+        id: u16,
+        rd: &mut Reading,
+    ) -> Result<Step, ClientError> {
+        let r = rd.req.as_mut().expect("busy");
+        let raw = &rd.raw;
+        if rd.dropped > 0 {
+            warn!(pool = %ctx.pool, peer = %ctx.peer, "request id {id}: {} bytes of PARAMS, over the limit of {MAX_PARAMS}: answering 431", raw.len() + rd.dropped);
+            r.client_stdin_done = false;
+            Local::HeadTooLarge.encode(&mut self.replies, id);
+            return Ok(Step::Answered(Some(Local::HeadTooLarge)));
+        }
+        // One pass for the common case: the PARAMS are copied while
+        // the variables that find the script are read; the rare
+        // request that php-fpm would rewrite is copied again.
+        let mut seen = script::Seen::new();
+        let mut lost = r.set_params(raw, &[], |n, v| seen.note(n, v))?;
+        if super::local_page(&ctx.script.local, r).is_some() {
+            // The status page or ping: fpmd answers, no script runs.
+            rd.state = State::Stdin;
+            return Ok(if r.child_stdin_ended {
+                Step::Ready
+            } else {
+                Step::Continue
+            });
+        }
+        script::log_ini_params(ctx.pool, &seen);
+        let plan = script::plan(&seen, ctx.script);
+        r.script_found = plan.script_found;
+        if !plan.edits.is_empty() {
+            lost = r.set_params(raw, &plan.edits, |_, _| {})?;
+        }
+        for (name, len) in lost {
+            warn!(pool = %ctx.pool, peer = %ctx.peer, "request id {id}: dropped the CGI variable {} ({len} bytes): no FastCGI record can carry it to php-cgi", field(&name));
+        }
+        if plan.dropped_redirect_url {
+            debug!(pool = %ctx.pool, peer = %ctx.peer, "request id {id}: REDIRECT_URL not passed on: php-cgi would drop PATH_INFO for it, php-fpm keeps both");
+        }
+        if let Some(answer) = plan.answer {
+            return Ok(self.refuse(ctx, id, r, answer, plan.denied));
+        }
+        rd.state = State::Stdin;
+        Ok(if r.child_stdin_ended {
+            Step::Ready
+        } else {
+            Step::Continue
+        })
+    }
+
+    /// Answers request `r` with fpmd's `answer` instead of running its
+    /// script (php-fpm's 404 for a script it cannot find, 403 for one it
+    /// refuses, `denied` saying why), and logs it as php-fpm does.
+    fn refuse(
+        &mut self,
+        ctx: &Ctx<'_>,
+        id: u16,
+        r: &Request,
+        answer: Local,
+        denied: Option<(script::Denied, &[u8])>,
+    ) -> Step {
+        let (script, uri) = (
+            field(r.param(b"SCRIPT_FILENAME").unwrap_or_default()),
+            field(r.param(b"REQUEST_URI").unwrap_or_default()),
+        );
+        match (answer, denied) {
+            // php-fpm logs this at debug level too (fpm_main.c).
+            (Local::ScriptUnknown, _) => {
+                debug!(pool = %ctx.pool, peer = %ctx.peer, script = %script, uri = %uri, "Primary script unknown")
+            }
+            (_, Some((why, path))) => {
+                let uri = r.param(b"REQUEST_URI").unwrap_or_default();
+                script::log_denied(ctx.pool, ctx.peer, uri, why, path);
+                script::encode_denied(&mut self.replies, id, why, path);
+                return Step::Answered(Some(answer));
+            }
+            _ => {
+                warn!(pool = %ctx.pool, peer = %ctx.peer, script = %script, uri = %uri, "refusing the request: {}", answer.status())
+            }
+        }
+        answer.encode(&mut self.replies, id);
+        Step::Answered(Some(answer))
+    }
+
+    /// A STDIN record's `data` before dispatch: buffered while the budget
+    /// allows; the request is ready once the child would have all of its
+    /// body or [`DISPATCH_BUFFER`] bytes are buffered.
+    fn stdin(&mut self, data: &[u8], rd: &mut Reading) -> Step {
+        let r = rd.req.as_mut().expect("busy");
+        if !r.child_stdin_ended && !self.charge.cover(r.head.len() + data.len()) {
+            // No room to buffer more: the child takes the rest as
+            // it streams (this piece stays in the buffer for it).
+            return Step::ReadyLeave;
+        }
+        r.buffer_body(data);
+        if r.child_stdin_ended || r.buffered_body() >= DISPATCH_BUFFER {
+            Step::Ready
+        } else {
+            Step::Continue
+        }
+    }
+
+    /// The web server's STDIN ended before dispatch: the request is
+    /// ready, or answered 400 when its body is shorter than its
+    /// `CONTENT_LENGTH` (php-fpm's answer).
+    fn stdin_end(&mut self, ctx: &Ctx<'_>, id: u16, rd: &mut Reading) -> Step {
+        let r = rd.req.as_mut().expect("busy");
+        if !r.end_client_stdin() {
+            info!(pool = %ctx.pool, peer = %ctx.peer, uri = %field(r.param(b"REQUEST_URI").unwrap_or_default()),
+                "request id {id}: the body ended after {} of {:?} bytes (CONTENT_LENGTH); answering 400, the script does not run", r.body, r.owed);
+            Local::ShortBody.encode(&mut self.replies, id);
+            return Step::Answered(Some(Local::ShortBody));
+        }
+        Step::Ready
     }
 }
 

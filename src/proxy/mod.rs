@@ -41,6 +41,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
+use crate::config::PoolConfig;
 use crate::pool::Pool;
 use access::*;
 pub use budget::*;
@@ -104,6 +105,9 @@ pub async fn serve_connection<R, W>(
     }
 }
 
+/// One connection's requests, in turn: each read ([`ClientConn::read_request`]),
+/// answered ([`answer`]), logged, and the connection kept or closed as
+/// the answer says ([`keep_open`]).
 async fn serve<R, W>(
     pool: &Pool,
     reader: R,
@@ -116,109 +120,201 @@ async fn serve<R, W>(
     W: AsyncWrite + Unpin,
 {
     let mut client = ClientConn::new(reader, writer, Charge::new());
-    let mut config = pool.config();
-    let mut script = script::Options::of(&config);
-    let mut access = AccessLog::of(&config, None);
+    let mut settings = Settings::of(pool.config());
     loop {
-        // The current generation's settings (a reload may change them
-        // between two requests of one connection).
-        let now = pool.config();
-        if !Arc::ptr_eq(&now, &config) {
-            script = script::Options::of(&now);
-            access = AccessLog::of(&now, access);
-            config = now;
-        }
+        settings.follow(pool);
+        let Settings {
+            config,
+            script,
+            access,
+        } = &mut settings;
         let ctx = Ctx {
             pool: pool.name(),
             peer,
-            script: &script,
+            script,
             access_log: access.is_some(),
         };
         let mut req = match client.read_request(&ctx, &mut shutdown).await {
             Ok(Next::Request(req)) => req,
             Ok(Next::Answered(req, answer)) => {
-                if let Some(a) = &mut access {
-                    a.write(ctx.pool, &config, &req, Answered::Fpmd(answer.code()));
+                if answered_while_reading(&ctx, config, access, &mut client, req, answer).await {
+                    continue;
                 }
-                let (keep, unread) = (req.keep_conn, !req.client_stdin_done);
-                client.recycle(req);
-                if !keep {
-                    if unread {
-                        drain_and_close(&mut client).await;
-                    }
-                    return;
-                }
-                continue;
+                return;
             }
             Ok(Next::Closed) => return,
-            Err(ClientError::Io(e))
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe
-                ) =>
-            {
-                // The web server gave up on the connection (its client left).
-                info!(pool = %ctx.pool, peer = %peer, "web server reset the connection: {e}");
-                return;
-            }
-            Err(e) => {
-                warn!(pool = %ctx.pool, peer = %peer, "closing FastCGI connection: {e}");
-                return;
-            }
+            Err(e) => return log_read_error(&ctx, e),
         };
         pool.stats.accepted.fetch_add(1, Ordering::Relaxed);
-        let mut answered = Answered::Nobody;
-        let result = match local_page(&ctx.script.local, &req) {
-            Some(page) => {
-                answered = Answered::Fpmd(200);
-                answer_local_page(pool, &ctx.script.local, &mut client, &req, page)
-                    .await
-                    .map(|()| after_answer(&mut client, &req))
-            }
-            // The status listener runs no script: php-fpm's answer for
-            // a script it cannot find.
-            None if status_only => {
-                answered = Answered::Fpmd(404);
-                client
-                    .answer(req.id, Local::ScriptUnknown)
-                    .await
-                    .map(|()| after_answer(&mut client, &req))
-            }
-            None => {
-                let head = access.as_mut().map(|a| {
-                    a.head.clear();
-                    &mut a.head
-                });
-                dispatch(
-                    pool,
-                    &config,
-                    &ctx,
-                    &mut client,
-                    &mut req,
-                    head,
-                    &mut answered,
-                )
-                .await
-            }
-        };
-        if let Some(a) = &mut access {
-            a.write(ctx.pool, &config, &req, answered);
+        let (result, answered) = answer(
+            pool,
+            config,
+            &ctx,
+            &mut client,
+            &mut req,
+            access,
+            status_only,
+        )
+        .await;
+        if let Some(a) = access {
+            a.write(ctx.pool, config, &req, answered);
         }
         let drain = !req.client_stdin_done;
         client.recycle(req);
-        match result {
-            Ok(Then::Keep) => {}
-            // Dropping both halves closes the connection.
-            Ok(Then::Close) => return,
-            Ok(Then::Drain) if drain => {
-                drain_and_close(&mut client).await;
-                return;
-            }
-            Ok(Then::Drain) => return,
-            Err(e) => {
-                info!(pool = %ctx.pool, peer = %peer, "cannot answer the web server: {e}");
-                return;
-            }
+        if !keep_open(&ctx, &mut client, result, drain).await {
+            return;
+        }
+    }
+}
+
+/// The settings of the pool's generation a connection serves under, kept
+/// from one of its requests to the next.
+struct Settings {
+    config: Arc<PoolConfig>,
+    script: script::Options,
+    access: Option<AccessLog>,
+}
+
+impl Settings {
+    fn of(config: Arc<PoolConfig>) -> Self {
+        Settings {
+            script: script::Options::of(&config),
+            access: AccessLog::of(&config, None),
+            config,
+        }
+    }
+
+    /// The current generation's settings (a reload may change them
+    /// between two requests of one connection).
+    fn follow(&mut self, pool: &Pool) {
+        let now = pool.config();
+        if !Arc::ptr_eq(&now, &self.config) {
+            self.script = script::Options::of(&now);
+            self.access = AccessLog::of(&now, self.access.take());
+            self.config = now;
+        }
+    }
+}
+
+/// After fpmd answered a request while reading it ([`Next::Answered`],
+/// with an access log): its log line, then the connection kept, or closed
+/// (after the rest of the request, as [`drain_and_close`]). Returns
+/// whether the connection carries the next request.
+async fn answered_while_reading<R, W>(
+    ctx: &Ctx<'_>,
+    config: &PoolConfig,
+    access: &mut Option<AccessLog>,
+    client: &mut ClientConn<R, W>,
+    req: Request,
+    answer: Local,
+) -> bool
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    if let Some(a) = access {
+        a.write(ctx.pool, config, &req, Answered::Fpmd(answer.code()));
+    }
+    let (keep, unread) = (req.keep_conn, !req.client_stdin_done);
+    client.recycle(req);
+    if !keep {
+        if unread {
+            drain_and_close(client).await;
+        }
+        return false;
+    }
+    true
+}
+
+/// Logs why reading a request failed (the connection is then closed).
+fn log_read_error(ctx: &Ctx<'_>, e: ClientError) {
+    match e {
+        ClientError::Io(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe
+            ) =>
+        {
+            // The web server gave up on the connection (its client left).
+            info!(pool = %ctx.pool, peer = %ctx.peer, "web server reset the connection: {e}");
+        }
+        e => {
+            warn!(pool = %ctx.pool, peer = %ctx.peer, "closing FastCGI connection: {e}");
+        }
+    }
+}
+
+/// Answers `req`: fpmd's status page or ping, fpmd's 404 on the status
+/// listener (`status_only`), else a child through [`dispatch`]. Returns
+/// what becomes of the connection (errors: writing to the web server
+/// failed) and who answered, for the access log (`access`, whose buffer
+/// collects the child's response head).
+async fn answer<R, W>(
+    pool: &Pool,
+    config: &PoolConfig,
+    ctx: &Ctx<'_>,
+    client: &mut ClientConn<R, W>,
+    req: &mut Request,
+    access: &mut Option<AccessLog>,
+    status_only: bool,
+) -> (io::Result<Then>, Answered)
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut answered = Answered::Nobody;
+    let result = match local_page(&ctx.script.local, req) {
+        Some(page) => {
+            answered = Answered::Fpmd(200);
+            answer_local_page(pool, &ctx.script.local, client, req, page)
+                .await
+                .map(|()| after_answer(client, req))
+        }
+        // The status listener runs no script: php-fpm's answer for
+        // a script it cannot find.
+        None if status_only => {
+            answered = Answered::Fpmd(404);
+            client
+                .answer(req.id, Local::ScriptUnknown)
+                .await
+                .map(|()| after_answer(client, req))
+        }
+        None => {
+            let head = access.as_mut().map(|a| {
+                a.head.clear();
+                &mut a.head
+            });
+            dispatch(pool, config, ctx, client, req, head, &mut answered).await
+        }
+    };
+    (result, answered)
+}
+
+/// Carries out `result` on the connection once its request is done
+/// (`drain`: the web server had not sent all of it). Returns whether the
+/// connection carries the next request.
+async fn keep_open<R, W>(
+    ctx: &Ctx<'_>,
+    client: &mut ClientConn<R, W>,
+    result: io::Result<Then>,
+    drain: bool,
+) -> bool
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    match result {
+        Ok(Then::Keep) => true,
+        // Dropping both halves closes the connection.
+        Ok(Then::Close) => false,
+        Ok(Then::Drain) if drain => {
+            drain_and_close(client).await;
+            false
+        }
+        Ok(Then::Drain) => false,
+        Err(e) => {
+            info!(pool = %ctx.pool, peer = %ctx.peer, "cannot answer the web server: {e}");
+            false
         }
     }
 }

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! serve_connection: read_request (client.rs) ─▶ local answer? (local.rs)
-//!                   └▶ lease ─▶ write head ─▶ exchange (exchange.rs) ─▶ verdict (verdict.rs) ─▶ give back
+//!                   └▶ lease ─▶ write head ─▶ exchange (exchange/) ─▶ verdict (verdict.rs) ─▶ give back
 //! ```
 //!
 //! A child's connection is shared by every client in turn, so fpmd speaks

@@ -245,7 +245,7 @@ fn log_read_error(ctx: &Ctx<'_>, e: ClientError) {
 }
 
 /// Answers `req`: fpmd's status page or ping, fpmd's 404 on the status
-/// listener (`status_only`), else a child through [`dispatch`]. Returns
+/// listener (`status_only`), else a child through [`dispatch()`]. Returns
 /// what becomes of the connection (errors: writing to the web server
 /// failed) and who answered, for the access log (`access`, whose buffer
 /// collects the child's response head).

@@ -114,9 +114,9 @@ pub struct Timers {
 /// as it is forwarded; `on` hears of the child's pid (and of the slowlog
 /// timeout passing) while the request runs.
 ///
-/// In three steps: the two pumps ([`Upstream::pump`], web server to
-/// child; [`Downstream::pump`], child to web server) run concurrently
-/// under the timers ([`ExchangeCtx::relay`]), then [`ExchangeCtx::finish`]
+/// In three steps: the two pumps (`Upstream::pump`, web server to
+/// child; `Downstream::pump`, child to web server) run concurrently
+/// under the timers (`ExchangeCtx::relay`), then `ExchangeCtx::finish`
 /// sends what was held back and judges how each side ended.
 #[allow(clippy::too_many_arguments)]
 pub async fn run<R, W>(

@@ -198,6 +198,9 @@ fn annotate(
 }
 
 impl PoolConfig {
+    /// One pool's table as TOML, appended to `out`: a comment naming the
+    /// pool and its file, the table's header, then its keys section by
+    /// section.
     fn write_toml(&self, global: &Global, out: &mut String) {
         let c = &self.user;
         out.push_str(&format!(
@@ -226,6 +229,21 @@ impl PoolConfig {
             "php_cgi = {}\n",
             toml_str(&self.php_cgi.to_string_lossy())
         ));
+        self.write_listen(out);
+        self.write_isolation(out);
+        self.write_pm(out);
+        self.write_timeouts(global, out);
+        self.write_cgroup(out);
+        self.write_security_and_output(out);
+        self.write_logs(out);
+        self.write_local_pages(out);
+        self.write_php_ini(out);
+        self.write_values(out);
+    }
+
+    /// `listen.*`: the address; the socket's owner, group and mode (noted as
+    /// ignored for TCP); the backlog; `allowed_clients`; the ACLs.
+    fn write_listen(&self, out: &mut String) {
         let l = &self.listen;
         out.push_str(&format!(
             "listen.address = {}\n",
@@ -268,6 +286,11 @@ impl PoolConfig {
                 ));
             }
         }
+    }
+
+    /// The child's confinement: `chroot`, `chdir`, the rlimits,
+    /// `process.priority`, `process.dumpable`, `no_new_privs`, Landlock.
+    fn write_isolation(&self, out: &mut String) {
         let iso = &self.isolation;
         match &iso.chroot {
             Some(p) => out.push_str(&format!("chroot = {}\n", toml_str(&p.to_string_lossy()))),
@@ -315,6 +338,11 @@ impl PoolConfig {
             }
             None => out.push_str("# landlock: none\n"),
         }
+    }
+
+    /// `clear_env`, then the process manager: `pm.mode` and its mode's keys,
+    /// `pm.max_children`, `pm.max_requests`, `pm.spawn`, `pm.max_memory`.
+    fn write_pm(&self, out: &mut String) {
         out.push_str(&format!("clear_env = {}\n", self.clear_env));
         out.push_str(&format!("pm.mode = {}\n", toml_str(self.pm.mode.as_str())));
         match self.pm.mode {
@@ -349,6 +377,11 @@ impl PoolConfig {
             Some(n) => out.push_str(&format!("pm.max_memory = {n} # bytes\n")),
             None => out.push_str("# pm.max_memory: no limit\n"),
         }
+    }
+
+    /// The request timers, then `graceful_timeout` (noted when it is
+    /// `global.process_control_timeout`'s, or 0 so that it is not).
+    fn write_timeouts(&self, global: &Global, out: &mut String) {
         let dur = |name: &str, d: Option<std::time::Duration>, out: &mut String| match d {
             Some(d) => out.push_str(&format!(
                 "{name} = {}\n",
@@ -379,6 +412,10 @@ impl PoolConfig {
             }
             (None, None) => out.push_str("# graceful_timeout: none\n"),
         }
+    }
+
+    /// `cgroup.*`: the pool's memory, pids and cpu weight limits.
+    fn write_cgroup(&self, out: &mut String) {
         match self.cgroup.memory_max {
             Some(n) => out.push_str(&format!("cgroup.memory_max = {n} # bytes\n")),
             None => out.push_str("# cgroup.memory_max: no limit\n"),
@@ -391,6 +428,11 @@ impl PoolConfig {
             Some(n) => out.push_str(&format!("cgroup.cpu_weight = {n}\n")),
             None => out.push_str("# cgroup.cpu_weight: 100 (the kernel's default)\n"),
         }
+    }
+
+    /// `security.pcntl`, the children's output (`catch_workers_output`,
+    /// `decorate_workers_output`), `security.limit_extensions`.
+    fn write_security_and_output(&self, out: &mut String) {
         out.push_str(&format!("security.pcntl = {}\n", self.pcntl));
         out.push_str(&format!(
             "catch_workers_output = {}\n",
@@ -410,6 +452,10 @@ impl PoolConfig {
                 ""
             }
         ));
+    }
+
+    /// The slow log and the access log (`access.*`).
+    fn write_logs(&self, out: &mut String) {
         match &self.slowlog {
             Some(p) => out.push_str(&format!(
                 "slowlog = {}\n",
@@ -436,6 +482,10 @@ impl PoolConfig {
                 .collect();
             out.push_str(&format!("access.suppress_path = [{}]\n", paths.join(", ")));
         }
+    }
+
+    /// The pages fpmd answers itself: `pm.status_*`, `ping.*`.
+    fn write_local_pages(&self, out: &mut String) {
         match &self.local.status_path {
             Some(p) => out.push_str(&format!("pm.status_path = {}\n", toml_str(p))),
             None => out.push_str("# pm.status_path: no status page\n"),
@@ -456,6 +506,10 @@ impl PoolConfig {
             "ping.response = {}\n",
             toml_str(&self.local.ping_response)
         ));
+    }
+
+    /// `php_ini`, `php_ini_scan_dir`, and the ini files PHP reads, in order.
+    fn write_php_ini(&self, out: &mut String) {
         let ini = &self.php_ini;
         match &ini.file {
             Some(p) => out.push_str(&format!("php_ini = {}\n", toml_str(&p.to_string_lossy()))),
@@ -475,6 +529,10 @@ impl PoolConfig {
             }
             None => out.push_str("# PHP reads: php-cgi's compiled-in php.ini and scan directory (unknown to fpmd for this binary)\n"),
         }
+    }
+
+    /// `env.*`, `php_value.*` and `php_admin_value.*`.
+    fn write_values(&self, out: &mut String) {
         for (name, value) in &self.env {
             out.push_str(&format!("env.{} = {}\n", toml_key(name), toml_str(value)));
         }

@@ -63,5 +63,4 @@ pub mod process;
 pub mod proxy;
 pub mod sys;
 
-/// Exit status for an invalid configuration (`EX_CONFIG` of sysexits.h).
-pub const EXIT_CONFIG: u8 = 78;
+pub use config::EXIT_CONFIG;

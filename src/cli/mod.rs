@@ -1,17 +1,39 @@
 //! fpmd's command line: php-fpm 8.2's flags (`fpm_main.c`) and fpmd's
 //! commands, as clap parses them ([`Cli`]), the usage text `-h` prints
 //! ([`USAGE`]) and the exit statuses of a usage error and of a `stop` that
-//! gave up waiting. What each command does is in `main.rs`.
+//! gave up waiting; and what each command other than running the daemon
+//! does, one function each, which `main.rs` calls:
 //!
-//! Must not touch: the daemon (this only reads the command line).
+//! | command | function |
+//! | --- | --- |
+//! | the parse, `-c`/`-y`/`-p`/`-d`… | [`parse`], [`load_options`], [`config_path`] (`options.rs`) |
+//! | `-h`, `fpmd help [COMMAND]` | [`help`] (`help.rs`) |
+//! | `-i`, `-m` | [`php_cgi_info`] (`php_info.rs`) |
+//! | `fpmd convert [FILE]` | [`convert`] (`convert.rs`) |
+//! | `fpmd reload\|stop\|upgrade` | [`control_running`] (`running.rs`) |
+//! | `fpmd status` | [`status`] (`running.rs`) |
+//!
+//! Must not touch: the daemon (these read the command line and the files,
+//! print, or ask the running daemon over its control socket).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+mod convert;
+mod help;
 #[cfg(test)]
 mod man_pages;
+mod options;
+mod php_info;
+mod running;
+
+pub use convert::convert;
+pub use help::help;
+pub use options::{config_path, load_options, parse};
+pub use php_info::php_cgi_info;
+pub use running::{control_running, status};
 
 /// FastCGI process manager for PHP: runs stock php-cgi children behind
 /// nginx or Apache, configured with php-fpm's directive names. The flags

@@ -1,7 +1,11 @@
 //! [`ConfigError`]: what is wrong with a configuration, and where (file,
-//! line, pool, key), as every layer of `config` reports it.
+//! line, pool, key), as every layer of `config` reports it; and
+//! [`EXIT_CONFIG`], the exit status it makes.
 
 use std::path::{Path, PathBuf};
+
+/// Exit status for an invalid configuration (`EX_CONFIG` of sysexits.h).
+pub const EXIT_CONFIG: u8 = 78;
 
 /// A configuration error, located as precisely as possible.
 ///

@@ -87,7 +87,7 @@ pub use model::{
 };
 pub use raw::{ByteSize, Duration};
 
-pub use error::ConfigError;
+pub use error::{ConfigError, EXIT_CONFIG};
 #[cfg(test)]
 use load::load_as;
 use load::{load_from, FileSystem, Memory, Reader};

@@ -203,6 +203,43 @@ fn atoi(s: &str) -> i32 {
     n as i32
 }
 
+/// The longest match among the rules tried so far: (length, the rule's
+/// order in `zend_ini_scanner.l`, the token kind); a tie goes to the
+/// rule written first.
+#[derive(Default)]
+struct Longest(Option<(usize, u8, u8)>);
+
+impl Longest {
+    /// Rule `order` matches `len` bytes (none when 0) as a `kind` token.
+    fn consider(&mut self, len: usize, order: u8, kind: u8) {
+        if len > 0
+            && self
+                .0
+                .is_none_or(|(l, o, _)| len > l || (len == l && order < o))
+        {
+            self.0 = Some((len, order, kind));
+        }
+    }
+}
+
+/// The syntax error when no rule matches at `c` in `mode`.
+fn no_token(c: u8, mode: Mode) -> String {
+    match c {
+        b'\n' | 0 => format!(
+            "syntax error: unterminated {}",
+            match mode {
+                Mode::Section => "section name (missing ']')",
+                Mode::Offset => "'[' key (missing ']')",
+                Mode::Value => "value",
+            }
+        ),
+        b'\'' => {
+            "syntax error: unterminated or empty '…' string (write \"\" for an empty value)".into()
+        }
+        c => format!("syntax error, unexpected '{}'", c as char),
+    }
+}
+
 impl<'a> Scanner<'a> {
     fn peek(&self, at: usize) -> u8 {
         self.b.get(self.i + at).copied().unwrap_or(0)
@@ -403,39 +440,49 @@ impl<'a> Scanner<'a> {
     }
 
     /// The next token of `mode`, by longest match (ties: the rule written
-    /// first in `zend_ini_scanner.l`).
+    /// first in `zend_ini_scanner.l`). Errors: no rule matches here.
     fn token(&mut self, mode: Mode) -> Result<Tok, String> {
         let r = self.rest();
         let c = r.first().copied().unwrap_or(0);
-        // Candidates: (length, rule order, kind).
-        let mut best: Option<(usize, u8, u8)> = None;
-        let mut consider = |len: usize, order: u8, kind: u8| {
-            if len > 0 && best.is_none_or(|(l, o, _)| len > l || (len == l && order < o)) {
-                best = Some((len, order, kind));
-            }
+        let mut best = Longest::default();
+        self.delimiters(mode, &mut best);
+        self.words(&mut best);
+        self.runs(mode, &mut best);
+        let Some((len, _, kind)) = best.0 else {
+            return Err(no_token(c, mode));
         };
+        let text = &r[..len];
+        self.i += len;
+        self.make_token(kind, text)
+    }
+
+    /// Rules 1 to 7: a `'…'` string, the `]` that ends a section or an
+    /// offset, `${`, and in a value the booleans and the end of the line.
+    fn delimiters(&self, mode: Mode, best: &mut Longest) {
+        let r = self.rest();
+        let c = r.first().copied().unwrap_or(0);
         // 1: '…' raw string (at least one character inside).
         if c == b'\'' {
             if let Some(end) = r[1..].iter().position(|&x| x == b'\'') {
                 if end > 0 {
-                    consider(end + 2, 1, b'r');
+                    best.consider(end + 2, 1, b'r');
                 }
             }
         }
         // 2: ']' ends a section (eating blanks after it).
         if mode == Mode::Section && c == b']' {
-            consider(1 + self.blanks_from(self.i + 1), 2, b']');
+            best.consider(1 + self.blanks_from(self.i + 1), 2, b']');
         }
         // 3: blanks then ']' end an offset.
         if mode == Mode::Offset {
             let n = self.blanks_from(self.i);
             if r.get(n) == Some(&b']') {
-                consider(n + 1, 3, b']');
+                best.consider(n + 1, 3, b']');
             }
         }
         // 4: ${
         if r.starts_with(b"${") {
-            consider(2, 4, b'$');
+            best.consider(2, 4, b'$');
         }
         if mode == Mode::Value {
             // 5, 6: booleans (case-insensitive), with the blanks after them.
@@ -452,22 +499,28 @@ impl<'a> Scanner<'a> {
             ] {
                 if lower.starts_with(w) {
                     let order = if kind == b'T' { 5 } else { 6 };
-                    consider(w.len() + self.blanks_from(self.i + w.len()), order, kind);
+                    best.consider(w.len() + self.blanks_from(self.i + w.len()), order, kind);
                 }
             }
             // 7: end of the value: blanks then the end of the line.
             let n = self.blanks_from(self.i);
             if matches!(r.get(n), Some(b'\n') | None) {
-                consider(n + 1, 7, b'E');
+                best.consider(n + 1, 7, b'E');
             }
         }
+    }
+
+    /// Rules 8 and 9: a constant's name, a number.
+    fn words(&self, best: &mut Longest) {
+        let r = self.rest();
+        let c = r.first().copied().unwrap_or(0);
         // 8: a constant's name.
         if c.is_ascii_alphabetic() || c == b'_' {
             let n = r
                 .iter()
                 .take_while(|x| x.is_ascii_alphanumeric() || **x == b'_')
                 .count();
-            consider(n, 8, b'C');
+            best.consider(n, 8, b'C');
         }
         // 9: a number: -?[0-9]+ | [0-9]*\.[0-9]+ | [0-9]+\.[0-9]*
         {
@@ -480,66 +533,61 @@ impl<'a> Scanner<'a> {
             let neg = usize::from(c == b'-');
             let lnum = digits(neg);
             if lnum > 0 {
-                consider(neg + lnum, 9, b'N');
+                best.consider(neg + lnum, 9, b'N');
             }
             let int = digits(0);
             if r.get(int) == Some(&b'.') {
                 let frac = digits(int + 1);
                 if int + frac > 0 {
-                    consider(int + 1 + frac, 9, b'N');
+                    best.consider(int + 1 + frac, 9, b'N');
                 }
             }
         }
+    }
+
+    /// Rules 10 to 15: in a value the operators and `=`; a run of value
+    /// characters, an opening `"`, blanks, and in a value a comment.
+    fn runs(&self, mode: Mode, best: &mut Longest) {
+        let r = self.rest();
+        let c = r.first().copied().unwrap_or(0);
         if mode == Mode::Value {
             // 10: operators, with the blanks after them.
             if matches!(c, b'&' | b'|' | b'^' | b'~' | b'(' | b')' | b'!') {
-                consider(1 + self.blanks_from(self.i + 1), 10, b'o');
+                best.consider(1 + self.blanks_from(self.i + 1), 10, b'o');
             }
             // 11: '=' ends the value (and the line fails to parse).
             if c == b'=' {
-                consider(1, 11, b'=');
+                best.consider(1, 11, b'=');
             }
             // 12: VALUE_CHARS+
-            consider(self.run_len(Mode::Value), 12, b's');
+            best.consider(self.run_len(Mode::Value), 12, b's');
         } else {
             // 12: SECTION_VALUE_CHARS+
-            consider(self.run_len(mode), 12, b's');
+            best.consider(self.run_len(mode), 12, b's');
         }
         // 13: blanks then '"' open a quoted string.
         {
             let n = self.blanks_from(self.i);
             if r.get(n) == Some(&b'"') {
-                consider(n + 1, 13, b'"');
+                best.consider(n + 1, 13, b'"');
             }
         }
         // 14: blanks.
-        consider(self.blanks_from(self.i), 14, b' ');
+        best.consider(self.blanks_from(self.i), 14, b' ');
         // 15: a comment ends the value.
         if mode == Mode::Value {
             let n = self.blanks_from(self.i);
             if r.get(n) == Some(&b';') {
-                consider(r.len(), 15, b'E');
+                best.consider(r.len(), 15, b'E');
             }
         }
-        let Some((len, _, kind)) = best else {
-            return Err(match c {
-                b'\n' | 0 => format!(
-                    "syntax error: unterminated {}",
-                    match mode {
-                        Mode::Section => "section name (missing ']')",
-                        Mode::Offset => "'[' key (missing ']')",
-                        Mode::Value => "value",
-                    }
-                ),
-                b'\'' => {
-                    "syntax error: unterminated or empty '…' string (write \"\" for an empty value)"
-                        .into()
-                }
-                c => format!("syntax error, unexpected '{}'", c as char),
-            });
-        };
-        let text = &r[..len];
-        self.i += len;
+    }
+
+    /// The token of rule kind `kind` whose text is `text` (already
+    /// consumed): a constant's name replaced by its value, a variable or a
+    /// quoted string read on. Errors: those of the variable or the string.
+    fn make_token(&mut self, kind: u8, text: &[u8]) -> Result<Tok, String> {
+        let len = text.len();
         Ok(match kind {
             b'r' => Tok::Piece(string(&text[1..len - 1])),
             b']' | b'E' => Tok::End,

@@ -275,7 +275,25 @@ pub fn frame(
     alert: Option<&str>,
 ) -> Vec<Line> {
     let mut out = Vec::new();
-    let title = match doc {
+    out.push(line(Kind::Title, title(doc, clock, hint)));
+    if let Some(a) = alert {
+        out.push(line(Kind::Alert, a));
+    }
+    let Some(doc) = doc else {
+        return cut(out, width);
+    };
+    for p in &doc.pools {
+        out.push(line(Kind::Blank, ""));
+        pool_summary(p, &mut out);
+        children(p, width, &mut out);
+    }
+    cut(out, width)
+}
+
+/// The title line: the daemon's version, pid, phase, uptime and pools
+/// when there is a sample, then `clock` and `hint`.
+fn title(doc: Option<&Document>, clock: &str, hint: &str) -> String {
+    match doc {
         Some(d) => {
             let f = &d.fpmd;
             let pools = d.pools.len();
@@ -289,100 +307,102 @@ pub fn frame(
             )
         }
         None => format!("fpmd - {clock}{hint}"),
-    };
-    out.push(line(Kind::Title, title));
-    if let Some(a) = alert {
-        out.push(line(Kind::Alert, a));
     }
-    let Some(doc) = doc else {
-        return cut(out, width);
+}
+
+/// The three lines that sum a pool up.
+fn pool_summary(p: &PoolView, out: &mut Vec<Line>) {
+    // Three short lines rather than one long: an 80-column terminal
+    // shows them whole.
+    out.push(line(
+        Kind::Pool,
+        format!(
+            "pool {}  {}  generation {}  up {}  accepted conn {}  slow requests {}",
+            p.pool,
+            p.process_manager,
+            p.generation,
+            uptime(p.start_since),
+            p.accepted_conn,
+            p.slow_requests
+        ),
+    ));
+    out.push(line(
+        Kind::Summary,
+        format!(
+            "  listen queue {}/{} (max {})  max children reached {}",
+            p.listen_queue, p.listen_queue_len, p.max_listen_queue, p.max_children_reached
+        ),
+    ));
+    out.push(line(
+        Kind::Summary,
+        format!(
+            "  processes {} idle, {} active, {} total (max active {}, max children {})",
+            p.idle_processes,
+            p.active_processes,
+            p.total_processes,
+            p.max_active_processes,
+            p.max_children
+        ),
+    ));
+}
+
+/// The table of a pool's children: the header, then one row each (or
+/// "(no child)"); the URI and script columns share what `width` leaves.
+fn children(p: &PoolView, width: usize, out: &mut Vec<Line>) {
+    let longest = |f: fn(&ProcessView) -> &str| {
+        p.processes
+            .iter()
+            .map(|c| or_dash(f(c)).chars().count())
+            .max()
+            .unwrap_or(0)
     };
-    for p in &doc.pools {
-        out.push(line(Kind::Blank, ""));
-        // Three short lines rather than one long: an 80-column terminal
-        // shows them whole.
-        out.push(line(
-            Kind::Pool,
-            format!(
-                "pool {}  {}  generation {}  up {}  accepted conn {}  slow requests {}",
-                p.pool,
-                p.process_manager,
-                p.generation,
-                uptime(p.start_since),
-                p.accepted_conn,
-                p.slow_requests
-            ),
-        ));
-        out.push(line(
-            Kind::Summary,
-            format!(
-                "  listen queue {}/{} (max {})  max children reached {}",
-                p.listen_queue, p.listen_queue_len, p.max_listen_queue, p.max_children_reached
-            ),
-        ));
-        out.push(line(
-            Kind::Summary,
-            format!(
-                "  processes {} idle, {} active, {} total (max active {}, max children {})",
-                p.idle_processes,
-                p.active_processes,
-                p.total_processes,
-                p.max_active_processes,
-                p.max_children
-            ),
-        ));
-        let longest = |f: fn(&ProcessView) -> &str| {
-            p.processes
-                .iter()
-                .map(|c| or_dash(f(c)).chars().count())
-                .max()
-                .unwrap_or(0)
-        };
-        let (uw, sw) =
-            uri_script_widths(width, longest(|c| &c.request_uri), longest(|c| &c.script));
-        let mut header = String::new();
-        for (name, w, right) in COLUMNS {
-            header.push_str(&cell(name, w, right));
-            header.push(' ');
-        }
-        header.push_str(&format!("{:<uw$} {}", "URI", "SCRIPT"));
-        out.push(line(Kind::Header, header.trim_end()));
-        if p.processes.is_empty() {
-            out.push(line(Kind::Idle, "  (no child)"));
-        }
-        for c in &p.processes {
-            let pid = if c.pid > 0 {
-                c.pid.to_string()
-            } else {
-                "-".into()
-            };
-            let values = [
-                pid,
-                c.generation.to_string(),
-                c.state.clone(),
-                c.requests.to_string(),
-                duration(c.request_duration),
-                or_dash(&c.request_method).to_string(),
-            ];
-            let mut row = String::new();
-            for ((_, w, right), v) in COLUMNS.iter().zip(&values) {
-                row.push_str(&cell(v, *w, *right));
-                row.push(' ');
-            }
-            row.push_str(&format!(
-                "{:<uw$} {}",
-                fit(or_dash(&c.request_uri), uw),
-                fit(or_dash(&c.script), sw)
-            ));
-            let kind = if c.state == "Running" {
-                Kind::Running
-            } else {
-                Kind::Idle
-            };
-            out.push(line(kind, row.trim_end()));
-        }
+    let (uw, sw) = uri_script_widths(width, longest(|c| &c.request_uri), longest(|c| &c.script));
+    let mut header = String::new();
+    for (name, w, right) in COLUMNS {
+        header.push_str(&cell(name, w, right));
+        header.push(' ');
     }
-    cut(out, width)
+    header.push_str(&format!("{:<uw$} {}", "URI", "SCRIPT"));
+    out.push(line(Kind::Header, header.trim_end()));
+    if p.processes.is_empty() {
+        out.push(line(Kind::Idle, "  (no child)"));
+    }
+    for c in &p.processes {
+        out.push(child_row(c, uw, sw));
+    }
+}
+
+/// One child's row, its URI and script cut to `uw` and `sw` characters.
+fn child_row(c: &ProcessView, uw: usize, sw: usize) -> Line {
+    let pid = if c.pid > 0 {
+        c.pid.to_string()
+    } else {
+        "-".into()
+    };
+    let values = [
+        pid,
+        c.generation.to_string(),
+        c.state.clone(),
+        c.requests.to_string(),
+        duration(c.request_duration),
+        or_dash(&c.request_method).to_string(),
+    ];
+    let mut row = String::new();
+    for ((_, w, right), v) in COLUMNS.iter().zip(&values) {
+        row.push_str(&cell(v, *w, *right));
+        row.push(' ');
+    }
+    row.push_str(&format!(
+        "{:<uw$} {}",
+        fit(or_dash(&c.request_uri), uw),
+        fit(or_dash(&c.script), sw)
+    ));
+    let kind = if c.state == "Running" {
+        Kind::Running
+    } else {
+        Kind::Idle
+    };
+    line(kind, row.trim_end())
 }
 
 /// `v` in a column of `w` characters.

@@ -78,14 +78,8 @@ pub(in crate::config) fn check_host_limits(
     host: &Host,
 ) -> Result<(), ConfigError> {
     let me = format!("fpmd runs as uid {}", ids.euid);
-    let port_rule = |port: u16| -> Option<String> {
-        (port != 0 && u32::from(port) < host.unprivileged_port_start && !host.cap_net_bind_service).then(|| format!(
-            "port {port} is privileged: {me} without CAP_NET_BIND_SERVICE and net.ipv4.ip_unprivileged_port_start is {}, so bind() would fail with EACCES (Permission denied); use a port from {} up or a unix socket",
-            host.unprivileged_port_start, host.unprivileged_port_start
-        ))
-    };
     if let Some(ListenAddress::Tcp(addr)) = &global.metrics_listen {
-        if let Some(m) = port_rule(addr.port()) {
+        if let Some(m) = privileged_port(addr.port(), host, &me) {
             return Err(ConfigError {
                 file: main.path.clone(),
                 line: main.find_line(&["global", "metrics", "listen"]),
@@ -102,91 +96,142 @@ pub(in crate::config) fn check_host_limits(
             src,
             name: &pool.name,
         };
-        for (key, listen) in [
-            (["listen", "address"], Some(&pool.listen.address)),
-            (["pm", "status_listen"], pool.local.status_listen.as_ref()),
-        ] {
-            match listen {
-                Some(ListenAddress::Tcp(addr)) => {
-                    if let Some(m) = port_rule(addr.port()) {
-                        return Err(ctx.err(&key, m));
-                    }
-                }
-                Some(ListenAddress::Unix(path)) => {
-                    check_socket_dir(path).map_err(|m| ctx.err(&key, m))?;
-                    check_socket_file(&ctx, pool, path, ids, host)?
-                }
-                None => {}
-            }
-        }
-
-        if let Some((nofile, core)) = host.hard_limits {
-            let iso = &pool.isolation;
-            for (key, wanted, hard, what) in [
-                ("rlimit_files", iso.rlimit_files, nofile, "RLIMIT_NOFILE"),
-                ("rlimit_core", iso.rlimit_core, core, "RLIMIT_CORE"),
-            ] {
-                let (Some(wanted), Some(hard)) = (wanted, hard) else {
-                    continue;
-                };
-                if wanted > hard {
-                    let wanted = if wanted == u64::MAX {
-                        "unlimited".to_string()
-                    } else {
-                        wanted.to_string()
-                    };
-                    return Err(ctx.err(&[key], format!(
-                        "{key} = {wanted} is above fpmd's hard {what} ({hard}), which {me} without CAP_SYS_RESOURCE cannot raise: every php-cgi would fail before exec (setrlimit: EPERM); lower it, or raise fpmd's own limit (systemd: Limit{}=)",
-                        if key == "rlimit_files" { "NOFILE" } else { "CORE" }
-                    )));
-                }
-            }
-        }
-
-        let max_children = ["pm", "max_children"];
-        let n = pool_processes(pool);
-        let system = [
-            ("kernel.pid_max", host.pid_max),
-            ("kernel.threads-max", host.threads_max),
-        ];
-        for (name, limit) in system {
-            let Some(limit) = limit else { continue };
-            let file = format!("/proc/sys/kernel/{}", name.trim_start_matches("kernel."));
-            if n > limit {
-                return Err(ctx.err(&max_children, format!(
-                    "the pool would run {}, more than the kernel allows at all: {name} is {limit} ({file})",
-                    processes_what(pool)
-                )));
-            }
-            if total + n > limit {
-                return Err(ctx.err(&max_children, format!(
-                    "the pools together would run {} processes (this pool {}, the pools before it {total}), more than the kernel allows at all: {name} is {limit} ({file})",
-                    total + n, processes_what(pool)
-                )));
-            }
-        }
-        total += n;
-        let uid = pool.user.uid;
-        let before = *per_user
-            .entry(uid)
-            .or_insert(u64::from(uid == ids.euid && ids.euid != 0));
-        if let Some(limit) = host.nproc {
-            if before + n > limit {
-                let others = if before == 0 {
-                    String::new()
-                } else {
-                    format!(" and {before} more of that user (fpmd itself when it runs as that user, and the pools before this one)")
-                };
-                return Err(ctx.err(&max_children, format!(
-                    "the pool would run {}{others} as user '{}' (uid {uid}), more than the soft RLIMIT_NPROC of {limit} processes per user the children inherit from fpmd (ulimit -u; systemd: LimitNPROC=): the kernel would refuse the forks; lower pm.max_children or raise the limit",
-                    processes_what(pool), pool.user.user_name
-                )));
-            }
-        }
-        per_user.insert(uid, before + n);
+        check_listeners(&ctx, pool, ids, host, &me)?;
+        check_rlimits(&ctx, pool, host, &me)?;
+        check_processes(&ctx, pool, ids, host, &mut total, &mut per_user)?;
     }
     Ok(())
 }
+
+/// Why fpmd cannot bind TCP `port` (`None`: it can): below
+/// `net.ipv4.ip_unprivileged_port_start` without `CAP_NET_BIND_SERVICE`.
+/// `me` says which uid fpmd runs as.
+fn privileged_port(port: u16, host: &Host, me: &str) -> Option<String> {
+    (port != 0 && u32::from(port) < host.unprivileged_port_start && !host.cap_net_bind_service).then(|| format!(
+        "port {port} is privileged: {me} without CAP_NET_BIND_SERVICE and net.ipv4.ip_unprivileged_port_start is {}, so bind() would fail with EACCES (Permission denied); use a port from {} up or a unix socket",
+        host.unprivileged_port_start, host.unprivileged_port_start
+    ))
+}
+
+/// A pool's `listen.address` and `pm.status_listen`: a TCP port fpmd may
+/// bind ([`privileged_port`]), a unix socket's directory and owner
+/// ([`check_socket_dir`], [`check_socket_file`]).
+fn check_listeners(
+    ctx: &PoolCtx<'_>,
+    pool: &PoolConfig,
+    ids: Ids,
+    host: &Host,
+    me: &str,
+) -> Result<(), ConfigError> {
+    for (key, listen) in [
+        (["listen", "address"], Some(&pool.listen.address)),
+        (["pm", "status_listen"], pool.local.status_listen.as_ref()),
+    ] {
+        match listen {
+            Some(ListenAddress::Tcp(addr)) => {
+                if let Some(m) = privileged_port(addr.port(), host, me) {
+                    return Err(ctx.err(&key, m));
+                }
+            }
+            Some(ListenAddress::Unix(path)) => {
+                check_socket_dir(path).map_err(|m| ctx.err(&key, m))?;
+                check_socket_file(ctx, pool, path, ids, host)?
+            }
+            None => {}
+        }
+    }
+    Ok(())
+}
+
+/// A pool's `rlimit_files` and `rlimit_core` are within fpmd's hard limits,
+/// which it cannot raise without `CAP_SYS_RESOURCE`.
+fn check_rlimits(
+    ctx: &PoolCtx<'_>,
+    pool: &PoolConfig,
+    host: &Host,
+    me: &str,
+) -> Result<(), ConfigError> {
+    if let Some((nofile, core)) = host.hard_limits {
+        let iso = &pool.isolation;
+        for (key, wanted, hard, what) in [
+            ("rlimit_files", iso.rlimit_files, nofile, "RLIMIT_NOFILE"),
+            ("rlimit_core", iso.rlimit_core, core, "RLIMIT_CORE"),
+        ] {
+            let (Some(wanted), Some(hard)) = (wanted, hard) else {
+                continue;
+            };
+            if wanted > hard {
+                let wanted = if wanted == u64::MAX {
+                    "unlimited".to_string()
+                } else {
+                    wanted.to_string()
+                };
+                return Err(ctx.err(&[key], format!(
+                    "{key} = {wanted} is above fpmd's hard {what} ({hard}), which {me} without CAP_SYS_RESOURCE cannot raise: every php-cgi would fail before exec (setrlimit: EPERM); lower it, or raise fpmd's own limit (systemd: Limit{}=)",
+                    if key == "rlimit_files" { "NOFILE" } else { "CORE" }
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A pool's processes fit the kernel's `pid_max` and `threads-max`, alone
+/// and with the pools before it (`total`, counted on), and the soft
+/// `RLIMIT_NPROC` of its user (`per_user`: the processes of each uid so
+/// far, fpmd itself counted when it runs as that user).
+fn check_processes(
+    ctx: &PoolCtx<'_>,
+    pool: &PoolConfig,
+    ids: Ids,
+    host: &Host,
+    total: &mut u64,
+    per_user: &mut HashMap<u32, u64>,
+) -> Result<(), ConfigError> {
+    let max_children = ["pm", "max_children"];
+    let n = pool_processes(pool);
+    let system = [
+        ("kernel.pid_max", host.pid_max),
+        ("kernel.threads-max", host.threads_max),
+    ];
+    for (name, limit) in system {
+        let Some(limit) = limit else { continue };
+        let file = format!("/proc/sys/kernel/{}", name.trim_start_matches("kernel."));
+        if n > limit {
+            return Err(ctx.err(&max_children, format!(
+                "the pool would run {}, more than the kernel allows at all: {name} is {limit} ({file})",
+                processes_what(pool)
+            )));
+        }
+        if *total + n > limit {
+            return Err(ctx.err(&max_children, format!(
+                "the pools together would run {} processes (this pool {}, the pools before it {total}), more than the kernel allows at all: {name} is {limit} ({file})",
+                *total + n, processes_what(pool)
+            )));
+        }
+    }
+    *total += n;
+    let uid = pool.user.uid;
+    let before = *per_user
+        .entry(uid)
+        .or_insert(u64::from(uid == ids.euid && ids.euid != 0));
+    if let Some(limit) = host.nproc {
+        if before + n > limit {
+            let others = if before == 0 {
+                String::new()
+            } else {
+                format!(" and {before} more of that user (fpmd itself when it runs as that user, and the pools before this one)")
+            };
+            return Err(ctx.err(&max_children, format!(
+                "the pool would run {}{others} as user '{}' (uid {uid}), more than the soft RLIMIT_NPROC of {limit} processes per user the children inherit from fpmd (ulimit -u; systemd: LimitNPROC=): the kernel would refuse the forks; lower pm.max_children or raise the limit",
+                processes_what(pool), pool.user.user_name
+            )));
+        }
+    }
+    per_user.insert(uid, before + n);
+    Ok(())
+}
+
 /// A unix socket's `listen.owner`, `listen.group` and directory, for a
 /// process without `CAP_CHOWN` (see [`check_host_limits`]).
 /// The directory a unix socket is to be created in exists (fpmd, as

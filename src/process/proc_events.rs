@@ -16,13 +16,15 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::sync::Mutex;
 
+use nix::sys::socket::MsgFlags;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::process::reap::ExitKind;
+use crate::sys::netlink::{self, u32_at, NLMSG_HDR};
 
 /// An event about a child of a watched php-cgi parent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,14 +72,9 @@ const CN_VAL_PROC: u32 = 1;
 const PROC_CN_MCAST_LISTEN: u32 = 1;
 const PROC_EVENT_FORK: u32 = 0x0000_0001;
 const PROC_EVENT_EXIT: u32 = 0x8000_0000;
-const NLMSG_HDR: usize = 16;
 const CN_MSG: usize = 20;
 /// `struct proc_event`: what, cpu, timestamp_ns (8-aligned), then the union.
 const EVENT_DATA: usize = 16;
-
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?))
-}
 
 fn i32_at(b: &[u8], at: usize) -> Option<i32> {
     u32_at(b, at).map(|v| v as i32)
@@ -118,40 +115,19 @@ pub fn decode(b: &[u8]) -> Option<ForkedEvent> {
 /// watched parents' children. Errors: no permission (not root), or no
 /// process events in this kernel.
 pub fn start() -> io::Result<()> {
-    // SAFETY: socket(2) with constant arguments; the fd is owned at once.
-    let raw = unsafe {
-        libc::socket(
-            libc::AF_NETLINK,
-            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
-            NETLINK_CONNECTOR,
-        )
-    };
-    if raw < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `raw` is a fresh fd nobody else owns.
-    let sock = unsafe { OwnedFd::from_raw_fd(raw) };
-    // SAFETY: sockaddr_nl is plain data; zeroed is a valid value.
-    let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-    addr.nl_family = libc::AF_NETLINK as u16;
-    addr.nl_groups = CN_IDX_PROC;
-    // SAFETY: binding our own socket to an address struct we own.
-    let r = unsafe {
-        libc::bind(
-            sock.as_raw_fd(),
-            &addr as *const libc::sockaddr_nl as *const libc::sockaddr,
-            std::mem::size_of::<libc::sockaddr_nl>() as u32,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let mut msg = Vec::with_capacity(NLMSG_HDR + CN_MSG + 4);
-    msg.extend_from_slice(&((NLMSG_HDR + CN_MSG + 4) as u32).to_ne_bytes());
-    msg.extend_from_slice(&(libc::NLMSG_DONE as u16).to_ne_bytes());
-    msg.extend_from_slice(&0u16.to_ne_bytes());
-    msg.extend_from_slice(&0u32.to_ne_bytes()); // seq
-    msg.extend_from_slice(&std::process::id().to_ne_bytes());
+    let sock = netlink::socket(
+        libc::SOCK_DGRAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+        NETLINK_CONNECTOR,
+    )?;
+    netlink::bind_groups(sock.as_raw_fd(), CN_IDX_PROC)?;
+    // seq 0, from this process.
+    let mut msg = netlink::message(
+        NLMSG_HDR + CN_MSG + 4,
+        libc::NLMSG_DONE as u16,
+        0,
+        0,
+        std::process::id(),
+    );
     msg.extend_from_slice(&CN_IDX_PROC.to_ne_bytes());
     msg.extend_from_slice(&CN_VAL_PROC.to_ne_bytes());
     msg.extend_from_slice(&0u32.to_ne_bytes()); // seq
@@ -159,10 +135,7 @@ pub fn start() -> io::Result<()> {
     msg.extend_from_slice(&4u16.to_ne_bytes()); // len
     msg.extend_from_slice(&0u16.to_ne_bytes()); // flags
     msg.extend_from_slice(&PROC_CN_MCAST_LISTEN.to_ne_bytes());
-    // SAFETY: sending a buffer we own on a socket we own.
-    if unsafe { libc::send(sock.as_raw_fd(), msg.as_ptr().cast(), msg.len(), 0) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    netlink::send(sock.as_raw_fd(), &msg)?;
     // SAFETY: `sock` is an OwnedFd moved into the AsyncFd, which keeps it
     // open for as long as it is registered.
     let fd = unsafe { AsyncFd::register(sock) }.map_err(|e| e.into_parts().1)?;
@@ -174,32 +147,25 @@ pub fn start() -> io::Result<()> {
                 return;
             };
             loop {
-                // SAFETY: receiving into a buffer we own, bounded by its length.
-                let n = unsafe {
-                    libc::recv(
-                        fd.get_ref().as_raw_fd(),
-                        buf.as_mut_ptr().cast(),
-                        buf.len(),
-                        libc::MSG_DONTWAIT,
-                    )
-                };
-                if n < 0 {
-                    let e = io::Error::last_os_error();
-                    match e.kind() {
-                        io::ErrorKind::WouldBlock => {
-                            ready.clear_ready();
-                            break;
-                        }
-                        io::ErrorKind::Interrupted => continue,
-                        // ENOBUFS: events were lost while fpmd was busy;
-                        // the closed connections still tell of deaths.
-                        _ => {
-                            tracing::debug!("process events: {e}");
-                            continue;
-                        }
-                    }
-                }
-                let Some(ev) = decode(&buf[..n as usize]) else {
+                let n =
+                    match netlink::recv(fd.get_ref().as_raw_fd(), &mut buf, MsgFlags::MSG_DONTWAIT)
+                    {
+                        Ok(n) => n,
+                        Err(e) => match e.kind() {
+                            io::ErrorKind::WouldBlock => {
+                                ready.clear_ready();
+                                break;
+                            }
+                            io::ErrorKind::Interrupted => continue,
+                            // ENOBUFS: events were lost while fpmd was busy;
+                            // the closed connections still tell of deaths.
+                            _ => {
+                                tracing::debug!("process events: {e}");
+                                continue;
+                            }
+                        },
+                    };
+                let Some(ev) = decode(&buf[..n]) else {
                     continue;
                 };
                 let parent = match ev {

@@ -8,13 +8,15 @@
 //! (design.md, Memory). Must not touch: anything but these lookups.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
+
+use nix::sys::socket::MsgFlags;
+
+use super::netlink::{self, u16_at, u32_at, NLMSG_ERROR, NLMSG_HDR};
 
 const SOCK_DIAG_BY_FAMILY: u16 = 20;
 const UDIAG_SHOW_PEER: u32 = 0x0000_0004;
 const UNIX_DIAG_PEER: u16 = 2;
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_HDR: usize = 16;
 const UNIX_DIAG_MSG: usize = 16;
 
 /// Inode number of the socket behind `fd` (what `/proc/PID/fd/N` shows as
@@ -28,28 +30,16 @@ pub fn socket_inode(fd: RawFd) -> io::Result<u64> {
 /// Errors: netlink unavailable (kernel without `unix_diag`), the socket is
 /// unknown, or it has no peer.
 pub fn peer_inode(inode: u64) -> io::Result<u64> {
-    // SAFETY: plain socket(2); the fd is owned by `sock` right away.
-    let raw = unsafe {
-        libc::socket(
-            libc::AF_NETLINK,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            libc::NETLINK_SOCK_DIAG,
-        )
-    };
-    if raw < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `raw` is a fresh, valid fd that nothing else owns.
-    let sock = unsafe { OwnedFd::from_raw_fd(raw) };
-
-    let mut req = Vec::with_capacity(NLMSG_HDR + 24);
-    let total = (NLMSG_HDR + 24) as u32;
-    req.extend_from_slice(&total.to_ne_bytes());
-    req.extend_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
-    req.extend_from_slice(&(libc::NLM_F_REQUEST as u16).to_ne_bytes());
-    req.extend_from_slice(&1u32.to_ne_bytes()); // seq
-    req.extend_from_slice(&0u32.to_ne_bytes()); // port id: the kernel
-                                                // struct unix_diag_req
+    let sock = netlink::socket(libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::NETLINK_SOCK_DIAG)?;
+    // seq 1; port id 0: the kernel.
+    let mut req = netlink::message(
+        NLMSG_HDR + 24,
+        SOCK_DIAG_BY_FAMILY,
+        libc::NLM_F_REQUEST as u16,
+        1,
+        0,
+    );
+    // struct unix_diag_req
     req.push(libc::AF_UNIX as u8);
     req.push(0);
     req.extend_from_slice(&0u16.to_ne_bytes());
@@ -59,26 +49,10 @@ pub fn peer_inode(inode: u64) -> io::Result<u64> {
     req.extend_from_slice(&u32::MAX.to_ne_bytes()); // no cookie
     req.extend_from_slice(&u32::MAX.to_ne_bytes());
 
-    // SAFETY: sending a buffer we own to a socket we own.
-    let sent = unsafe { libc::send(sock.as_raw_fd(), req.as_ptr().cast(), req.len(), 0) };
-    if sent < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    netlink::send(sock.as_raw_fd(), &req)?;
     let mut buf = [0u8; 1024];
-    // SAFETY: receiving into a buffer we own, bounded by its length.
-    let n = unsafe { libc::recv(sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    parse_peer_reply(&buf[..n as usize])
-}
-
-fn u16_at(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_ne_bytes(b.get(at..at + 2)?.try_into().ok()?))
-}
-
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?))
+    let n = netlink::recv(sock.as_raw_fd(), &mut buf, MsgFlags::empty())?;
+    parse_peer_reply(&buf[..n])
 }
 
 /// Parses the kernel's answer: nlmsghdr, struct unix_diag_msg, then rtattrs.

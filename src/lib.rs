@@ -12,7 +12,7 @@
 //! | layer | module | what it holds |
 //! | --- | --- | --- |
 //! | 1 | [`fastcgi`] | FastCGI records, name-value pairs and CGI response heads as bytes: decoding, encoding, validation; no I/O |
-//! | 1 | [`sys`] | what fpmd reads of the kernel and of other processes: `/proc`, the child on a socket (sock_diag), page-out, the Landlock probe |
+//! | 1 | [`sys`] | what fpmd reads of the kernel and of other processes: `/proc`, the child on a socket (sock_diag) and the netlink plumbing it shares, page-out, the Landlock probe |
 //! | 1 | [`control`] | the daemon's ports to its operators: Unix signals become intents, the control socket of `fpmd reload\|stop\|status`, systemd's notifications |
 //! | 2 | [`config`] | the configuration: fpmd's TOML and php-fpm's `.conf` read, validated into one model, diffed for a reload, printed by `-t` |
 //! | 3 | [`log`] | fpmd's own log (its formats, levels, reopening) and the escaping of text a client or a child controls |
@@ -42,13 +42,12 @@
 //! A signal, `fpmd reload` or a changed file (`watch = true`) becomes an
 //! order on the daemon's one queue ([`control::Order`]); the daemon
 //! ([`daemon`]'s reload) loads and validates the files ([`config`]), diffs
-//! them against the
-//! running configuration ([`config::Config::diff`]), binds or re-applies the
-//! listening sockets that changed ([`listen`]), and tells each pool what
-//! changed: a new pool starts, a removed one drains, a changed one retunes
-//! in place or starts a new generation of children ([`pool`], through
-//! [`process`]) that takes the new requests while the old one finishes
-//! its own. Nothing changes when the new configuration does not validate.
+//! them against the running configuration ([`config::Config::diff`]), binds
+//! or re-applies the listening sockets that changed ([`listen`]), and tells
+//! each pool what changed: a new pool starts, a removed one drains, a
+//! changed one retunes in place or starts a new generation of children
+//! ([`pool`], through [`process`]) that takes the new requests while the
+//! old one finishes its own. Nothing changes when the new configuration does not validate.
 
 pub mod cli;
 pub mod config;

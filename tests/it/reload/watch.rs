@@ -39,7 +39,7 @@ fn watch_reloads_an_edited_pool_file_and_ignores_a_broken_save() {
     let fpmd = Fpmd::start(&dir, cfg(pool("www", "64M")));
     let nginx = Nginx::start(&dir, NginxOpts::default().upstream(fpmd.upstream(0)));
     let mut s = Stack { nginx, fpmd, dir };
-    s.fpmd.wait_workers(4, LONGER);
+    let first = s.fpmd.wait_workers(4, LONGER);
     wait_watching(|| read_lossy(&error_log));
     assert_eq!(memory_limit(&s.nginx), "64M");
 
@@ -79,8 +79,18 @@ fn watch_reloads_an_edited_pool_file_and_ignores_a_broken_save() {
         "the edit was picked up only after {picked_up:?} (bar: 1 s)"
     );
 
-    // A broken save: nothing changes, the log says why.
-    let before = s.fpmd.wait_workers(4, LONGER);
+    // A broken save: nothing changes, the log says why. The children to
+    // compare with are the new generation's four, once the old ones have
+    // drained away (right after "reload done" both may be there).
+    let mut before = Vec::new();
+    wait_for(
+        LONGER,
+        "the first generation's children gone, 4 new ones",
+        || {
+            before = s.fpmd.workers();
+            before.len() == 4 && !before.iter().any(|p| first.contains(p))
+        },
+    );
     let broken = pool("www", "128M").line(r#"request_slowlog_timeout = "2s"#);
     let at = format!(
         "www.toml:{}",

@@ -11,7 +11,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tracing::{debug, info, warn};
 
 use crate::log::field;
-use crate::pool::{Acquired, Fate, Pool};
+use crate::pool::{Acquired, Fate, Lease, Pool};
 
 use super::client::ClientConn;
 use super::local::Local;
@@ -30,6 +30,13 @@ pub(super) const DISPATCH_ATTEMPTS: usize = 2;
 /// (those the request is queued under); `head` (access log) collects the
 /// child's response head; `answered` says who answered. Errors: writing
 /// to the web server failed.
+///
+/// In steps, tried again with another child while none took the request
+/// ([`DISPATCH_ATTEMPTS`] more than `pm.max_children`): a lease
+/// ([`Dispatch::acquire`], or fpmd's own answer), the head written to
+/// the child ([`Dispatch::hand_over`]), the exchange ([`Dispatch::exchange`])
+/// and what it reported logged ([`Dispatch::log_exchange`]), the verdict
+/// carried out ([`Dispatch::carry_out`]); else a 503 ([`Dispatch::give_up`]).
 pub(super) async fn dispatch<R, W>(
     pool: &Pool,
     config: &crate::config::PoolConfig,
@@ -43,24 +50,93 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let uri = |req: &Request| field(req.param(b"REQUEST_URI").unwrap_or_default()).to_string();
-    let attempts = DISPATCH_ATTEMPTS + config.pm.max_children as usize;
-    let queue_deadline = config
-        .request_queue_timeout
-        .map(|d| tokio::time::Instant::now() + d);
-    let arrived = std::time::Instant::now();
-    let mut waited = false;
-    for _ in 0..attempts {
+    let mut d = Dispatch {
+        pool,
+        config,
+        ctx,
+        attempts: DISPATCH_ATTEMPTS + config.pm.max_children as usize,
+        queue_deadline: config
+            .request_queue_timeout
+            .map(|d| tokio::time::Instant::now() + d),
+        arrived: std::time::Instant::now(),
+        waited: false,
+    };
+    for _ in 0..d.attempts {
+        let lease = match d.acquire(client, req, answered).await? {
+            Ok(lease) => lease,
+            Err(then) => return Ok(then),
+        };
+        let Some(lease) = d.hand_over(lease, req).await else {
+            continue;
+        };
+        let Some((lease, ran)) = d.exchange(lease, client, req, head.as_deref_mut()).await else {
+            continue;
+        };
+        d.log_exchange(req, &ran);
+        return d
+            .carry_out(lease, ran.report, client, req, head.is_some(), answered)
+            .await;
+    }
+    d.give_up(client, req, answered).await
+}
+
+/// What the steps of one dispatch share, fixed when it starts (but
+/// `waited`).
+struct Dispatch<'a, 'c> {
+    pool: &'a Pool,
+    /// The current generation's settings, those the request is queued
+    /// under.
+    config: &'a crate::config::PoolConfig,
+    ctx: &'a Ctx<'c>,
+    /// How many children may be tried.
+    attempts: usize,
+    /// `request_queue_timeout` from the request's arrival.
+    queue_deadline: Option<tokio::time::Instant>,
+    arrived: std::time::Instant,
+    /// The request's wait in the queue was observed (once per request).
+    waited: bool,
+}
+
+/// What one exchange left for the steps after it.
+struct Ran {
+    report: exchange::Report,
+    /// The limits of the child's generation.
+    limits: Arc<crate::config::PoolConfig>,
+    /// For logs: the pid known of the child before the exchange (the
+    /// php-cgi parent's while the child's is unknown).
+    known: i32,
+}
+
+/// The request's `REQUEST_URI`, escaped for a log line.
+fn uri(req: &Request) -> String {
+    field(req.param(b"REQUEST_URI").unwrap_or_default()).to_string()
+}
+
+impl<'a> Dispatch<'a, '_> {
+    /// Takes a child from the pool, or waits in its queue for one. `Err`:
+    /// what becomes of the connection when none comes (fpmd answered, or
+    /// the web server left).
+    async fn acquire<R, W>(
+        &mut self,
+        client: &mut ClientConn<R, W>,
+        req: &Request,
+        answered: &mut Answered,
+    ) -> io::Result<Result<Lease<'a>, Then>>
+    where
+        R: AsyncRead + Unpin,
+        W: AsyncWrite + Unpin,
+    {
+        let (pool, ctx, config) = (self.pool, self.ctx, self.config);
         let acquired = tokio::select! {
             // An idle child is taken without touching the timers.
             biased;
             a = pool.acquire() => a,
-            _ = sleep_until_opt(queue_deadline), if queue_deadline.is_some() => {
-                pool.stats.queue_wait.observe(arrived.elapsed());
+            _ = sleep_until_opt(self.queue_deadline), if self.queue_deadline.is_some() => {
+                pool.stats.queue_wait.observe(self.arrived.elapsed());
                 warn!(pool = %ctx.pool, uri = %uri(req), "request waited {:.1} s for a child (request_queue_timeout): answering 503",
                     config.request_queue_timeout.unwrap_or_default().as_secs_f64());
                 answer(client, req, Local::Unavailable("every PHP process is busy; retry later"), answered).await?;
-                return Ok(after_answer(client, req));
+                return Ok(Err(after_answer(client, req)));
             }
             gone = watch_eof(&mut client.reader, &mut client.buf) => {
                 // Never dispatch a request whose web server already left.
@@ -68,41 +144,62 @@ where
                     info!(pool = %ctx.pool, uri = %uri(req),
                         "request id {}: the web server closed the connection while the request waited for a child; not dispatched", req.id);
                 }
-                return Ok(Then::Close);
+                return Ok(Err(Then::Close));
             }
         };
-        if !waited {
+        if !self.waited {
             // Once per request, whatever the acquisition gave.
-            pool.stats.queue_wait.observe(arrived.elapsed());
-            waited = true;
+            pool.stats.queue_wait.observe(self.arrived.elapsed());
+            self.waited = true;
         }
-        let mut lease = match acquired {
-            Acquired::Lease(l) => l,
+        self.lease_or_answer(acquired, client, req, answered).await
+    }
+
+    /// The lease `acquired` holds, or fpmd's own answer when it holds none.
+    async fn lease_or_answer<R, W>(
+        &self,
+        acquired: Acquired<'a>,
+        client: &mut ClientConn<R, W>,
+        req: &Request,
+        answered: &mut Answered,
+    ) -> io::Result<Result<Lease<'a>, Then>>
+    where
+        R: AsyncRead + Unpin,
+        W: AsyncWrite + Unpin,
+    {
+        let ctx = self.ctx;
+        let local = match acquired {
+            Acquired::Lease(l) => return Ok(Ok(l)),
             Acquired::QueueFull => {
-                warn!(pool = %ctx.pool, uri = %uri(req), "request queue full (listen.backlog = {}): answering 503", config.listen.backlog);
-                let busy = Local::Unavailable("the server is overloaded; retry later");
-                answer(client, req, busy, answered).await?;
-                return Ok(after_answer(client, req));
+                warn!(pool = %ctx.pool, uri = %uri(req), "request queue full (listen.backlog = {}): answering 503", self.config.listen.backlog);
+                Local::Unavailable("the server is overloaded; retry later")
             }
             Acquired::Closed => {
                 answer(client, req, Local::Stopping, answered).await?;
-                return Ok(Then::Close);
+                return Ok(Err(Then::Close));
             }
             Acquired::Unstartable(why) => {
                 // The supervisor logged why once, at error level.
                 debug!(pool = %ctx.pool, uri = %uri(req), "php-cgi cannot start ({why}): answering 503");
-                let none = Local::Unavailable("no PHP process could start; retry later");
-                answer(client, req, none, answered).await?;
-                return Ok(after_answer(client, req));
+                Local::Unavailable("no PHP process could start; retry later")
             }
         };
+        answer(client, req, local, answered).await?;
+        Ok(Err(after_answer(client, req)))
+    }
+
+    /// Connects to the leased child and writes the request's head. `None`:
+    /// nothing of the request reached the child, which was given back, and
+    /// another child may take the request.
+    async fn hand_over(&self, mut lease: Lease<'a>, req: &Request) -> Option<Lease<'a>> {
+        let ctx = self.ctx;
         let w = lease.worker();
         let conn = match w.connect().await {
             Ok(c) => c,
             Err(e) => {
                 debug!(pool = %ctx.pool, pid = w.log_pid(), "cannot connect to child: {e}; trying another");
                 lease.give_back(Fate::Unreachable).await;
-                continue;
+                return None;
             }
         };
         // A child that died while idle has closed its end: the first write
@@ -115,12 +212,31 @@ where
                 info!(pool = %ctx.pool, pid = w.log_pid(),
                     "child closed its idle connection ({e}: it exited or was killed); giving the request to another child");
                 lease.give_back(Fate::Unreachable).await;
-                continue;
+                return None;
             }
             Err((n, e)) => {
                 debug!(pool = %ctx.pool, pid = w.log_pid(), "child took {n} bytes of the request, then: {e}")
             }
         }
+        Some(lease)
+    }
+
+    /// Runs the exchange on the leased child, whose head was written, under
+    /// the timers of its generation; gives the lease back with what ran.
+    /// `None`: the child had no connection (it was given back, and another
+    /// child may take the request).
+    async fn exchange<R, W>(
+        &self,
+        mut lease: Lease<'a>,
+        client: &mut ClientConn<R, W>,
+        req: &mut Request,
+        head: Option<&mut crate::fastcgi::cgi::Head>,
+    ) -> Option<(Lease<'a>, Ran)>
+    where
+        R: AsyncRead + Unpin,
+        W: AsyncWrite + Unpin,
+    {
+        let pool = self.pool;
         // The limits of the child's generation.
         let limits = lease.config().clone();
         let slow = limits.request_slowlog_timeout.map(|_| req.info());
@@ -136,7 +252,7 @@ where
         let Some(conn) = w.conn.as_mut() else {
             // connect() above left a connection; nothing takes it away.
             lease.give_back(Fate::Unreachable).await;
-            continue;
+            return None;
         };
         let slot = w.slot;
         let on = |notice| match notice {
@@ -150,22 +266,27 @@ where
             }
         };
         let started = std::time::Instant::now();
-        let report = exchange::run(
-            conn,
-            probe,
-            death,
-            timers,
-            client,
-            req,
-            head.as_deref_mut(),
-            on,
-        )
-        .await;
+        let report = exchange::run(conn, probe, death, timers, client, req, head, on).await;
         pool.stats.service.observe(started.elapsed());
+        Some((
+            lease,
+            Ran {
+                report,
+                limits,
+                known,
+            },
+        ))
+    }
+
+    /// Logs what the exchange reported of the script: PHP's messages, a
+    /// missing `fastcgi_finish_request()`, a primary script php-cgi could
+    /// not open.
+    fn log_exchange(&self, req: &Request, ran: &Ran) {
+        let (ctx, report) = (self.ctx, &ran.report);
+        let pid = report.learned.unwrap_or(ran.known);
         let (messages, dropped) = &report.php_messages;
         if !messages.is_empty() || *dropped > 0 {
-            let pid = report.learned.unwrap_or(known);
-            php_message::log_php_messages(&limits, pid, messages, *dropped);
+            php_message::log_php_messages(&ran.limits, pid, messages, *dropped);
         }
         if report.finish_request_missing {
             php_message::log_finish_request_missing(
@@ -175,21 +296,39 @@ where
         }
         if report.no_input_file {
             let script = field(req.param(b"SCRIPT_FILENAME").unwrap_or_default()).to_string();
-            let pid = report.learned.unwrap_or(known);
             if req.script_found {
                 warn!(pool = %ctx.pool, pid, script = %script, uri = %uri(req),
                     php_fpm = %format_args!("Unable to open primary script: {script} (Permission denied)"),
                     "php-cgi cannot open the primary script, which exists: the pool's user ({}) may not read it or search a directory above it; answered 404",
-                    config.user.user_name);
+                    self.config.user.user_name);
             } else {
                 debug!(pool = %ctx.pool, pid, script = %script, uri = %uri(req), "Unable to open primary script: {script} (No such file or directory)");
             }
         }
+    }
+
+    /// Carries out the verdict on the exchange's `report`: the child given
+    /// back to its fate, fpmd's 502 or 504 when the child gave no answer,
+    /// and what becomes of the connection. `access_log`: the child's pid
+    /// is wanted for `%p`.
+    async fn carry_out<R, W>(
+        &self,
+        mut lease: Lease<'a>,
+        report: exchange::Report,
+        client: &mut ClientConn<R, W>,
+        req: &mut Request,
+        access_log: bool,
+        answered: &mut Answered,
+    ) -> io::Result<Then>
+    where
+        R: AsyncRead + Unpin,
+        W: AsyncWrite + Unpin,
+    {
         if let Some(pid) = report.learned {
             lease.worker().set_pid(pid);
         }
         let v = verdict::verdict(&report.outcome);
-        if head.is_some() {
+        if access_log {
             // Prefork, a request too short for the probe: `%p` names the
             // child, not its parent (looked up once per connection).
             lease.worker().learn_pid();
@@ -199,7 +338,7 @@ where
             f => f,
         };
         let pid = lease.worker().log_pid();
-        log_report(pool, ctx, pid, req, &report);
+        log_report(self.pool, self.ctx, pid, req, &report);
         lease.give_back(fate).await;
         let reply = match v.reply {
             Reply::None => None,
@@ -220,15 +359,28 @@ where
             }
             return Ok(Then::Keep);
         }
-        return Ok(match report.outcome.client {
+        Ok(match report.outcome.client {
             verdict::ClientEnd::Open => Then::Drain,
             _ => Then::Close,
-        });
+        })
     }
-    warn!(pool = %ctx.pool, "request id {}: no child could take it after {attempts} tries: answering 503", req.id);
-    let none = Local::Unavailable("no PHP process could take the request");
-    answer(client, req, none, answered).await?;
-    Ok(after_answer(client, req))
+
+    /// No child took the request in [`Dispatch::attempts`] tries: a 503.
+    async fn give_up<R, W>(
+        &self,
+        client: &mut ClientConn<R, W>,
+        req: &Request,
+        answered: &mut Answered,
+    ) -> io::Result<Then>
+    where
+        R: AsyncRead + Unpin,
+        W: AsyncWrite + Unpin,
+    {
+        warn!(pool = %self.ctx.pool, "request id {}: no child could take it after {} tries: answering 503", req.id, self.attempts);
+        let none = Local::Unavailable("no PHP process could take the request");
+        answer(client, req, none, answered).await?;
+        Ok(after_answer(client, req))
+    }
 }
 
 /// Writes fpmd's own answer `local` to `req` and notes it in `answered`.

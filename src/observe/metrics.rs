@@ -107,8 +107,8 @@ impl PoolSample {
             .collect();
         let parents: std::collections::BTreeMap<i32, u32> = pool.with_table(|t| {
             t.slots()
-                .filter(|(_, s)| s.pid != Some(s.leader))
-                .map(|(_, s)| (s.leader, s.gen.0))
+                .filter(|(_, s)| s.child.pid() != Some(s.child.leader()))
+                .map(|(_, s)| (s.child.leader(), s.gen.0))
                 .collect()
         });
         for (parent, generation) in parents {

@@ -35,7 +35,7 @@ use tracing::{debug, info, warn};
 
 use crate::config::{PmMode, PoolConfig};
 use slots::Table;
-pub use slots::{GenId, RequestInfo, SlotId, SlotState};
+pub use slots::{Child, GenId, RequestInfo, SlotId, SlotState};
 pub use status::{PoolStatus, ProcessStatus};
 pub use supervisor::start_pool;
 
@@ -127,8 +127,10 @@ impl Strategy {
 }
 
 /// What moves with a slot between the idle stack and a lease: its
-/// connection and what is known of its child. The slot's generation and
-/// when it last became idle are the slot's alone ([`slots::Slot`]).
+/// connection, and a handle on the slot's record of its child. The slot's
+/// generation and when it last became idle are the slot's alone
+/// ([`slots::Slot`]); the child's leader, pid and requests served are kept
+/// once, in the [`Child`] the slot and its worker share.
 ///
 /// Under `pm.spawn = "exec"` a slot is one exec'd php-cgi. Under
 /// `"prefork"` it is one of the N connection slots of a php-cgi parent
@@ -137,20 +139,17 @@ impl Strategy {
 /// its pid is learned from the connection (see [`crate::sys::peer`]).
 pub struct Worker {
     pub slot: SlotId,
-    /// The process fpmd spawned: the child itself (exec) or the php-cgi
-    /// parent (prefork).
-    pub leader: i32,
-    /// The child behind this slot, when known (exec: always; prefork: from
-    /// the first exchange of each connection on).
-    pub pid: Option<i32>,
+    /// The slot's child: the process fpmd spawned (the child itself under
+    /// exec, the php-cgi parent under prefork), the child behind this slot
+    /// when known (exec: always; prefork: from the first exchange of each
+    /// connection on), and the requests it served.
+    pub child: Arc<Child>,
     strategy: Strategy,
     /// The private listening socket (of the child, or of the parent).
     endpoint: Arc<PathBuf>,
     /// Connected lazily, when the first request is ready: php-cgi drops a
     /// new connection that brings no request within 5 s (design.md).
     pub conn: Option<ChildConn>,
-    /// Requests this child has answered (for `pm.max_requests`).
-    pub served: u32,
     alive: Arc<AtomicBool>,
     /// Closed when the php-cgi is handed its first request (see
     /// `crate::process::output`).
@@ -179,47 +178,46 @@ impl Worker {
         self.alive.load(Ordering::Acquire)
     }
 
-    /// Prefork: finds which child of the parent holds this connection.
+    /// Prefork: finds which child of the parent holds this connection,
+    /// if not yet known ([`Worker::pid_probe`] is the same lookup, made
+    /// while a request runs).
     pub fn learn_pid(&mut self) {
-        if self.pid.is_none() && self.strategy == Strategy::Prefork {
-            if let Some(conn) = &self.conn {
-                use std::os::fd::AsRawFd;
-                self.pid = crate::sys::peer::child_on_connection(
-                    conn.writer.as_ref().as_raw_fd(),
-                    self.leader,
-                );
+        if let Some((fd, parent)) = self.pid_probe() {
+            if let Some(pid) = crate::sys::peer::child_on_connection(fd, parent) {
+                self.child.learned(pid);
             }
         }
+    }
+
+    /// The child's pid, learned now if not yet known
+    /// ([`Worker::learn_pid`]); `None`: it cannot be told.
+    pub fn child_pid(&mut self) -> Option<i32> {
+        self.learn_pid();
+        self.child.pid()
     }
 
     /// Prefork: forgets the connection and its child; the slot connects
     /// again (to whichever child is in accept()) when next used.
     fn reset_slot(&mut self) {
         self.conn = None;
-        self.pid = None;
-        self.served = 0;
+        self.child.forget();
     }
 
     /// Prefork, pid not yet known: the connection's fd and the parent's pid
     /// to look the child up with [`crate::sys::peer::child_on_connection`].
     pub fn pid_probe(&self) -> Option<(std::os::fd::RawFd, i32)> {
         use std::os::fd::AsRawFd;
-        if self.strategy != Strategy::Prefork || self.pid.is_some() {
+        if self.strategy != Strategy::Prefork || self.child.pid().is_some() {
             return None;
         }
         self.conn
             .as_ref()
-            .map(|c| (c.writer.as_ref().as_raw_fd(), self.leader))
-    }
-
-    /// Records the pid learned by a probe.
-    pub fn set_pid(&mut self, pid: i32) {
-        self.pid = Some(pid);
+            .map(|c| (c.writer.as_ref().as_raw_fd(), self.child.leader()))
     }
 
     /// For logs: the child's pid, or the parent's while it is unknown.
     pub fn log_pid(&self) -> i32 {
-        self.pid.unwrap_or(self.leader)
+        self.child.pid().unwrap_or(self.child.leader())
     }
 }
 
@@ -319,9 +317,8 @@ impl Lease<'_> {
         }
         let pool = &self.pool.name;
         let w = self.worker();
-        w.learn_pid();
         let copies = w
-            .pid
+            .child_pid()
             .and_then(crate::sys::procfs::children)
             .unwrap_or_default();
         if copies.is_empty() {
@@ -344,11 +341,7 @@ impl Lease<'_> {
     /// `fill` writes it into the slot, under the table's lock.
     pub fn set_request(&self, fill: impl FnOnce(&mut RequestInfo)) {
         if let Some(w) = &self.worker {
-            self.pool
-                .table
-                .lock()
-                .unwrap()
-                .set_request(w.slot, w.pid, fill);
+            self.pool.table.lock().unwrap().set_request(w.slot, fill);
         }
     }
 
@@ -371,9 +364,7 @@ impl Lease<'_> {
     /// The child's resident memory in bytes, read on a blocking thread;
     /// `None`: its pid is not known, or `/proc` could not tell.
     async fn resident_bytes(&mut self) -> Option<u64> {
-        let w = self.worker();
-        w.learn_pid();
-        let pid = w.pid?;
+        let pid = self.worker().child_pid()?;
         tokio::task::spawn_blocking(move || crate::sys::procfs::resident_bytes(pid))
             .await
             .ok()
@@ -519,11 +510,6 @@ impl Pool {
         self.table.lock().unwrap().config().clone()
     }
 
-    /// Notes which child serves a busy slot (learned during its request).
-    pub fn note_pid(&self, slot: SlotId, pid: i32) {
-        self.table.lock().unwrap().note_pid(slot, pid);
-    }
-
     /// Reads the slot table (status page, tests).
     pub fn with_table<R>(&self, f: impl FnOnce(&Table) -> R) -> R {
         f(&self.table.lock().unwrap())
@@ -642,7 +628,7 @@ impl Pool {
     /// `pm.max_requests` or its `rss` (bytes, read by
     /// [`Lease::give_back`]) is over `pm.max_memory` (its generation's).
     fn release(&self, mut w: Worker, config: &PoolConfig, rss: Option<u64>) {
-        w.served += 1;
+        let served = w.child.served_one();
         w.learn_pid();
         let max = config.pm.max_requests;
         let over_memory = match (config.pm.max_memory, rss) {
@@ -653,11 +639,11 @@ impl Pool {
             }
             _ => false,
         };
-        if over_memory || (max > 0 && w.served >= max) {
+        if over_memory || (max > 0 && served >= max) {
             if !over_memory {
-                debug!(pool = %self.name, pid = w.log_pid(), "child served {} requests (pm.max_requests): retiring it", w.served);
+                debug!(pool = %self.name, pid = w.log_pid(), "child served {served} requests (pm.max_requests): retiring it");
             }
-            match w.pid {
+            match w.child.pid() {
                 Some(pid) => {
                     // Over the memory limit: SIGKILL (the child is idle, its
                     // request is complete), so it does not grow further on
@@ -668,7 +654,7 @@ impl Pool {
                         (Signal::SIGTERM, stats::StopReason::MaxRequests)
                     };
                     let _ = self.events.send(Event::StopChild {
-                        leader: w.leader,
+                        leader: w.child.leader(),
                         pid,
                         signal,
                         why,
@@ -676,7 +662,7 @@ impl Pool {
                     });
                 }
                 None => {
-                    warn!(pool = %self.name, "cannot tell which child served the last {} requests: not retiring it", w.served)
+                    warn!(pool = %self.name, "cannot tell which child served the last {served} requests: not retiring it")
                 }
             }
             self.child_gone(w);
@@ -694,11 +680,10 @@ impl Pool {
     /// the child is SIGKILLed, so that no PHP runs after the 504 (see
     /// [`Fate::Terminate`]); its connection is never reused.
     fn terminate(&self, mut w: Worker) {
-        w.learn_pid();
-        match w.pid {
+        match w.child_pid() {
             Some(pid) => {
                 let _ = self.events.send(Event::Terminate {
-                    leader: w.leader,
+                    leader: w.child.leader(),
                     pid,
                     conn: w.conn.take(),
                 });
@@ -727,9 +712,9 @@ impl Pool {
             self.table.lock().unwrap().remove(w.slot);
             return;
         }
-        if let Some(pid) = w.pid {
+        if let Some(pid) = w.child.pid() {
             let _ = self.events.send(Event::StopChild {
-                leader: w.leader,
+                leader: w.child.leader(),
                 pid,
                 signal: Signal::SIGKILL,
                 why: stats::StopReason::Killed,
@@ -811,7 +796,7 @@ impl Pool {
 
     /// Puts `n` new slots of the php-cgi `leader` (generation `gen`; `pid`:
     /// the child behind each, when known) into dispatch, cold, each with
-    /// the worker `make` builds for its id. When `gen` is newer than the
+    /// the worker `make` builds for its id and its [`Child`]. When `gen` is newer than the
     /// current generation (the first php-cgi of a reload to be ready), it
     /// becomes current under the same lock, so that every request from
     /// then on goes to it. Called by the supervisor, which carries out
@@ -822,10 +807,15 @@ impl Pool {
         leader: i32,
         pid: Option<i32>,
         n: u32,
-        mut make: impl FnMut(SlotId) -> Worker,
+        mut make: impl FnMut(SlotId, Arc<Child>) -> Worker,
     ) -> Added {
         let mut t = self.table.lock().unwrap();
-        let workers: Vec<Worker> = (0..n).map(|_| make(t.new_slot(gen, leader, pid))).collect();
+        let workers: Vec<Worker> = (0..n)
+            .map(|_| {
+                let (slot, child) = t.new_slot(gen, leader, pid);
+                make(slot, child)
+            })
+            .collect();
         let switched = (gen > t.current && t.configs.contains_key(&gen)).then(|| t.switch_to(gen));
         let retire = workers
             .into_iter()
@@ -972,15 +962,13 @@ pub(crate) mod tests {
             .remove(0)
     }
 
-    pub fn test_worker(slot: SlotId, leader: i32) -> Worker {
+    pub fn test_worker(slot: SlotId, child: Arc<Child>) -> Worker {
         Worker {
             slot,
-            leader,
-            pid: Some(leader),
+            child,
             strategy: Strategy::Exec,
             endpoint: Arc::new(PathBuf::from("/nonexistent")),
             conn: None,
-            served: 0,
             alive: Arc::new(AtomicBool::new(true)),
             startup: crate::process::output::StartupWindow::new(),
         }

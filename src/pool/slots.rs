@@ -12,7 +12,7 @@
 //! and the proxy act on what it says).
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -105,11 +105,9 @@ pub struct Slot {
     /// ([`Table::child_died`]).
     pub death: Arc<Death>,
     pub gen: GenId,
-    /// The php-cgi fpmd spawned for it (the child itself, or the pre-fork
-    /// parent).
-    pub leader: i32,
-    /// The child serving it, when known.
-    pub pid: Option<i32>,
+    /// The child behind the slot: its leader, its pid and the requests it
+    /// served, kept here once and shared with the slot's [`Worker`].
+    pub child: Arc<Child>,
     pub state: SlotState,
     /// When it last became idle (for the process manager's scale-down);
     /// a slot offered cold keeps the time it had (a new slot's: when it
@@ -117,9 +115,6 @@ pub struct Slot {
     pub idle_since: Instant,
     /// The request running (Busy) or last run.
     pub request: RequestInfo,
-    /// Requests its current child has served (php-fpm's per-process
-    /// `requests`).
-    pub requests: u32,
     /// How long the last request took (while Idle; php-fpm's `request
     /// duration` of an idle process).
     pub last_duration: std::time::Duration,
@@ -127,6 +122,86 @@ pub struct Slot {
     pub created: std::time::SystemTime,
     /// The slot's worker while it is not leased.
     worker: Option<Worker>,
+}
+
+/// The child behind one slot: the one record of its pid and of the
+/// requests it served. The slot holds it and so does the slot's [`Worker`]
+/// (as a lease holds the slot's [`Death`]), so that the request on a leased
+/// slot reads it, and learns the pid, without the table's lock, and the
+/// table (status page, [`Table::child_died`], `graceful_timeout`) reads
+/// what the request learned the moment it learned it.
+#[derive(Debug)]
+pub struct Child {
+    /// The php-cgi fpmd spawned for the slot (the child itself, or the
+    /// pre-fork parent); the slot's for its life.
+    leader: i32,
+    /// The child serving the slot, 0 while not known (exec: the leader,
+    /// always; prefork: learned from each connection of the slot, see
+    /// [`crate::sys::peer`]).
+    pid: AtomicI32,
+    /// Requests the child has served (for `pm.max_requests`; php-fpm's
+    /// per-process `requests`).
+    served: AtomicU32,
+    /// The child was forgotten ([`Child::forget`]) while its pid was
+    /// known: what the slot shows of its last request was that child's.
+    replaced: AtomicBool,
+}
+
+impl Child {
+    /// The child behind a new slot of the php-cgi `leader`; `pid`: the
+    /// child, when known.
+    pub fn new(leader: i32, pid: Option<i32>) -> Child {
+        Child {
+            leader,
+            pid: AtomicI32::new(pid.unwrap_or(0)),
+            served: AtomicU32::new(0),
+            replaced: AtomicBool::new(false),
+        }
+    }
+
+    /// The php-cgi fpmd spawned for the slot.
+    pub fn leader(&self) -> i32 {
+        self.leader
+    }
+
+    /// The child serving the slot, when known.
+    pub fn pid(&self) -> Option<i32> {
+        match self.pid.load(Ordering::Acquire) {
+            0 => None,
+            pid => Some(pid),
+        }
+    }
+
+    /// Records the pid of the child serving the slot, once learned.
+    pub fn learned(&self, pid: i32) {
+        self.pid.store(pid, Ordering::Release);
+    }
+
+    /// Requests the child has served.
+    pub fn served(&self) -> u32 {
+        self.served.load(Ordering::Relaxed)
+    }
+
+    /// Counts one more request served; returns the count.
+    pub fn served_one(&self) -> u32 {
+        self.served.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Prefork: the slot's child is gone (its connection was closed): its
+    /// pid and count are forgotten, for the next child to take the slot's
+    /// connection.
+    pub fn forget(&self) {
+        if self.pid.swap(0, Ordering::AcqRel) != 0 {
+            self.replaced.store(true, Ordering::Relaxed);
+        }
+        self.served.store(0, Ordering::Relaxed);
+    }
+
+    /// Whether the child was forgotten while its pid was known, since the
+    /// last call.
+    fn take_replaced(&self) -> bool {
+        self.replaced.swap(false, Ordering::Relaxed)
+    }
 }
 
 /// A busy slot's child died. The request on it must not wait for the end
@@ -238,29 +313,29 @@ impl Table {
         &self.configs[&self.current]
     }
 
-    /// A new slot id.
-    pub fn new_slot(&mut self, gen: GenId, leader: i32, pid: Option<i32>) -> SlotId {
+    /// A new slot of the php-cgi `leader` (`pid`: the child behind it, when
+    /// known): its id and its [`Child`], for its worker.
+    pub fn new_slot(&mut self, gen: GenId, leader: i32, pid: Option<i32>) -> (SlotId, Arc<Child>) {
         // A php-cgi came up: the pool can start children again.
         self.unstartable = None;
         let id = SlotId(self.next);
         self.next += 1;
+        let child = Arc::new(Child::new(leader, pid));
         self.slots.insert(
             id,
             Slot {
                 death: Arc::default(),
                 gen,
-                leader,
-                pid,
+                child: child.clone(),
                 state: SlotState::Retiring,
                 idle_since: Instant::now(),
                 request: RequestInfo::default(),
-                requests: 0,
                 last_duration: std::time::Duration::ZERO,
                 created: std::time::SystemTime::now(),
                 worker: None,
             },
         );
-        id
+        (id, child)
     }
 
     /// Slot `id`'s [`Death`] and its epoch now (for a [`super::Lease`]).
@@ -287,7 +362,7 @@ impl Table {
         let Some(s) = self.slots.get_mut(&id) else {
             return;
         };
-        if s.pid.is_some() && s.pid != w.pid {
+        if s.child.take_replaced() {
             // Another child behind the slot (prefork: a fresh connection,
             // its child not known yet): nothing of the last one's is shown
             // as its.
@@ -295,15 +370,13 @@ impl Table {
             s.request.clear();
             s.last_duration = std::time::Duration::ZERO;
         }
-        s.pid = w.pid;
         if let SlotState::Busy { since } = s.state {
             s.last_duration = since.elapsed();
         }
-        s.requests = w.served;
         if !lru {
             s.idle_since = now;
         }
-        let new = if w.conn.is_none() && w.served == 0 {
+        let new = if w.conn.is_none() && s.child.served() == 0 {
             SlotState::Cold
         } else {
             SlotState::Idle {
@@ -346,12 +419,13 @@ impl Table {
     /// Marks `w`'s slot Busy: it is handed straight to a waiting request.
     pub fn lease(&mut self, w: &Worker, now: Instant) {
         if let Some(s) = self.slots.get_mut(&w.slot) {
-            s.pid = w.pid;
+            // What it shows of its last request stays (the next request
+            // replaces it).
+            s.child.take_replaced();
             if let SlotState::Busy { since } = s.state {
                 // Straight from one request to the next.
                 s.last_duration = now.saturating_duration_since(since);
             }
-            s.requests = w.served;
             transition(
                 &mut self.busy,
                 &mut self.max_busy,
@@ -363,26 +437,11 @@ impl Table {
     }
 
     /// Notes what the request on a busy slot is: `fill` writes it.
-    pub fn set_request(
-        &mut self,
-        id: SlotId,
-        pid: Option<i32>,
-        fill: impl FnOnce(&mut RequestInfo),
-    ) {
+    pub fn set_request(&mut self, id: SlotId, fill: impl FnOnce(&mut RequestInfo)) {
         if let Some(s) = self.slots.get_mut(&id) {
             if let SlotState::Busy { .. } = s.state {
                 fill(&mut s.request);
             }
-            if pid.is_some() {
-                s.pid = pid;
-            }
-        }
-    }
-
-    /// Notes the pid of the child behind a slot.
-    pub fn note_pid(&mut self, id: SlotId, pid: i32) {
-        if let Some(s) = self.slots.get_mut(&id) {
-            s.pid = Some(pid);
         }
     }
 
@@ -456,7 +515,10 @@ impl Table {
 
     /// Slots of `leader` still in the table (in any state).
     pub fn slots_of(&self, leader: i32) -> usize {
-        self.slots.values().filter(|s| s.leader == leader).count()
+        self.slots
+            .values()
+            .filter(|s| s.child.leader() == leader)
+            .count()
     }
 
     /// Busy slots of `gen`.
@@ -497,9 +559,9 @@ impl Table {
     /// milliseconds of the request's start).
     pub fn child_died(&self, leader: i32, pid: Option<i32>) {
         for s in self.slots.values() {
-            if s.leader == leader
+            if s.child.leader() == leader
                 && matches!(s.state, SlotState::Busy { .. })
-                && (pid.is_none() || s.pid == pid)
+                && (pid.is_none() || s.child.pid() == pid)
             {
                 s.death.signal();
             }
@@ -512,7 +574,7 @@ impl Table {
         let gone: Vec<SlotId> = self
             .slots
             .iter()
-            .filter(|(_, s)| s.leader == leader)
+            .filter(|(_, s)| s.child.leader() == leader)
             .map(|(id, _)| *id)
             .collect();
         for id in gone {
@@ -582,8 +644,8 @@ mod tests {
     }
 
     fn add(t: &mut Table, gen: u32, leader: i32) -> SlotId {
-        let id = t.new_slot(GenId(gen), leader, Some(leader));
-        t.push_idle(test_worker(id, leader), false, Instant::now());
+        let (id, child) = t.new_slot(GenId(gen), leader, Some(leader));
+        t.push_idle(test_worker(id, child), false, Instant::now());
         id
     }
 
@@ -597,11 +659,10 @@ mod tests {
         let w = t.pop_idle(now).unwrap();
         assert_eq!(w.slot, b, "most recently used first");
         assert!(matches!(t.slot(b).unwrap().state, SlotState::Busy { .. }));
-        t.set_request(b, Some(99), |r| {
-            r.set(b"/srv/x.php", b"/x.php", b"GET", b"", 0)
-        });
+        t.set_request(b, |r| r.set(b"/srv/x.php", b"/x.php", b"GET", b"", 0));
+        w.child.learned(99);
         assert_eq!(t.slot(b).unwrap().request.uri, "/x.php");
-        assert_eq!(t.slot(b).unwrap().pid, Some(99));
+        assert_eq!(t.slot(b).unwrap().child.pid(), Some(99));
         assert_eq!(t.busy_of(GenId(1)).count(), 1);
         t.push_idle(w, false, Instant::now());
         assert_eq!(t.busy(), 0);

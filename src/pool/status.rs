@@ -115,15 +115,15 @@ impl Pool {
                     SlotState::Retiring => continue,
                 };
                 processes.push(ProcessStatus {
-                    pid: s.pid.unwrap_or(0),
+                    pid: s.child.pid().unwrap_or(0),
                     state,
                     start_time: s.created,
-                    requests: s.requests,
+                    requests: s.child.served(),
                     request_duration_us: duration.as_micros() as u64,
                     request: s.request.clone(),
                     generation: s.gen.0,
                     slot: id.0,
-                    leader: s.leader,
+                    leader: s.child.leader(),
                 });
             }
         }

@@ -254,10 +254,11 @@ impl<'a> Dispatch<'a, '_> {
             lease.give_back(Fate::Unreachable).await;
             return None;
         };
-        let slot = w.slot;
+        let child = &w.child;
         let on = |notice| match notice {
-            // The slot table names the child (status page, graceful_timeout).
-            exchange::Notice::Learned(pid) => pool.note_pid(slot, pid),
+            // The slot's record names the child (status page,
+            // graceful_timeout, the verdict's signals, logs).
+            exchange::Notice::Learned(pid) => child.learned(pid),
             exchange::Notice::Slow { pid, elapsed } => {
                 pool.stats.slow_requests.fetch_add(1, Ordering::Relaxed);
                 if let Some(info) = &slow {
@@ -324,9 +325,6 @@ impl<'a> Dispatch<'a, '_> {
         R: AsyncRead + Unpin,
         W: AsyncWrite + Unpin,
     {
-        if let Some(pid) = report.learned {
-            lease.worker().set_pid(pid);
-        }
         let v = verdict::verdict(&report.outcome);
         if access_log {
             // Prefork, a request too short for the probe: `%p` names the

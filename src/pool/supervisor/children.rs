@@ -368,14 +368,12 @@ impl Supervisor {
         let pid = (leader.strategy == Strategy::Exec).then_some(leader.leader);
         let added = self
             .pool
-            .add_slots(leader.gen, leader.leader, pid, n, |slot| Worker {
+            .add_slots(leader.gen, leader.leader, pid, n, |slot, child| Worker {
                 slot,
-                leader: leader.leader,
-                pid,
+                child,
                 strategy: leader.strategy,
                 endpoint: leader.endpoint.clone(),
                 conn: None,
-                served: 0,
                 alive: leader.alive.clone(),
                 startup: leader.startup.clone(),
             });
@@ -613,14 +611,11 @@ impl Supervisor {
         let pid = match w.strategy {
             // A slot never connected has no child of its own to stop.
             Strategy::Prefork if w.conn.is_none() => None,
-            Strategy::Prefork => {
-                w.learn_pid();
-                w.pid
-            }
-            Strategy::Exec => Some(w.leader),
+            Strategy::Prefork => w.child_pid(),
+            Strategy::Exec => Some(w.child.leader()),
         };
         if let Some(pid) = pid {
-            self.stop_child(w.leader, pid, Signal::SIGTERM, StopReason::Idle);
+            self.stop_child(w.child.leader(), pid, Signal::SIGTERM, StopReason::Idle);
         }
         self.pool.child_gone(w);
     }
@@ -631,7 +626,7 @@ impl Supervisor {
     pub(super) fn retire(&mut self, workers: Vec<Worker>) {
         for w in workers {
             self.pool.table.lock().unwrap().remove(w.slot);
-            let leader = w.leader;
+            let leader = w.child.leader();
             let left = self.pool.table.lock().unwrap().slots_of(leader);
             if w.strategy == Strategy::Prefork {
                 if left == 0 {

@@ -279,10 +279,13 @@ impl Supervisor {
                 let t = self.pool.table.lock().unwrap();
                 t.busy_of(gen)
                     .map(|(_, s)| match &s.state {
-                        SlotState::Busy { since } => {
-                            (s.leader, s.pid, *since, Some(s.request.clone()))
-                        }
-                        _ => (s.leader, s.pid, Instant::now(), None),
+                        SlotState::Busy { since } => (
+                            s.child.leader(),
+                            s.child.pid(),
+                            *since,
+                            Some(s.request.clone()),
+                        ),
+                        _ => (s.child.leader(), s.child.pid(), Instant::now(), None),
                     })
                     .collect()
             };

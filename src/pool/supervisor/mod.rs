@@ -321,8 +321,10 @@ impl Supervisor {
                             policy::parent_idle(
                                 t.slots_of(leader),
                                 slots,
-                                t.count_idle(|_, w| w.leader == leader),
-                                t.count_idle(|s, w| w.leader == leader && s.idle_since > before),
+                                t.count_idle(|s, _| s.child.leader() == leader),
+                                t.count_idle(|s, _| {
+                                    s.child.leader() == leader && s.idle_since > before
+                                }),
                                 super::warm::allowed(),
                             )
                         };
@@ -334,7 +336,7 @@ impl Supervisor {
                                 .table
                                 .lock()
                                 .unwrap()
-                                .take_idle(usize::MAX, |_, w| w.leader == leader);
+                                .take_idle(usize::MAX, |s, _| s.child.leader() == leader);
                             for w in workers {
                                 self.pool.table.lock().unwrap().remove(w.slot);
                             }
@@ -449,9 +451,10 @@ impl Supervisor {
             let t = self.pool.table.lock().unwrap();
             t.slots()
                 .filter_map(|(_, s)| match &s.state {
-                    SlotState::Busy { .. } => {
-                        Some((s.pid.unwrap_or(s.leader), Some(s.request.clone())))
-                    }
+                    SlotState::Busy { .. } => Some((
+                        s.child.pid().unwrap_or(s.child.leader()),
+                        Some(s.request.clone()),
+                    )),
                     _ => None,
                 })
                 .collect()

@@ -108,7 +108,7 @@ impl PoolSample {
         let parents: std::collections::BTreeMap<i32, u32> = pool.with_table(|t| {
             t.slots()
                 .filter(|(_, s)| s.child.pid() != Some(s.child.leader()))
-                .map(|(_, s)| (s.child.leader(), s.gen.0))
+                .map(|(_, s)| (s.child.leader().as_raw(), s.gen.0))
                 .collect()
         });
         for (parent, generation) in parents {

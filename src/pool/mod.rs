@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use nix::sys::signal::Signal;
+use nix::unistd::Pid;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
@@ -118,10 +119,10 @@ impl Strategy {
     /// What to signal to end everything of the php-cgi `leader` fpmd
     /// spawned: the child itself (exec), or the parent's process group,
     /// its children with it (prefork).
-    pub fn everything_of(self, leader: i32) -> nix::unistd::Pid {
+    pub fn everything_of(self, leader: i32) -> Pid {
         match self {
-            Strategy::Exec => nix::unistd::Pid::from_raw(leader),
-            Strategy::Prefork => nix::unistd::Pid::from_raw(-leader),
+            Strategy::Exec => Pid::from_raw(leader),
+            Strategy::Prefork => Pid::from_raw(-leader),
         }
     }
 }
@@ -183,15 +184,15 @@ impl Worker {
     /// while a request runs).
     pub fn learn_pid(&mut self) {
         if let Some((fd, parent)) = self.pid_probe() {
-            if let Some(pid) = crate::sys::peer::child_on_connection(fd, parent) {
-                self.child.learned(pid);
+            if let Some(pid) = crate::sys::peer::child_on_connection(fd, parent.as_raw()) {
+                self.child.learned(Pid::from_raw(pid));
             }
         }
     }
 
     /// The child's pid, learned now if not yet known
     /// ([`Worker::learn_pid`]); `None`: it cannot be told.
-    pub fn child_pid(&mut self) -> Option<i32> {
+    pub fn child_pid(&mut self) -> Option<Pid> {
         self.learn_pid();
         self.child.pid()
     }
@@ -205,7 +206,7 @@ impl Worker {
 
     /// Prefork, pid not yet known: the connection's fd and the parent's pid
     /// to look the child up with [`crate::sys::peer::child_on_connection`].
-    pub fn pid_probe(&self) -> Option<(std::os::fd::RawFd, i32)> {
+    pub fn pid_probe(&self) -> Option<(std::os::fd::RawFd, Pid)> {
         use std::os::fd::AsRawFd;
         if self.strategy != Strategy::Prefork || self.child.pid().is_some() {
             return None;
@@ -217,7 +218,7 @@ impl Worker {
 
     /// For logs: the child's pid, or the parent's while it is unknown.
     pub fn log_pid(&self) -> i32 {
-        self.child.pid().unwrap_or(self.child.leader())
+        self.child.pid().unwrap_or(self.child.leader()).as_raw()
     }
 }
 
@@ -319,7 +320,7 @@ impl Lease<'_> {
         let w = self.worker();
         let copies = w
             .child_pid()
-            .and_then(crate::sys::procfs::children)
+            .and_then(|pid| crate::sys::procfs::children(pid.as_raw()))
             .unwrap_or_default();
         if copies.is_empty() {
             return Fate::Keep;
@@ -331,8 +332,7 @@ impl Lease<'_> {
             "child forked during the request (security.pcntl) and its copies are still there: they share the child's connection, so the child is replaced; copies killed: {plain:?}, left running after setsid(): {daemons:?}");
         for c in plain {
             // Not reaped by php-cgi, so the pid is not reused.
-            let _ =
-                crate::process::signal::send(pool, nix::unistd::Pid::from_raw(c), Signal::SIGKILL);
+            let _ = crate::process::signal::send(pool, Pid::from_raw(c), Signal::SIGKILL);
         }
         Fate::Kill
     }
@@ -365,7 +365,7 @@ impl Lease<'_> {
     /// `None`: its pid is not known, or `/proc` could not tell.
     async fn resident_bytes(&mut self) -> Option<u64> {
         let pid = self.worker().child_pid()?;
-        tokio::task::spawn_blocking(move || crate::sys::procfs::resident_bytes(pid))
+        tokio::task::spawn_blocking(move || crate::sys::procfs::resident_bytes(pid.as_raw()))
             .await
             .ok()
             .flatten()
@@ -429,8 +429,8 @@ enum Event {
     /// child never goes back to accept() and takes a new connection on its
     /// way out.
     StopChild {
-        leader: i32,
-        pid: i32,
+        leader: Pid,
+        pid: Pid,
         signal: Signal,
         /// For `fpmd_children_stopped_total`.
         why: stats::StopReason,
@@ -438,8 +438,8 @@ enum Event {
     },
     /// `request_terminate_timeout`: SIGKILL now (see [`Fate::Terminate`]).
     Terminate {
-        leader: i32,
-        pid: i32,
+        leader: Pid,
+        pid: Pid,
         conn: Option<ChildConn>,
     },
     /// Slots out of dispatch for good (old generation, stopping pool):
@@ -804,8 +804,8 @@ impl Pool {
     pub(crate) fn add_slots(
         &self,
         gen: GenId,
-        leader: i32,
-        pid: Option<i32>,
+        leader: Pid,
+        pid: Option<Pid>,
         n: u32,
         mut make: impl FnMut(SlotId, Arc<Child>) -> Worker,
     ) -> Added {
@@ -907,7 +907,6 @@ pub(crate) mod tests {
 
     #[test]
     fn a_strategy_ends_a_child_or_a_parent_with_its_group() {
-        use nix::unistd::Pid;
         assert_eq!(Strategy::Exec.everything_of(42), Pid::from_raw(42));
         assert_eq!(Strategy::Prefork.everything_of(42), Pid::from_raw(-42));
         assert_eq!(

@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use nix::unistd::Pid;
 use tokio::sync::oneshot;
 
 use super::Worker;
@@ -134,7 +135,7 @@ pub struct Slot {
 pub struct Child {
     /// The php-cgi fpmd spawned for the slot (the child itself, or the
     /// pre-fork parent); the slot's for its life.
-    leader: i32,
+    leader: Pid,
     /// The child serving the slot, 0 while not known (exec: the leader,
     /// always; prefork: learned from each connection of the slot, see
     /// [`crate::sys::peer`]).
@@ -150,31 +151,31 @@ pub struct Child {
 impl Child {
     /// The child behind a new slot of the php-cgi `leader`; `pid`: the
     /// child, when known.
-    pub fn new(leader: i32, pid: Option<i32>) -> Child {
+    pub fn new(leader: Pid, pid: Option<Pid>) -> Child {
         Child {
             leader,
-            pid: AtomicI32::new(pid.unwrap_or(0)),
+            pid: AtomicI32::new(pid.map_or(0, Pid::as_raw)),
             served: AtomicU32::new(0),
             replaced: AtomicBool::new(false),
         }
     }
 
     /// The php-cgi fpmd spawned for the slot.
-    pub fn leader(&self) -> i32 {
+    pub fn leader(&self) -> Pid {
         self.leader
     }
 
     /// The child serving the slot, when known.
-    pub fn pid(&self) -> Option<i32> {
+    pub fn pid(&self) -> Option<Pid> {
         match self.pid.load(Ordering::Acquire) {
             0 => None,
-            pid => Some(pid),
+            pid => Some(Pid::from_raw(pid)),
         }
     }
 
     /// Records the pid of the child serving the slot, once learned.
-    pub fn learned(&self, pid: i32) {
-        self.pid.store(pid, Ordering::Release);
+    pub fn learned(&self, pid: Pid) {
+        self.pid.store(pid.as_raw(), Ordering::Release);
     }
 
     /// Requests the child has served.
@@ -315,7 +316,7 @@ impl Table {
 
     /// A new slot of the php-cgi `leader` (`pid`: the child behind it, when
     /// known): its id and its [`Child`], for its worker.
-    pub fn new_slot(&mut self, gen: GenId, leader: i32, pid: Option<i32>) -> (SlotId, Arc<Child>) {
+    pub fn new_slot(&mut self, gen: GenId, leader: Pid, pid: Option<Pid>) -> (SlotId, Arc<Child>) {
         // A php-cgi came up: the pool can start children again.
         self.unstartable = None;
         let id = SlotId(self.next);
@@ -514,7 +515,7 @@ impl Table {
     }
 
     /// Slots of `leader` still in the table (in any state).
-    pub fn slots_of(&self, leader: i32) -> usize {
+    pub fn slots_of(&self, leader: Pid) -> usize {
         self.slots
             .values()
             .filter(|s| s.child.leader() == leader)
@@ -557,7 +558,7 @@ impl Table {
     /// busy slots hear of it ([`Death`]). Under prefork a busy slot whose
     /// child is not known yet is left alone (its child is learned within
     /// milliseconds of the request's start).
-    pub fn child_died(&self, leader: i32, pid: Option<i32>) {
+    pub fn child_died(&self, leader: Pid, pid: Option<Pid>) {
         for s in self.slots.values() {
             if s.child.leader() == leader
                 && matches!(s.state, SlotState::Busy { .. })
@@ -570,7 +571,7 @@ impl Table {
 
     /// Removes every slot of `leader` (it exited); returns the workers that
     /// were idle.
-    pub fn forget_leader(&mut self, leader: i32) {
+    pub fn forget_leader(&mut self, leader: Pid) {
         let gone: Vec<SlotId> = self
             .slots
             .iter()
@@ -644,6 +645,7 @@ mod tests {
     }
 
     fn add(t: &mut Table, gen: u32, leader: i32) -> SlotId {
+        let leader = Pid::from_raw(leader);
         let (id, child) = t.new_slot(GenId(gen), leader, Some(leader));
         t.push_idle(test_worker(id, child), false, Instant::now());
         id
@@ -660,9 +662,9 @@ mod tests {
         assert_eq!(w.slot, b, "most recently used first");
         assert!(matches!(t.slot(b).unwrap().state, SlotState::Busy { .. }));
         t.set_request(b, |r| r.set(b"/srv/x.php", b"/x.php", b"GET", b"", 0));
-        w.child.learned(99);
+        w.child.learned(Pid::from_raw(99));
         assert_eq!(t.slot(b).unwrap().request.uri, "/x.php");
-        assert_eq!(t.slot(b).unwrap().child.pid(), Some(99));
+        assert_eq!(t.slot(b).unwrap().child.pid(), Some(Pid::from_raw(99)));
         assert_eq!(t.busy_of(GenId(1)).count(), 1);
         t.push_idle(w, false, Instant::now());
         assert_eq!(t.busy(), 0);
@@ -706,8 +708,8 @@ mod tests {
         assert_eq!(closed.len(), 1);
         assert!(t.closed);
         assert_eq!(t.idle_len(), 0);
-        t.forget_leader(10);
-        assert_eq!(t.slots_of(10), 0);
-        assert_eq!(t.slots_of(11), 1);
+        t.forget_leader(Pid::from_raw(10));
+        assert_eq!(t.slots_of(Pid::from_raw(10)), 0);
+        assert_eq!(t.slots_of(Pid::from_raw(11)), 1);
     }
 }

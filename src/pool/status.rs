@@ -115,7 +115,7 @@ impl Pool {
                     SlotState::Retiring => continue,
                 };
                 processes.push(ProcessStatus {
-                    pid: s.child.pid().unwrap_or(0),
+                    pid: s.child.pid().map_or(0, nix::unistd::Pid::as_raw),
                     state,
                     start_time: s.created,
                     requests: s.child.served(),
@@ -123,7 +123,7 @@ impl Pool {
                     request: s.request.clone(),
                     generation: s.gen.0,
                     slot: id.0,
-                    leader: s.child.leader(),
+                    leader: s.child.leader().as_raw(),
                 });
             }
         }

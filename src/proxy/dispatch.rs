@@ -247,7 +247,7 @@ impl<'a> Dispatch<'a, '_> {
             php_messages: limits.catch_workers_output,
         };
         let (w, death) = lease.worker_and_death();
-        let probe = w.pid_probe();
+        let probe = w.pid_probe().map(|(fd, parent)| (fd, parent.as_raw()));
         let known = w.log_pid();
         let Some(conn) = w.conn.as_mut() else {
             // connect() above left a connection; nothing takes it away.
@@ -258,7 +258,7 @@ impl<'a> Dispatch<'a, '_> {
         let on = |notice| match notice {
             // The slot's record names the child (status page,
             // graceful_timeout, the verdict's signals, logs).
-            exchange::Notice::Learned(pid) => child.learned(pid),
+            exchange::Notice::Learned(pid) => child.learned(nix::unistd::Pid::from_raw(pid)),
             exchange::Notice::Slow { pid, elapsed } => {
                 pool.stats.slow_requests.fetch_add(1, Ordering::Relaxed);
                 if let Some(info) = &slow {

@@ -246,7 +246,7 @@ impl Supervisor {
                     .table
                     .lock()
                     .unwrap()
-                    .child_died(parent, Some(pid));
+                    .child_died(Pid::from_raw(parent), Some(Pid::from_raw(pid)));
                 let parent_state = self
                     .children
                     .leaders
@@ -365,10 +365,11 @@ impl Supervisor {
         self.start_failure_said = false;
         // Exec: the slot's child is the leader; prefork: learned from the
         // slot's connection.
-        let pid = (leader.strategy == Strategy::Exec).then_some(leader.leader);
+        let leader_pid = Pid::from_raw(leader.leader);
+        let pid = (leader.strategy == Strategy::Exec).then_some(leader_pid);
         let added = self
             .pool
-            .add_slots(leader.gen, leader.leader, pid, n, |slot, child| Worker {
+            .add_slots(leader.gen, leader_pid, pid, n, |slot, child| Worker {
                 slot,
                 child,
                 strategy: leader.strategy,
@@ -415,8 +416,9 @@ impl Supervisor {
         child.alive.store(false, Ordering::Release);
         {
             let mut t = self.pool.table.lock().unwrap();
-            t.child_died(exit.pid, None);
-            t.forget_leader(exit.pid);
+            let leader = Pid::from_raw(exit.pid);
+            t.child_died(leader, None);
+            t.forget_leader(leader);
         }
         // Still starting: it died before its PHP start-up was over (before
         // it waited in accept(), or before a pre-fork parent forked).
@@ -615,7 +617,8 @@ impl Supervisor {
             Strategy::Exec => Some(w.child.leader()),
         };
         if let Some(pid) = pid {
-            self.stop_child(w.child.leader(), pid, Signal::SIGTERM, StopReason::Idle);
+            let leader = w.child.leader().as_raw();
+            self.stop_child(leader, pid.as_raw(), Signal::SIGTERM, StopReason::Idle);
         }
         self.pool.child_gone(w);
     }
@@ -626,8 +629,8 @@ impl Supervisor {
     pub(super) fn retire(&mut self, workers: Vec<Worker>) {
         for w in workers {
             self.pool.table.lock().unwrap().remove(w.slot);
-            let leader = w.child.leader();
-            let left = self.pool.table.lock().unwrap().slots_of(leader);
+            let left = self.pool.table.lock().unwrap().slots_of(w.child.leader());
+            let leader = w.child.leader().as_raw();
             if w.strategy == Strategy::Prefork {
                 if left == 0 {
                     debug!(pool = %self.name(), pid = leader, "every slot of the php-cgi parent is retired: stopping it");

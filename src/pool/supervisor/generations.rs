@@ -280,12 +280,17 @@ impl Supervisor {
                 t.busy_of(gen)
                     .map(|(_, s)| match &s.state {
                         SlotState::Busy { since } => (
-                            s.child.leader(),
-                            s.child.pid(),
+                            s.child.leader().as_raw(),
+                            s.child.pid().map(Pid::as_raw),
                             *since,
                             Some(s.request.clone()),
                         ),
-                        _ => (s.child.leader(), s.child.pid(), Instant::now(), None),
+                        _ => (
+                            s.child.leader().as_raw(),
+                            s.child.pid().map(Pid::as_raw),
+                            Instant::now(),
+                            None,
+                        ),
                     })
                     .collect()
             };

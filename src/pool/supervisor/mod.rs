@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
+use nix::unistd::Pid;
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -316,15 +317,14 @@ impl Supervisor {
                     let slots = config.pm.max_children as usize;
                     let leaders = self.children.active_leaders_of(gen);
                     for leader in leaders {
+                        let of_leader = |s: &Slot| s.child.leader().as_raw() == leader;
                         let all_idle = {
                             let t = self.pool.table.lock().unwrap();
                             policy::parent_idle(
-                                t.slots_of(leader),
+                                t.slots_of(Pid::from_raw(leader)),
                                 slots,
-                                t.count_idle(|s, _| s.child.leader() == leader),
-                                t.count_idle(|s, _| {
-                                    s.child.leader() == leader && s.idle_since > before
-                                }),
+                                t.count_idle(|s, _| of_leader(s)),
+                                t.count_idle(|s, _| of_leader(s) && s.idle_since > before),
                                 super::warm::allowed(),
                             )
                         };
@@ -336,7 +336,7 @@ impl Supervisor {
                                 .table
                                 .lock()
                                 .unwrap()
-                                .take_idle(usize::MAX, |s, _| s.child.leader() == leader);
+                                .take_idle(usize::MAX, |s, _| of_leader(s));
                             for w in workers {
                                 self.pool.table.lock().unwrap().remove(w.slot);
                             }
@@ -418,7 +418,14 @@ impl Supervisor {
                     .leaders
                     .keys()
                     .copied()
-                    .filter(|leader| self.pool.table.lock().unwrap().slots_of(*leader) == 0)
+                    .filter(|leader| {
+                        self.pool
+                            .table
+                            .lock()
+                            .unwrap()
+                            .slots_of(Pid::from_raw(*leader))
+                            == 0
+                    })
                     .collect();
                 for leader in orphans {
                     self.stop_child(leader, leader, Signal::SIGTERM, StopReason::Retired);
@@ -452,7 +459,7 @@ impl Supervisor {
             t.slots()
                 .filter_map(|(_, s)| match &s.state {
                     SlotState::Busy { .. } => Some((
-                        s.child.pid().unwrap_or(s.child.leader()),
+                        s.child.pid().unwrap_or(s.child.leader()).as_raw(),
                         Some(s.request.clone()),
                     )),
                     _ => None,
@@ -485,7 +492,7 @@ impl Supervisor {
                 why,
                 conn,
             } => {
-                self.stop_child(leader, pid, signal, why);
+                self.stop_child(leader.as_raw(), pid.as_raw(), signal, why);
                 drop(conn);
             }
             Event::Terminate { leader, pid, conn } => {
@@ -493,6 +500,7 @@ impl Supervisor {
                 // end after a SIGTERM (`fcgi_signal_handler` only marks the
                 // shutdown), and what it wrote after the 504 is what the
                 // timeout is set to prevent.
+                let (leader, pid) = (leader.as_raw(), pid.as_raw());
                 self.stop_child(leader, pid, Signal::SIGKILL, StopReason::Terminated);
                 drop(conn);
             }

@@ -19,6 +19,7 @@ use super::request::Request;
 use super::verdict::{BodyEnd, ChildEnd, ClientEnd, Reply, Sent};
 
 use super::*;
+use crate::sys::timer::sleep_until_opt;
 
 /// Attempts, on top of one per child, to hand a request to a child whose
 /// connection turns out to be dead before anything of the request reached

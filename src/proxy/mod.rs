@@ -436,10 +436,3 @@ async fn drain_and_close<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     })
     .await;
 }
-
-pub(crate) async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(t) => tokio::time::sleep_until(t).await,
-        None => std::future::pending().await,
-    }
-}

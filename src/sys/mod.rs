@@ -3,8 +3,9 @@
 //! ([`procfs`]), the child on a connection ([`peer`], sock_diag), the
 //! pages a process gives back ([`pageout`]) and the Landlock probe
 //! ([`landlock`]), and the netlink plumbing of sock_diag and of the
-//! process events connector ([`netlink`]). Each is a thin, stateless
-//! layer over a syscall or a `/proc` file.
+//! process events connector ([`netlink`]), and a deadline that may not be
+//! set ([`timer`]). Each is a thin, stateless layer over a syscall or a
+//! `/proc` file.
 //!
 //! Must not touch: fpmd's own state (pools, children, configuration).
 
@@ -13,3 +14,4 @@ pub mod netlink;
 pub mod pageout;
 pub mod peer;
 pub mod procfs;
+pub mod timer;

@@ -13,6 +13,8 @@ mod health;
 
 use std::collections::HashMap;
 
+use crate::sys::timer::sleep_until_opt;
+
 use std::path::{Path, PathBuf};
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -177,13 +179,6 @@ fn relay<T: Send + 'static>(
         }
     });
     tx
-}
-
-async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(t) => tokio::time::sleep_until(t).await,
-        None => std::future::pending().await,
-    }
 }
 
 impl Supervisor {

@@ -245,13 +245,6 @@ async fn readable(sock: &Option<UnixStream>) -> io::Result<()> {
     }
 }
 
-async fn sleep_until_opt(at: Option<Instant>) {
-    match at {
-        Some(t) => tokio::time::sleep_until(tokio::time::Instant::from_std(t)).await,
-        None => std::future::pending().await,
-    }
-}
-
 impl Output {
     async fn run(mut self, mut socks: [Option<UnixStream>; 2], window: StartupWindow) {
         let watch_window = !self.policy.catch && !self.policy.prefork;
@@ -264,7 +257,7 @@ impl Output {
                 r = readable(&socks[0]) => Wake::Readable(0, r),
                 r = readable(&socks[1]) => Wake::Readable(1, r),
                 () = window.closed(), if watch_window && self.window_open => Wake::WindowClosed,
-                () = sleep_until_opt(tick), if tick.is_some() => Wake::Tick,
+                () = crate::sys::timer::sleep_until_opt(tick.map(tokio::time::Instant::from_std)), if tick.is_some() => Wake::Tick,
             };
             match wake {
                 Wake::Readable(i, r) => {

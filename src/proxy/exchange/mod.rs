@@ -239,11 +239,11 @@ impl ExchangeCtx<'_> {
         tokio::pin!(probe_timer);
         let now = tokio::time::Instant::now();
         let slow_at = self.timers.slowlog.map(|d| now + d);
-        let slow_timer = super::sleep_until_opt(slow_at);
+        let slow_timer = crate::sys::timer::sleep_until_opt(slow_at);
         tokio::pin!(slow_timer);
         let mut slow_logged = false;
         let term_at = self.timers.terminate.map(|d| now + d);
-        let term_timer = super::sleep_until_opt(term_at);
+        let term_timer = crate::sys::timer::sleep_until_opt(term_at);
         tokio::pin!(term_timer);
         let died = async {
             match self.death {

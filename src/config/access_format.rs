@@ -66,15 +66,18 @@ pub enum FormatError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Piece {
     Text(String),
-    /// `%C`: fpmd does not know a request's CPU time.
-    Cpu,
+    /// `%C`, `%{total}C`, `%{user}C`, `%{system}C`: the request's CPU as a
+    /// percentage of its duration; `Some(true)` user only, `Some(false)`
+    /// system only.
+    Cpu(Option<bool>),
     Duration(DurationUnit),
     Env(Vec<u8>),
     ScriptFilename,
     ContentLength,
     Method,
-    /// `%M`: fpmd does not know a request's memory.
-    Memory,
+    /// `%M`, `%{bytes}M`, `%{kilo}M`, `%{mega}M`: the request's peak
+    /// memory, divided by this (1, 1024, 1048576).
+    Memory(u64),
     Pool,
     Header(Vec<u8>),
     Pid,
@@ -149,7 +152,9 @@ impl Format {
             };
             let piece = match spec {
                 '%' => Piece::Text("%".into()),
-                'C' if modifier.is_empty() || is(&["total", "user", "system"]) => Piece::Cpu,
+                'C' if modifier.is_empty() || is(&["total"]) => Piece::Cpu(None),
+                'C' if is(&["user"]) => Piece::Cpu(Some(true)),
+                'C' if is(&["system"]) => Piece::Cpu(Some(false)),
                 'C' => return Err(bad("'total', 'user' or 'system'")),
                 'd' if modifier.is_empty() || is(&["seconds"]) => {
                     Piece::Duration(DurationUnit::Seconds)
@@ -176,11 +181,9 @@ impl Format {
                 'f' => Piece::ScriptFilename,
                 'l' => Piece::ContentLength,
                 'm' => Piece::Method,
-                'M' if modifier.is_empty()
-                    || is(&["bytes", "kilo", "kilobytes", "mega", "megabytes"]) =>
-                {
-                    Piece::Memory
-                }
+                'M' if modifier.is_empty() || is(&["bytes"]) => Piece::Memory(1),
+                'M' if is(&["kilo", "kilobytes"]) => Piece::Memory(1024),
+                'M' if is(&["mega", "megabytes"]) => Piece::Memory(1024 * 1024),
                 'M' => return Err(bad("'bytes', 'kilo', 'kilobytes', 'mega' or 'megabytes'")),
                 'n' => Piece::Pool,
                 'p' => Piece::Pid,

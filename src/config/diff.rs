@@ -212,6 +212,8 @@ pub fn changed_fields(old: &PoolConfig, new: &PoolConfig) -> Vec<&'static str> {
         request_queue_timeout,
         catch_workers_output,
         decorate_workers_output,
+        fpm_sapi,
+        track_finished,
         graceful_timeout,
         cgroup,
         pcntl,
@@ -280,6 +282,11 @@ pub fn changed_fields(old: &PoolConfig, new: &PoolConfig) -> Vec<&'static str> {
     field(
         "decorate_workers_output",
         *decorate_workers_output != new.decorate_workers_output,
+    );
+    field("fpm_sapi", *fpm_sapi != new.fpm_sapi);
+    field(
+        "request_terminate_timeout_track_finished",
+        *track_finished != new.track_finished,
     );
     field(
         "graceful_timeout",
@@ -489,6 +496,8 @@ mod tests {
             request_queue_timeout: None,
             catch_workers_output: false,
             decorate_workers_output: true,
+            fpm_sapi: true,
+            track_finished: false,
             graceful_timeout: None,
             cgroup: Default::default(),
             pcntl: false,
@@ -608,6 +617,10 @@ mod tests {
             ("decorate_workers_output", |p| {
                 p.decorate_workers_output = false
             }),
+            ("fpm_sapi", |p| p.fpm_sapi = false),
+            ("request_terminate_timeout_track_finished", |p| {
+                p.track_finished = true
+            }),
             ("graceful_timeout", |p| {
                 p.graceful_timeout = Some(Duration::from_secs(10))
             }),
@@ -668,6 +681,8 @@ mod tests {
             "request_queue_timeout",
             "catch_workers_output",
             "decorate_workers_output",
+            "fpm_sapi",
+            "request_terminate_timeout_track_finished",
             "graceful_timeout",
             "cgroup.memory_max",
             "cgroup.pids_max",

@@ -111,6 +111,8 @@ pub(super) const KEYS: &[Key] = &[
     supported("request_queue_timeout"),
     supported("catch_workers_output"),
     supported("decorate_workers_output"),
+    supported("fpm_sapi"),
+    supported("request_terminate_timeout_track_finished"),
     supported("graceful_timeout"),
     supported("chroot"),
     supported("rlimit_files"),

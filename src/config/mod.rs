@@ -324,6 +324,8 @@ php_admin_flag.log_errors = true
             request_queue_timeout: None,
             catch_workers_output: false,
             decorate_workers_output: true,
+            fpm_sapi: true,
+            track_finished: false,
             graceful_timeout: Some(std::time::Duration::from_secs(10)),
             cgroup: Default::default(),
             pcntl: false,

@@ -306,6 +306,16 @@ pub struct PoolConfig {
     /// (`true`, the default) or as the child's text alone (`false`, no
     /// time stamp either). php-fpm: same.
     pub decorate_workers_output: bool,
+    /// `fpm_sapi` (fpmd only): the children run fpmd's part of php-fpm's
+    /// SAPI before each script (`fastcgi_finish_request()`, the request's
+    /// peak memory and CPU for `%M`, `%C` and the status page; see
+    /// `crate::process::sapi`). Default `true`; `false`: php-cgi as it is.
+    pub fpm_sapi: bool,
+    /// `request_terminate_timeout_track_finished`: `request_terminate_timeout`
+    /// still counts after the script called `fastcgi_finish_request()`.
+    /// Default `false`, as php-fpm (`fpm_request.c`: a finished request is
+    /// not checked unless this is set).
+    pub track_finished: bool,
     /// `graceful_timeout` (fpmd only): during a reload, the pool's old
     /// children still busy this long after it began are killed. Default:
     /// [`Global::process_control_timeout`]; `None` (unset everywhere, or

@@ -239,6 +239,8 @@ pub(super) struct RawPool {
     pub(super) request_queue_timeout: Option<Duration>,
     pub(super) catch_workers_output: Option<bool>,
     pub(super) decorate_workers_output: Option<bool>,
+    pub(super) fpm_sapi: Option<bool>,
+    pub(super) request_terminate_timeout_track_finished: Option<bool>,
     pub(super) graceful_timeout: Option<Duration>,
     pub(super) chroot: Option<String>,
     pub(super) rlimit_files: Option<u64>,

@@ -442,6 +442,11 @@ impl PoolConfig {
             "decorate_workers_output = {}\n",
             self.decorate_workers_output
         ));
+        out.push_str(&format!("fpm_sapi = {}\n", self.fpm_sapi));
+        out.push_str(&format!(
+            "request_terminate_timeout_track_finished = {}\n",
+            self.track_finished
+        ));
         let exts: Vec<String> = self.limit_extensions.iter().map(|e| toml_str(e)).collect();
         out.push_str(&format!(
             "security.limit_extensions = [{}]{}\n",

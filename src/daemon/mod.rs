@@ -78,6 +78,10 @@ struct Daemon {
     routes: Routes,
     spawner: Spawner,
     runtime_dir: tempfile::TempDir,
+    /// The directory of `sapi.php` (see [`crate::process::sapi`]), removed
+    /// when the daemon ends; `None` when it could not be made.
+    #[allow(dead_code)]
+    sapi_dir: Option<tempfile::TempDir>,
     sd: Notifier,
     log: LogWriter,
     pid_file: Option<PathBuf>,

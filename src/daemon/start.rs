@@ -225,6 +225,7 @@ pub(super) async fn start(
             .tempdir()
             .map_err(DaemonError::RuntimeDir)?
     };
+    let sapi_dir = install_sapi();
     // As php-fpm: an access log that cannot be opened stops the start.
     open_access_logs(&config).map_err(DaemonError::AccessLog)?;
     let pid_file = write_pid_file(&config).map_err(DaemonError::PidFile)?;
@@ -240,6 +241,7 @@ pub(super) async fn start(
         routes: Routes::new(shutdown_rx, in_flight_tx),
         spawner,
         runtime_dir,
+        sapi_dir,
         sd: Notifier::from_env(),
         log,
         pid_file,
@@ -274,6 +276,31 @@ pub(super) async fn start(
     }
     d.post_pools();
     Ok((d, shutdown_tx, in_flight_rx))
+}
+
+/// Installs `sapi.php` (see [`crate::process::sapi`]) in a directory of
+/// its own (mode 0755 in `$TMPDIR`, removed when fpmd exits) for the
+/// children to run; without it (the directory cannot be made) the pools
+/// run php-cgi as it is, and fpmd says so.
+fn install_sapi() -> Option<tempfile::TempDir> {
+    use std::os::unix::fs::PermissionsExt;
+    let made = tempfile::Builder::new()
+        .prefix("fpmd-sapi.")
+        .permissions(std::fs::Permissions::from_mode(0o755))
+        .tempdir()
+        .and_then(|dir| crate::process::sapi::install(dir.path()).map(|i| (dir, i)));
+    match made {
+        Ok((dir, i)) => {
+            if !i.for_everyone {
+                warn!("{} cannot be reached by every user (a directory above it is not searchable by others): fastcgi_finish_request() and the requests' memory and CPU figures only for pools that run as fpmd's own user", i.path.display());
+            }
+            Some(dir)
+        }
+        Err(e) => {
+            warn!("cannot install fpmd's SAPI file in $TMPDIR ({e}): no fastcgi_finish_request(), and no memory or CPU figures per request");
+            None
+        }
+    }
 }
 
 impl Daemon {

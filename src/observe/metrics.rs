@@ -24,6 +24,11 @@
 //!   `fpmd_children_stopped_total{reason}` ([`StopReason::as_str`]),
 //!   `fpmd_pool_generation`, and per child `fpmd_child_generation{pid}`
 //!   and `fpmd_child_resident_bytes{pid}` (RSS from `/proc/PID/statm`).
+//! - per idle child, php-fpm's `last request memory` and `last request
+//!   cpu` under hipages/php-fpm_exporter's names,
+//!   `phpfpm_process_last_request_memory{pid}` (bytes) and
+//!   `phpfpm_process_last_request_cpu{pid}` (percent), from what the
+//!   child's `sapi.php` reported (`crate::process::sapi`).
 //!
 //! Owns: the endpoint's socket (its file, for a unix path) and its HTTP
 //! connections; the text format. Must not touch: dispatch. A scrape runs
@@ -317,6 +322,42 @@ impl Collector for Scrape {
                 }
             }
         }
+        // php-fpm's per-process `last request memory` and `last request
+        // cpu` (the names php-fpm_exporter gives them), idle children only.
+        {
+            let mut family = e.encode_descriptor(
+                "phpfpm_process_last_request_memory",
+                "Peak memory of the child's last request in bytes (memory_get_peak_usage(true)); 0 while a request runs.",
+                None,
+                MetricType::Gauge,
+            )?;
+            for s in &self.samples {
+                for p in s.status.processes.iter().filter(|p| p.pid > 0) {
+                    let pid = p.pid.to_string();
+                    let labels = [("pool", s.status.pool.as_str()), ("pid", pid.as_str())];
+                    family
+                        .encode_family(&labels)?
+                        .encode_gauge(&p.last_request_memory)?;
+                }
+            }
+        }
+        {
+            let mut family = e.encode_descriptor(
+                "phpfpm_process_last_request_cpu",
+                "CPU of the child's last request, percent of its duration (user + system); 0 while a request runs.",
+                None,
+                MetricType::Gauge,
+            )?;
+            for s in &self.samples {
+                for p in s.status.processes.iter().filter(|p| p.pid > 0) {
+                    let pid = p.pid.to_string();
+                    let labels = [("pool", s.status.pool.as_str()), ("pid", pid.as_str())];
+                    family
+                        .encode_family(&labels)?
+                        .encode_gauge(&p.last_request_cpu)?;
+                }
+            }
+        }
         Ok(())
     }
 }
@@ -548,6 +589,8 @@ mod tests {
                     generation: 2,
                     slot: 0,
                     leader: *pid,
+                    last_request_memory: 2 << 20,
+                    last_request_cpu: 12.5,
                 })
                 .collect(),
         }
@@ -651,7 +694,7 @@ mod tests {
         types.sort();
         types.dedup();
         assert_eq!(types.len(), n, "a family declared twice:\n{t}");
-        assert_eq!(n, 12 + 7, "{t}");
+        assert_eq!(n, 12 + 9, "{t}");
         // Each sample belongs to the family declared last before it.
         let mut family = "";
         for l in t.lines() {

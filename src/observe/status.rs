@@ -100,12 +100,6 @@ fn uri(p: &ProcessStatus) -> &str {
     or_dash(&p.request.uri)
 }
 
-/// php-fpm reports the last request's CPU and memory only for an idle
-/// child; php-cgi does not tell fpmd either, so they are 0 (see the
-/// README's status section).
-const LAST_CPU: f64 = 0.0;
-const LAST_MEMORY: u64 = 0;
-
 /// One field's value.
 #[derive(Debug, Clone)]
 enum Value {
@@ -157,8 +151,8 @@ fn process_fields(p: &ProcessStatus, now: SystemTime) -> Vec<(&'static str, Valu
         ("content length", Int(p.request.content_length)),
         ("user", Text(or_dash(&p.request.user).into())),
         ("script", Text(or_dash(&p.request.script).into())),
-        ("last request cpu", Float(LAST_CPU)),
-        ("last request memory", Int(LAST_MEMORY)),
+        ("last request cpu", Float(p.last_request_cpu)),
+        ("last request memory", Int(p.last_request_memory)),
     ]
 }
 
@@ -438,6 +432,8 @@ pub(crate) mod tests {
                 generation: 1,
                 slot: 0,
                 leader: 42,
+                last_request_memory: 0,
+                last_request_cpu: 0.0,
             }],
         }
     }

@@ -151,6 +151,9 @@ pub struct Worker {
     /// Connected lazily, when the first request is ready: php-cgi drops a
     /// new connection that brings no request within 5 s (design.md).
     pub conn: Option<ChildConn>,
+    /// The figures of its last request, for the slot's status row
+    /// ([`Lease::note_usage`]).
+    pub last_usage: Option<crate::process::sapi::Usage>,
     alive: Arc<AtomicBool>,
     /// Closed when the php-cgi is handed its first request (see
     /// `crate::process::output`).
@@ -335,6 +338,14 @@ impl Lease<'_> {
             let _ = crate::process::signal::send(pool, Pid::from_raw(c), Signal::SIGKILL);
         }
         Fate::Kill
+    }
+
+    /// Notes the peak memory and CPU the request reported (see
+    /// [`crate::process::sapi`]), for the status page once the child is
+    /// given back (no lock: the slot takes it under the lock it is given
+    /// back under).
+    pub fn note_usage(&mut self, usage: Option<crate::process::sapi::Usage>) {
+        self.worker().last_usage = usage;
     }
 
     /// Notes what request the child runs (status page, graceful_timeout):
@@ -968,6 +979,7 @@ pub(crate) mod tests {
             strategy: Strategy::Exec,
             endpoint: Arc::new(PathBuf::from("/nonexistent")),
             conn: None,
+            last_usage: None,
             alive: Arc::new(AtomicBool::new(true)),
             startup: crate::process::output::StartupWindow::new(),
         }

@@ -119,6 +119,9 @@ pub struct Slot {
     /// How long the last request took (while Idle; php-fpm's `request
     /// duration` of an idle process).
     pub last_duration: std::time::Duration,
+    /// The last request's peak memory and CPU, as the child's `sapi.php`
+    /// reported them (kept from the request before when one did not).
+    pub last_usage: Option<crate::process::sapi::Usage>,
     /// When the slot entered the table (exec: its child was ready).
     pub created: std::time::SystemTime,
     /// The slot's worker while it is not leased.
@@ -332,6 +335,7 @@ impl Table {
                 idle_since: Instant::now(),
                 request: RequestInfo::default(),
                 last_duration: std::time::Duration::ZERO,
+                last_usage: None,
                 created: std::time::SystemTime::now(),
                 worker: None,
             },
@@ -370,9 +374,13 @@ impl Table {
             s.created = std::time::SystemTime::now();
             s.request.clear();
             s.last_duration = std::time::Duration::ZERO;
+            s.last_usage = None;
         }
         if let SlotState::Busy { since } = s.state {
             s.last_duration = since.elapsed();
+        }
+        if w.last_usage.is_some() {
+            s.last_usage = w.last_usage;
         }
         if !lru {
             s.idle_since = now;
@@ -426,6 +434,9 @@ impl Table {
             if let SlotState::Busy { since } = s.state {
                 // Straight from one request to the next.
                 s.last_duration = now.saturating_duration_since(since);
+            }
+            if w.last_usage.is_some() {
+                s.last_usage = w.last_usage;
             }
             transition(
                 &mut self.busy,

@@ -27,6 +27,12 @@ pub struct ProcessStatus {
     pub request: RequestInfo,
     /// The generation (configuration epoch) the child was started with.
     pub generation: u32,
+    /// The last request's peak memory in bytes (php-fpm's `last request
+    /// memory`), 0 while a request runs or when none reported it.
+    pub last_request_memory: u64,
+    /// The last request's CPU as a percentage of its duration (php-fpm's
+    /// `last request cpu`), 0 while a request runs or when unknown.
+    pub last_request_cpu: f64,
     /// Its slot id (stable while it lives).
     pub slot: u32,
     /// The php-cgi fpmd spawned for it (the child itself under exec, the
@@ -114,7 +120,15 @@ impl Pool {
                     SlotState::Idle { .. } | SlotState::Cold => ("Idle", s.last_duration),
                     SlotState::Retiring => continue,
                 };
+                // php-fpm shows the last request's figures for an idle
+                // child only (fpm_status.c), 0 while one runs.
+                let idle = state == "Idle";
+                let usage = s.last_usage.filter(|_| idle);
                 processes.push(ProcessStatus {
+                    last_request_memory: usage.map_or(0, |u| u.memory),
+                    last_request_cpu: usage
+                        .and_then(|u| u.cpu_percent(s.last_duration, None))
+                        .unwrap_or(0.0),
                     pid: s.child.pid().map_or(0, nix::unistd::Pid::as_raw),
                     state,
                     start_time: s.created,

@@ -14,6 +14,7 @@ pub mod output;
 pub mod proc_events;
 pub mod reap;
 pub mod sandbox;
+pub mod sapi;
 pub mod signal;
 pub mod spawn;
 pub mod spec;

@@ -65,7 +65,11 @@ pub fn child_spec(config: &PoolConfig, endpoint: PathBuf) -> ChildSpec {
     ChildSpec {
         program: config.php_cgi.clone(),
         arg0: crate::process::spawn::process_title(&config.name),
-        args: config.ini_args(),
+        args: {
+            let mut args = config.ini_args();
+            args.extend(crate::process::sapi::ini_args(config).into_iter().flatten());
+            args
+        },
         env,
         sandbox: crate::process::sandbox::SandboxPlan::of(
             &config.name,

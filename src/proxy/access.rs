@@ -69,6 +69,7 @@ impl AccessLog {
             head,
             start: now.checked_sub(duration).unwrap_or(now),
             duration,
+            usage: req.usage,
         };
         if format.write(&entry, &mut self.line) && !self.file.append(self.line.as_bytes()) {
             if let Some(n) = self.file.dropped_report() {

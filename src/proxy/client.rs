@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use super::local::Local;
-use super::request::Request;
+use super::request::{Edit, Request};
 use super::{script, Charge, Ctx};
 use crate::fastcgi::{
     self, BeginRequest, Deframer, EndRequest, Piece, ProtocolStatus, RecordType, NULL_REQUEST_ID,
@@ -668,7 +668,22 @@ impl Session {
         // the variables that find the script are read; the rare
         // request that php-fpm would rewrite is copied again.
         let mut seen = script::Seen::new();
-        let mut lost = r.set_params(raw, &[], |n, v| seen.note(n, v))?;
+        // fpmd's SAPI token replaces any pair of its name the web server
+        // sent (a client cannot forge the lines of `sapi.php`).
+        r.sapi_token = if ctx.script.sapi {
+            crate::proxy::sapi::new_token()
+        } else {
+            None
+        };
+        let token_edit: Vec<Edit> = r
+            .sapi_token
+            .iter()
+            .map(|t| Edit {
+                name: crate::process::sapi::TOKEN_PARAM.to_vec(),
+                value: Some(t.to_vec()),
+            })
+            .collect();
+        let mut lost = r.set_params(raw, &token_edit, |n, v| seen.note(n, v))?;
         if super::local_page(&ctx.script.local, r).is_some() {
             // The status page or ping: fpmd answers, no script runs.
             rd.state = State::Stdin;
@@ -682,7 +697,9 @@ impl Session {
         let plan = script::plan(&seen, ctx.script);
         r.script_found = plan.script_found;
         if !plan.edits.is_empty() {
-            lost = r.set_params(raw, &plan.edits, |_, _| {})?;
+            let mut edits = plan.edits;
+            edits.extend(token_edit);
+            lost = r.set_params(raw, &edits, |_, _| {})?;
         }
         for (name, len) in lost {
             warn!(pool = %ctx.pool, peer = %ctx.peer, "request id {id}: dropped the CGI variable {} ({len} bytes): no FastCGI record can carry it to php-cgi", field(&name));

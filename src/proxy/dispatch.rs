@@ -246,6 +246,7 @@ impl<'a> Dispatch<'a, '_> {
             slowlog: limits.request_slowlog_timeout,
             terminate: limits.request_terminate_timeout,
             php_messages: limits.catch_workers_output,
+            track_finished: limits.track_finished,
         };
         let (w, death) = lease.worker_and_death();
         let probe = w.pid_probe().map(|(fd, parent)| (fd, parent.as_raw()));
@@ -338,6 +339,8 @@ impl<'a> Dispatch<'a, '_> {
         };
         let pid = lease.worker().log_pid();
         log_report(self.pool, self.ctx, pid, req, &report);
+        lease.note_usage(report.usage);
+        req.usage = report.usage;
         lease.give_back(fate).await;
         let reply = match v.reply {
             Reply::None => None,

@@ -27,6 +27,7 @@ pub mod local;
 pub mod php_message;
 pub mod request;
 pub mod request_info;
+pub mod sapi;
 pub mod script;
 pub mod verdict;
 

@@ -29,6 +29,7 @@ use tracing::warn;
 use crate::config::PoolConfig;
 use crate::fastcgi::{decode_record, encode_empty, RecordType, StreamWriter};
 use crate::process::output::{said, Stream, TokenBucket, CHILD_RATE};
+use crate::proxy::sapi::{Event, Lines, Usage};
 
 /// php-fpm's prefix of each message.
 pub const PREFIX: &[u8] = b"PHP message: ";
@@ -71,6 +72,22 @@ pub struct PhpMessages {
     done: Vec<Vec<u8>>,
     /// Messages beyond [`MESSAGES_KEPT`] in this request, not kept.
     pub dropped: usize,
+    /// fpmd's SAPI lines of this request, taken out of the stream first
+    /// (`None`: the request has no token).
+    pub sapi: Option<Lines>,
+    /// STDERR content without fpmd's SAPI lines, reused.
+    filtered: Vec<u8>,
+    /// The request's figures, once its `sapi.php` reported them.
+    pub usage: Option<Usage>,
+}
+
+/// Where [`PhpMessages::rewrite`] stopped: the script called
+/// `fastcgi_finish_request()` in the record that ends at `at` (bytes
+/// into the span); `head_pending` as [`Event::Finish`] says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Finished {
+    pub at: usize,
+    pub head_pending: bool,
 }
 
 /// Bytes of one message kept for the log (php-fpm's default `log_limit`).
@@ -83,8 +100,11 @@ impl PhpMessages {
     /// [`crate::fastcgi::scan_response`] passed them) into `out`: STDOUT and
     /// END_REQUEST records are copied as they are, STDERR content is
     /// reframed as php-fpm frames it, and the empty STDERR record (the end
-    /// of the stream) is written after what was held back.
-    pub fn rewrite(&mut self, span: &[u8], id: u16, out: &mut Vec<u8>) {
+    /// of the stream) is written after what was held back. fpmd's SAPI
+    /// lines are taken out first ([`PhpMessages::sapi`]); at the one that
+    /// says the script called `fastcgi_finish_request()` the rewrite stops
+    /// after that record and says where ([`Finished`]).
+    pub fn rewrite(&mut self, span: &[u8], id: u16, out: &mut Vec<u8>) -> Option<Finished> {
         let mut at = 0;
         while let Ok(Some(rec)) = decode_record(&span[at..]) {
             let len = rec.header.record_len();
@@ -97,28 +117,61 @@ impl PhpMessages {
                 self.flush_into(id, out);
                 encode_empty(out, RecordType::Stderr, id);
             } else {
-                self.note_finish_request(rec.content);
-                let mut text = std::mem::take(&mut self.text);
-                text.clear();
-                self.feed(rec.content, &mut text);
-                StreamWriter::new(RecordType::Stderr, id).write(out, &text);
-                self.text = text;
+                let mut finish = None;
+                let mut filtered = std::mem::take(&mut self.filtered);
+                filtered.clear();
+                let content = match &mut self.sapi {
+                    Some(lines) => {
+                        let usage = &mut self.usage;
+                        lines.filter(rec.content, &mut filtered, &mut |e| match e {
+                            Event::Finish { head_pending } => finish = Some(head_pending),
+                            Event::End(u) => *usage = Some(u),
+                        });
+                        &filtered[..]
+                    }
+                    None => rec.content,
+                };
+                if !content.is_empty() {
+                    self.note_finish_request(content);
+                    let mut text = std::mem::take(&mut self.text);
+                    text.clear();
+                    self.feed(content, &mut text);
+                    StreamWriter::new(RecordType::Stderr, id).write(out, &text);
+                    self.text = text;
+                }
+                self.filtered = filtered;
+                if let Some(head_pending) = finish {
+                    return Some(Finished {
+                        at: at + len,
+                        head_pending,
+                    });
+                }
             }
             at += len;
         }
         debug_assert_eq!(at, span.len(), "span holds whole records only");
+        None
     }
 
     /// Bytes of a line start are held back: the next span must go through
     /// [`PhpMessages::rewrite`] even if it holds no STDERR content, so that
     /// they are written before the stream's end.
     pub fn holding(&self) -> bool {
-        !self.held.is_empty()
+        !self.held.is_empty() || self.sapi.as_ref().is_some_and(Lines::holding)
     }
 
     /// Writes what is held back (the start of a last line) as a record;
     /// the last message is then whole.
     fn flush_into(&mut self, id: u16, out: &mut Vec<u8>) {
+        if let Some(lines) = self.sapi.as_mut().filter(|l| l.holding()) {
+            let mut rest = Vec::new();
+            lines.end(&mut rest);
+            let mut text = std::mem::take(&mut self.text);
+            text.clear();
+            self.feed(&rest, &mut text);
+            StreamWriter::new(RecordType::Stderr, id).write(out, &text);
+            self.text = text;
+        }
         if !self.held.is_empty() {
             let mut text = std::mem::take(&mut self.text);
             text.clear();

@@ -144,6 +144,11 @@ pub struct Request {
     /// fpmd found the script as a regular file (see
     /// [`super::script::Plan::script_found`]).
     pub script_found: bool,
+    /// The token of fpmd's SAPI lines for this request (see
+    /// [`crate::proxy::sapi`]), when its pool runs `sapi.php`.
+    pub sapi_token: Option<crate::proxy::sapi::Token>,
+    /// The peak memory and CPU its child reported (`%M`, `%C`).
+    pub usage: Option<crate::process::sapi::Usage>,
     stdin: StreamWriter,
 }
 
@@ -201,6 +206,8 @@ impl Request {
             client_stdin_done: false,
             began: None,
             script_found: false,
+            sapi_token: None,
+            usage: None,
             stdin: StreamWriter::new(RecordType::Stdin, id),
         }
     }

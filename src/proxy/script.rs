@@ -36,6 +36,9 @@ pub struct Options {
     /// `chroot`: SCRIPT_FILENAME is a path inside it (as with php-fpm),
     /// so fpmd looks for the script under it.
     pub root: Option<std::path::PathBuf>,
+    /// The pool's children run fpmd's `sapi.php`
+    /// ([`crate::process::sapi::ini_args`]): each request gets a token.
+    pub sapi: bool,
 }
 
 impl Default for Options {
@@ -50,6 +53,7 @@ impl Default for Options {
                 .map(|e| e.as_bytes().into())
                 .collect(),
             root: None,
+            sapi: false,
         }
     }
 }
@@ -85,6 +89,7 @@ impl Options {
                 .map(|e| e.as_bytes().into())
                 .collect(),
             root: config.isolation.chroot.clone(),
+            sapi: crate::process::sapi::ini_args(config).is_some(),
         }
     }
 

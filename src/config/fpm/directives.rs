@@ -125,7 +125,7 @@ pub(super) const POOL: &[(&str, Action)] = &[
     ("request_slowlog_timeout", To("request_slowlog_timeout", Time)),
     ("request_slowlog_trace_depth", Notice(Int, "fpmd's slow-log entries name the request, not a PHP backtrace (php-cgi cannot be traced as php-fpm traces its children)")),
     ("request_terminate_timeout", To("request_terminate_timeout", Time)),
-    ("request_terminate_timeout_track_finished", Notice(Bool, "it only matters after fastcgi_finish_request(), which php-cgi does not have")),
+    ("request_terminate_timeout_track_finished", To("request_terminate_timeout_track_finished", Bool)),
     ("rlimit_files", To("rlimit_files", Int)),
     ("rlimit_core", To("rlimit_core", Rlimit)),
     ("chroot", To("chroot", Chroot)),

@@ -411,7 +411,7 @@ fn refused_directives() {
 #[test]
 fn notices_and_pool_defaults() {
     let global = "[global]\nsyslog.ident = php\nsyslog.facility = daemon\nlog_buffering = no\nlog_limit = 8192\nevents.mechanism = epoll\nsystemd_interval = 10\nprocess.max = 64\nrlimit_files = 4096\nprocess.priority = 5\ndaemonize = no\n";
-    let extra = "request_slowlog_trace_depth = 20\nrequest_terminate_timeout_track_finished = yes\nrlimit_files = 1024\n";
+    let extra = "request_slowlog_trace_depth = 20\nrlimit_files = 1024\n";
     let (_, c) = conf_ok(
         &format!("{global}{}{}", pool("a", extra), pool("b", "")),
         &[],
@@ -424,7 +424,6 @@ fn notices_and_pool_defaults() {
         "events.mechanism",
         "systemd_interval",
         "request_slowlog_trace_depth",
-        "request_terminate_timeout_track_finished",
     ] {
         assert!(
             c.notices.iter().any(|n| n.contains("NOTICE: ")

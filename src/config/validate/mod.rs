@@ -143,6 +143,10 @@ pub(super) fn validate_pool(
         request_queue_timeout: nonzero(raw.request_queue_timeout),
         catch_workers_output: raw.catch_workers_output.unwrap_or(false),
         decorate_workers_output: raw.decorate_workers_output.unwrap_or(true),
+        fpm_sapi: raw.fpm_sapi.unwrap_or(true),
+        track_finished: raw
+            .request_terminate_timeout_track_finished
+            .unwrap_or(false),
         graceful_timeout: match raw.graceful_timeout {
             Some(d) => nonzero(Some(d)),
             None => global.process_control_timeout,

@@ -375,6 +375,7 @@ impl Supervisor {
                 strategy: leader.strategy,
                 endpoint: leader.endpoint.clone(),
                 conn: None,
+                last_usage: None,
                 alive: leader.alive.clone(),
                 startup: leader.startup.clone(),
             });

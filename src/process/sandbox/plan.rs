@@ -247,7 +247,8 @@ pub const RUNTIME_DEVICES: &[&str] = &[
 pub const RUNTIME_TOP: &[&str] = &["/bin", "/sbin", "/lib", "/lib32", "/libx32", "/lib64"];
 
 /// The runtime as found on this host, plus the php-cgi binary `program`
-/// (canonical) when no runtime directory holds it.
+/// (canonical) when no runtime directory holds it, and fpmd's `sapi.php`
+/// once installed (at [`crate::process::sapi::IN_CHROOT`]).
 pub fn host_runtime(program: &Path) -> Vec<RuntimePath> {
     let mut out = Vec::new();
     for p in RUNTIME_TOP {
@@ -318,6 +319,16 @@ pub fn host_runtime(program: &Path) -> Vec<RuntimePath> {
                 }
             }
         }
+    }
+    // fpmd's own `auto_prepend_file` (see `crate::process::sapi`): at a
+    // fixed path in a chroot, readable under Landlock.
+    if let Some(sapi) = crate::process::sapi::installed() {
+        out.push(RuntimePath {
+            path: PathBuf::from(crate::process::sapi::IN_CHROOT),
+            source: sapi.path.clone(),
+            kind: Kind::File,
+            device: false,
+        });
     }
     if !out
         .iter()

@@ -3,6 +3,8 @@
 //! reframed, and php-cgi's "No input file specified." END_REQUEST held
 //! back until fpmd has told the web server why, as php-fpm does.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::unix::OwnedReadHalf;
@@ -28,6 +30,44 @@ pub(super) struct Downstream<'a, W> {
     /// until fpmd has told the web server why (see `tell_no_input_file`).
     pub(super) held_end: Option<Vec<u8>>,
     pub(super) out: ToClient<'a, W>,
+    /// The script called `fastcgi_finish_request()` (see
+    /// [`crate::proxy::sapi`]): what is left to send of the response.
+    pub(super) finished: Option<AfterFinish>,
+    /// Set once the script called it, for the request's timers.
+    pub(super) finish_flag: &'a AtomicBool,
+    /// The web server asked to keep its connection (`FCGI_KEEP_CONN`).
+    pub(super) keep_conn: bool,
+}
+
+/// The response after `fastcgi_finish_request()`, as php-fpm ends it
+/// (`fcgi_end` and `fcgi_close` in `main/fastcgi.c`): the web server gets
+/// what was written before the call, the head if PHP had not sent it yet,
+/// then END_REQUEST; the rest of what the child writes goes nowhere (its
+/// STDERR messages still reach fpmd's log), and the exchange lasts until
+/// the child's own END_REQUEST.
+#[derive(Debug, Default)]
+pub(super) struct AfterFinish {
+    /// The head is still to come on STDOUT.
+    head_pending: bool,
+    /// Of the head's end (`\r\n\r\n` or `\n\n`): the last bytes seen.
+    tail: [u8; 3],
+    /// END_REQUEST was sent to the web server.
+    ended: bool,
+}
+
+impl AfterFinish {
+    /// How many bytes of `content` (STDOUT) still belong to the head; the
+    /// head ended within them when `Some`.
+    fn head_in(&mut self, content: &[u8]) -> (usize, bool) {
+        for (i, &b) in content.iter().enumerate() {
+            let t = self.tail;
+            if b == b'\n' && (t[2] == b'\n' || (t[2] == b'\r' && t[1] == b'\n')) {
+                return (i + 1, true);
+            }
+            self.tail = [t[1], t[2], b];
+        }
+        (content.len(), false)
+    }
 }
 
 impl<W: AsyncWrite + Unpin> Downstream<'_, W> {
@@ -60,24 +100,118 @@ impl<W: AsyncWrite + Unpin> Downstream<'_, W> {
     /// END_REQUEST when it answered "No input file specified." (held back).
     async fn forward(&mut self, scan: &Scan) {
         let id = self.id;
+        if self.finished.is_some() {
+            self.after_finish(0..scan.forwardable).await;
+            self.child_buf.advance(scan.forwardable);
+            return;
+        }
         let span = &self.child_buf[..scan.forwardable];
         if let Some(h) = self.head.as_deref_mut().filter(|h| !h.done()) {
             h.feed_records(span, id);
         }
+        let mut finish = None;
         let span = if scan.ended.is_some() && cgi::is_no_input_file(span, id) {
             let end = last_record_at(span);
             self.held_end = Some(span[end..].to_vec());
             &span[..end]
         } else if scan.stderr || self.messages.holding() {
             self.reframed.clear();
-            self.messages.rewrite(span, id, &mut self.reframed);
+            finish = self.messages.rewrite(span, id, &mut self.reframed);
             &self.reframed[..]
         } else {
             span
         };
-        let whole = scan.ended.is_some() && self.held_end.is_none();
+        let whole = scan.ended.is_some() && self.held_end.is_none() && finish.is_none();
         self.out.send(span, whole).await;
+        if let Some(f) = finish {
+            self.finish_flag.store(true, Ordering::Relaxed);
+            let mut after = AfterFinish {
+                head_pending: f.head_pending,
+                ..Default::default()
+            };
+            if !f.head_pending {
+                self.end_response(&mut after).await;
+            }
+            self.finished = Some(after);
+            self.after_finish(f.at..scan.forwardable).await;
+        }
         self.child_buf.advance(scan.forwardable);
+    }
+
+    /// Sends the web server END_REQUEST (complete, status 0, as php-fpm's
+    /// `fcgi_end`) after `fastcgi_finish_request()`.
+    async fn end_response(&mut self, after: &mut AfterFinish) {
+        let mut out = Vec::with_capacity(16);
+        fastcgi::encode_end_request(
+            &mut out,
+            self.id,
+            fastcgi::EndRequest {
+                app_status: 0,
+                protocol_status: fastcgi::ProtocolStatus::RequestComplete as u8,
+            },
+        );
+        self.out.send(&out, true).await;
+        if !self.keep_conn && !self.out.gone {
+            // As php-fpm's fcgi_close: the web server that did not ask to
+            // keep the connection sees it end (nginx waits for that).
+            let _ = self.out.writer.shutdown().await;
+        }
+        after.ended = true;
+    }
+
+    /// Handles the records in `range` of the buffer after the script
+    /// called `fastcgi_finish_request()` (see [`AfterFinish`]).
+    async fn after_finish(&mut self, range: std::ops::Range<usize>) {
+        let id = self.id;
+        let mut after = self.finished.take().unwrap_or_default();
+        let mut at = range.start;
+        let mut to_client = Vec::new();
+        let mut discard = std::mem::take(&mut self.reframed);
+        while at < range.end {
+            let Ok(Some(rec)) = fastcgi::decode_record(&self.child_buf[at..range.end]) else {
+                break;
+            };
+            let len = rec.header.record_len();
+            match rec.header.record_type() {
+                Some(RecordType::Stdout) if after.head_pending && !after.ended => {
+                    let (n, done) = after.head_in(rec.content);
+                    fastcgi::encode_stream(
+                        &mut to_client,
+                        RecordType::Stdout,
+                        id,
+                        &rec.content[..n],
+                    );
+                    if done {
+                        after.head_pending = false;
+                    }
+                }
+                Some(RecordType::Stderr) => {
+                    // Into fpmd's log only; the web server has its answer.
+                    discard.clear();
+                    let _ = self
+                        .messages
+                        .rewrite(&self.child_buf[at..at + len], id, &mut discard);
+                }
+                Some(RecordType::EndRequest) if !after.ended => {
+                    // The head never came whole: the answer ends with the
+                    // script, as it would without the call.
+                    to_client.extend_from_slice(&self.child_buf[at..at + len]);
+                    after.ended = true;
+                    self.out.send(&to_client, true).await;
+                    to_client.clear();
+                }
+                _ => {}
+            }
+            at += len;
+        }
+        self.reframed = discard;
+        if !to_client.is_empty() {
+            self.out.send(&to_client, false).await;
+        }
+        if !after.ended && !after.head_pending {
+            self.end_response(&mut after).await;
+        }
+        self.finished = Some(after);
     }
 }
 

@@ -23,6 +23,7 @@ mod upstream;
 use std::future::Future;
 use std::io::{self, IoSlice};
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
@@ -63,6 +64,11 @@ pub struct Report {
     /// ([`crate::fastcgi::cgi::NO_INPUT_FILE`]); fpmd told the web server
     /// why on STDERR, as php-fpm does.
     pub no_input_file: bool,
+    /// The script called `fastcgi_finish_request()`: the web server got
+    /// its whole answer then (see [`crate::proxy::sapi`]).
+    pub finished: bool,
+    /// The request's peak memory and CPU, as its `sapi.php` reported them.
+    pub usage: Option<crate::proxy::sapi::Usage>,
 }
 
 /// Writes every byte of `bufs` with `writev`.
@@ -101,6 +107,8 @@ pub struct Timers {
     /// `catch_workers_output`: keep PHP's STDERR messages for fpmd's log,
     /// as php-fpm's child also writes them to its stderr.
     pub php_messages: bool,
+    /// `request_terminate_timeout_track_finished`.
+    pub track_finished: bool,
 }
 
 /// Runs the exchange for `req`, whose head was written on `conn`.
@@ -160,6 +168,8 @@ where
     } = client;
     let mut messages = PhpMessages::default();
     messages.collect = timers.php_messages;
+    messages.sapi = req.sapi_token.map(crate::proxy::sapi::Lines::new);
+    let finish_flag = AtomicBool::new(false);
     let mut down = Downstream {
         id: ctx.id,
         child_r,
@@ -173,6 +183,9 @@ where
             sent: Sent::Nothing,
             gone: false,
         },
+        finished: None,
+        finish_flag: &finish_flag,
+        keep_conn: req.keep_conn,
     };
     let up = Upstream {
         id: ctx.id,
@@ -184,7 +197,9 @@ where
         req: &mut *req,
         extra: 0,
     };
-    let relayed = ctx.relay(up.pump(), down.pump(), &mut on).await;
+    let relayed = ctx
+        .relay(up.pump(), down.pump(), &finish_flag, &mut on)
+        .await;
     ctx.finish(down, req, relayed).await
 }
 
@@ -225,7 +240,13 @@ impl ExchangeCtx<'_> {
     /// first (its end is kept); the child's death shuts down fpmd's reading
     /// side; the slowlog timeout and (prefork) the pid probe, backing off
     /// from 1 to 200 ms, tell `on`.
-    async fn relay<U, D>(&self, up: U, down: D, on: &mut impl FnMut(Notice)) -> Relayed
+    async fn relay<U, D>(
+        &self,
+        up: U,
+        down: D,
+        finished: &AtomicBool,
+        on: &mut impl FnMut(Notice),
+    ) -> Relayed
     where
         U: Future<Output = UpEnd>,
         D: Future<Output = (ChildEnd, Option<String>)>,
@@ -242,7 +263,7 @@ impl ExchangeCtx<'_> {
         let slow_timer = crate::sys::timer::sleep_until_opt(slow_at);
         tokio::pin!(slow_timer);
         let mut slow_logged = false;
-        let term_at = self.timers.terminate.map(|d| now + d);
+        let mut term_at = self.timers.terminate.map(|d| now + d);
         let term_timer = crate::sys::timer::sleep_until_opt(term_at);
         tokio::pin!(term_timer);
         let died = async {
@@ -268,6 +289,12 @@ impl ExchangeCtx<'_> {
                     let _ = nix::sys::socket::shutdown(self.child_fd, nix::sys::socket::Shutdown::Read);
                 }
                 _ = &mut term_timer, if term_at.is_some() => {
+                    if finished.load(Ordering::Relaxed) && !self.timers.track_finished {
+                        // php-fpm checks a finished request only with
+                        // request_terminate_timeout_track_finished.
+                        term_at = None;
+                        continue;
+                    }
                     // After fpmd was stopped (SIGSTOP) the timer can fire
                     // before the runtime has seen the answer that arrived
                     // meanwhile: let it poll for I/O once more first.
@@ -314,7 +341,13 @@ impl ExchangeCtx<'_> {
             down.out.send(&out, true).await;
         }
         let php_messages = (down.messages.take_done(), down.messages.dropped);
-        let (client, body, client_error) = ends(relayed.up_end, down.out.gone, req);
+        let finished = down.finished.is_some();
+        let (mut client, body, client_error) = ends(relayed.up_end, down.out.gone, req);
+        if finished {
+            // After fastcgi_finish_request() the web server may go: its
+            // answer is whole, and the script goes on (php-fpm).
+            client = ClientEnd::Open;
+        }
         crate::pool::return_buffer(down.child_buf);
         let outcome = Outcome {
             client,
@@ -333,6 +366,8 @@ impl ExchangeCtx<'_> {
             php_messages,
             finish_request_missing: down.messages.finish_request_missing,
             no_input_file,
+            finished,
+            usage: down.messages.usage,
         }
     }
 }

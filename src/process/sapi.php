@@ -1,0 +1,131 @@
+<?php
+// fpmd's part of php-fpm's SAPI for stock php-cgi, run before each script
+// as auto_prepend_file (fpmd's src/proxy/sapi/mod.rs says how it is used).
+//
+// It talks to fpmd in-band: each message is one line on the request's
+// FastCGI STDERR stream, "\x1b[fpmd TOKEN VERB ARGS]", TOKEN being the
+// random hex string fpmd gave this request as its FPMD_SAPI parameter.
+// fpmd removes the lines that carry the request's token before anything
+// reaches the web server; any other line (a script printing these bytes
+// itself) goes through as the text it is.
+//
+// No variable is left in the global scope: the pool's own
+// auto_prepend_file, included at the end, runs as it would under php-fpm.
+
+namespace Fpmd {
+    final class Sapi
+    {
+        /** @var string|null this request's token, null without fpmd */
+        private static $token = null;
+        /** @var bool fastcgi_finish_request() was called */
+        private static $finished = false;
+        /** @var int[]|null CPU µs (user, system) when the request started */
+        private static $rusage = null;
+
+        /** The request starts: its token, CPU times and end report. */
+        public static function start(): bool
+        {
+            $token = \getenv('FPMD_SAPI');
+            if (!\is_string($token) || \strlen($token) !== 32) {
+                return false;
+            }
+            self::$token = $token;
+            self::$finished = false;
+            self::$rusage = self::cpu();
+            if (\function_exists('register_shutdown_function')) {
+                // Registered from the first shutdown function, the report
+                // runs after every other one the script registers.
+                \register_shutdown_function(static function (): void {
+                    \register_shutdown_function([Sapi::class, 'end']);
+                });
+            }
+            return true;
+        }
+
+        /**
+         * User and system CPU µs of this process and of the children it
+         * waited for (php-fpm's times(): tms_utime + tms_cutime, ...).
+         */
+        private static function cpu(): ?array
+        {
+            if (!\function_exists('getrusage')) {
+                return null;
+            }
+            $cpu = [0, 0];
+            foreach ([\getrusage(0), \getrusage(1)] as $r) {
+                $cpu[0] += $r['ru_utime.tv_sec'] * 1000000 + $r['ru_utime.tv_usec'];
+                $cpu[1] += $r['ru_stime.tv_sec'] * 1000000 + $r['ru_stime.tv_usec'];
+            }
+            return $cpu;
+        }
+
+        /** One line to fpmd on the request's STDERR stream. */
+        private static function tell(string $what): void
+        {
+            $logging = \ini_get('fastcgi.logging');
+            if ($logging !== '1') {
+                \ini_set('fastcgi.logging', '1');
+            }
+            \error_log("\x1b[fpmd " . self::$token . ' ' . $what . ']', 4);
+            if ($logging !== '1' && $logging !== false) {
+                \ini_set('fastcgi.logging', $logging);
+            }
+        }
+
+        /** php-fpm's fastcgi_finish_request() (sapi/fpm/fpm/fpm_main.c). */
+        public static function finish(): bool
+        {
+            if (self::$token === null || self::$finished) {
+                return false;
+            }
+            self::$finished = true;
+            // php_output_end_all(): every output buffer flushed and ended.
+            while (\ob_get_level() > 0) {
+                if (!@\ob_end_flush()) {
+                    break;
+                }
+            }
+            if (\headers_sent()) {
+                self::tell('finish');
+            } else {
+                // php_header(): PHP sends the head with the first byte of
+                // the body; fpmd forwards the head and drops that byte.
+                self::tell('finish-head');
+                echo ' ';
+            }
+            \flush();
+            return true;
+        }
+
+        /** The last shutdown function: the request's peak memory and CPU. */
+        public static function end(): void
+        {
+            if (self::$token === null) {
+                return;
+            }
+            $memory = \memory_get_peak_usage(true);
+            $cpu = '- -';
+            $c0 = self::$rusage;
+            $c1 = self::cpu();
+            if ($c0 !== null && $c1 !== null) {
+                $cpu = ($c1[0] - $c0[0]) . ' ' . ($c1[1] - $c0[1]);
+            }
+            self::tell("end $memory $cpu");
+            self::$token = null;
+        }
+    }
+}
+
+namespace {
+    if (!\function_exists('fastcgi_finish_request')) {
+        /** php-fpm's: the response ends now, the script goes on. */
+        function fastcgi_finish_request(): bool
+        {
+            return \Fpmd\Sapi::finish();
+        }
+    }
+    \Fpmd\Sapi::start();
+    if ((string) \get_cfg_var('fpmd.auto_prepend_file') !== '') {
+        require \get_cfg_var('fpmd.auto_prepend_file');
+    }
+}

@@ -1,0 +1,198 @@
+//! The part of php-fpm's SAPI that fpmd gives stock php-cgi: the PHP file
+//! every request of a pool runs first (`sapi.php`, as `auto_prepend_file`),
+//! where it is installed, and the ini arguments that make php-cgi run it.
+//!
+//! php-cgi has no `fastcgi_finish_request()` and keeps no per-request
+//! figures; php-fpm's SAPI has both (`sapi/fpm/fpm/fpm_main.c`,
+//! `fpm_request.c`). `sapi.php` defines the function and reports, as one
+//! line each on the request's FastCGI STDERR stream, the call and the
+//! request's peak memory and CPU times at its end; the proxy
+//! (`crate::proxy::sapi`) removes those lines and acts on them. The pool's
+//! own `auto_prepend_file` (php.ini, the scan directory, `php_value`) is
+//! passed as `fpmd.auto_prepend_file` and included at the end of
+//! `sapi.php`, so it still runs, in the global scope, before the script.
+//!
+//! Must not touch: the FastCGI stream (the proxy reads the lines).
+
+use std::hash::{Hash, Hasher};
+use std::io::{self, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use crate::config::PoolConfig;
+
+/// The PHP file, as compiled into fpmd.
+pub const SAPI_PHP: &str = include_str!("sapi.php");
+
+/// The FastCGI parameter that carries a request's token to `sapi.php`
+/// (32 lowercase hex digits, random per request); fpmd replaces any pair
+/// of that name a web server sends.
+pub const TOKEN_PARAM: &[u8] = b"FPMD_SAPI";
+
+/// The ini name `sapi.php` reads the pool's own `auto_prepend_file` from
+/// (`get_cfg_var`: a name php-cgi does not know stays in its configuration
+/// table).
+pub const ORIGINAL_PREPEND: &str = "fpmd.auto_prepend_file";
+
+/// Where a chrooted child finds the file (mounted read-only there with
+/// PHP's runtime, `crate::process::sandbox::plan::host_runtime`).
+pub const IN_CHROOT: &str = "/etc/fpmd/sapi.php";
+
+/// Where [`install`] put the file, and whether every user can read it.
+static INSTALLED: OnceLock<Installed> = OnceLock::new();
+
+/// The installed file.
+#[derive(Debug, Clone)]
+pub struct Installed {
+    /// Absolute path of `sapi.php`.
+    pub path: PathBuf,
+    /// Every directory above it can be searched by any user and the file
+    /// read by any user: children of any pool user reach it. When false,
+    /// only pools that run as fpmd's own user get it.
+    pub for_everyone: bool,
+}
+
+/// Writes `sapi.php` into `dir` as `fpmd-sapi-HASH.php` (mode 0644; the
+/// name changes with the content) and remembers where, for [`ini_args`].
+/// Called once at start; a second call returns the first result.
+///
+/// Errors: `dir` cannot be created or written; the pools then run without
+/// it (the caller logs why).
+pub fn install(dir: &Path) -> io::Result<&'static Installed> {
+    if let Some(i) = INSTALLED.get() {
+        return Ok(i);
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    SAPI_PHP.hash(&mut h);
+    let path = dir.join(format!("fpmd-sapi-{:016x}.php", h.finish()));
+    let current = std::fs::read(&path).is_ok_and(|b| b == SAPI_PHP.as_bytes());
+    if !current {
+        std::fs::create_dir_all(dir)?;
+        let tmp = dir.join(format!(".fpmd-sapi-{}.tmp", std::process::id()));
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o644)
+            .open(&tmp)?;
+        f.write_all(SAPI_PHP.as_bytes())?;
+        f.set_permissions(std::fs::Permissions::from_mode(0o644))?;
+        drop(f);
+        std::fs::rename(&tmp, &path)?;
+    }
+    let for_everyone = searchable_by_all(dir);
+    Ok(INSTALLED.get_or_init(|| Installed { path, for_everyone }))
+}
+
+/// Where `sapi.php` was installed, if it was.
+pub fn installed() -> Option<&'static Installed> {
+    INSTALLED.get()
+}
+
+/// Every directory from `/` down to `dir` has the search bit for others.
+fn searchable_by_all(dir: &Path) -> bool {
+    let Ok(dir) = dir.canonicalize() else {
+        return false;
+    };
+    dir.ancestors()
+        .all(|d| std::fs::metadata(d).is_ok_and(|m| m.permissions().mode() & 0o001 != 0))
+}
+
+/// The php-cgi arguments that make `config`'s children run `sapi.php`:
+/// `-d fpmd.auto_prepend_file=ORIGINAL -d auto_prepend_file=SAPI`, after
+/// [`PoolConfig::ini_args`] (a later `-d` of a name wins). ORIGINAL is the
+/// pool's `php_admin_value`/`php_value` `auto_prepend_file`, else
+/// `${auto_prepend_file}`, which PHP's ini parser expands to php.ini's
+/// (and the scan directory's) value. None when the pool turned it off
+/// (`fpm_sapi = false`), when it was not installed, or when the pool's
+/// user cannot reach it.
+pub fn ini_args(config: &PoolConfig) -> Option<[String; 4]> {
+    if !config.fpm_sapi {
+        return None;
+    }
+    let installed = installed()?;
+    if !installed.for_everyone && config.user.uid != nix::unistd::geteuid().as_raw() {
+        return None;
+    }
+    let original = config
+        .php_admin_values
+        .get("auto_prepend_file")
+        .or_else(|| config.php_values.get("auto_prepend_file"))
+        .cloned()
+        .unwrap_or_else(|| {
+            if config.no_php_ini {
+                String::new()
+            } else {
+                "${auto_prepend_file}".to_string()
+            }
+        });
+    Some([
+        "-d".to_string(),
+        format!("{ORIGINAL_PREPEND}={original}"),
+        "-d".to_string(),
+        format!(
+            "auto_prepend_file={}",
+            match config.isolation.chroot {
+                Some(_) => std::path::Path::new(IN_CHROOT),
+                None => installed.path.as_path(),
+            }
+            .display()
+        ),
+    ])
+}
+
+/// A request's figures, as php-fpm's scoreboard keeps them
+/// (`fpm_request_end` in `sapi/fpm/fpm/fpm_request.c`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Usage {
+    /// `memory_get_peak_usage(true)` at the end of the request, in bytes.
+    pub memory: u64,
+    /// User and system CPU time of the child (and of the children it
+    /// waited for) during the request, `getrusage`; None when php-cgi has
+    /// no `getrusage()` (disabled).
+    pub cpu: Option<(Duration, Duration)>,
+}
+
+impl Usage {
+    /// CPU time as a percentage of `duration` (php-fpm's `%C` and `last
+    /// request cpu`: user + system over the request's duration); `part`
+    /// picks user (`Some(true)`), system (`Some(false)`) or both.
+    pub fn cpu_percent(&self, duration: Duration, part: Option<bool>) -> Option<f64> {
+        let (user, system) = self.cpu?;
+        let used = match part {
+            None => user + system,
+            Some(true) => user,
+            Some(false) => system,
+        };
+        let secs = duration.as_secs_f64();
+        Some(if secs > 0.0 {
+            used.as_secs_f64() / secs * 100.0
+        } else {
+            0.0
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn install_writes_the_file_once_readable_by_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let i = install(dir.path()).unwrap();
+        // The first install of the process wins (a global); whichever
+        // directory it was, the file is there, 0644, with the content.
+        let meta = std::fs::metadata(&i.path).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o644);
+        assert_eq!(std::fs::read_to_string(&i.path).unwrap(), SAPI_PHP);
+        assert!(i
+            .path
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("fpmd-sapi-"));
+    }
+}

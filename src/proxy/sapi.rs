@@ -1,0 +1,274 @@
+//! The proxy's side of fpmd's SAPI lines (`crate::process::sapi`): a
+//! random token per request, and the filter that takes the lines carrying
+//! it out of the child's STDERR stream before anything reaches the web
+//! server.
+//!
+//! A line is `ESC [fpmd TOKEN VERB ARGS] LF`, written by `sapi.php` with
+//! `error_log(…, 4)`, which php-cgi sends as one STDERR write
+//! (`sapi_cgi_log_message`); php-cgi's output buffer may pack it with
+//! other messages into one record or split it across two, so the filter
+//! works on lines, across records. A line with another token, or that is
+//! not well formed, is text and goes through as it is: a script printing
+//! these bytes itself (it can only know its own request's token) changes
+//! nothing for any other request.
+//!
+//! Must not touch: the records (the caller reframes what the filter lets
+//! through).
+
+use std::time::Duration;
+
+pub use crate::process::sapi::Usage;
+
+/// A request's token: 32 lowercase hex digits (128 random bits).
+pub type Token = [u8; 32];
+
+/// The start of every line, up to the token.
+const START: &[u8] = b"\x1b[fpmd ";
+/// The longest line taken as one of fpmd's (its newline excluded); a
+/// longer one is text.
+const LINE_MAX: usize = 160;
+
+/// A new token from the kernel's random source (`getrandom`, which does
+/// not block once the pool is initialised). None if it failed: the
+/// request then runs without one (`sapi.php` then stays silent).
+pub fn new_token() -> Option<Token> {
+    let mut raw = [0u8; 16];
+    let n = unsafe {
+        // SAFETY: `raw` is a valid, writable buffer of `raw.len()` bytes.
+        libc::getrandom(raw.as_mut_ptr().cast(), raw.len(), 0)
+    };
+    if n != raw.len() as isize {
+        return None;
+    }
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut t = [0u8; 32];
+    for (i, b) in raw.iter().enumerate() {
+        t[2 * i] = HEX[(b >> 4) as usize];
+        t[2 * i + 1] = HEX[(b & 15) as usize];
+    }
+    Some(t)
+}
+
+/// What a request's `sapi.php` told fpmd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// `fastcgi_finish_request()`: the response ends now. `head_pending`:
+    /// PHP had not sent its head yet; it follows on STDOUT with one byte
+    /// of body that is not the script's (`sapi.php` printed it to make PHP
+    /// send the head).
+    Finish { head_pending: bool },
+    /// The request ended: its peak memory and CPU.
+    End(Usage),
+}
+
+/// The filter of one request's STDERR stream.
+#[derive(Debug)]
+pub struct Lines {
+    token: Token,
+    /// The stream is at the start of a line.
+    at_start: bool,
+    /// The start of a line that may be one of fpmd's, held back.
+    held: Vec<u8>,
+}
+
+impl Lines {
+    /// The filter for the request whose token is `token`.
+    pub fn new(token: Token) -> Lines {
+        Lines {
+            token,
+            at_start: true,
+            held: Vec::new(),
+        }
+    }
+
+    /// Copies `content` (STDERR bytes, in order) into `out` without the
+    /// lines that carry the token, each of which becomes an event for
+    /// `on`. The start of a line that may be one is held until the line
+    /// is decided.
+    pub fn filter(&mut self, mut content: &[u8], out: &mut Vec<u8>, on: &mut impl FnMut(Event)) {
+        while !content.is_empty() {
+            if self.held.is_empty() && !self.at_start {
+                // Inside a text line: up to its end, as it is.
+                match memchr(b'\n', content) {
+                    Some(nl) => {
+                        out.extend_from_slice(&content[..=nl]);
+                        content = &content[nl + 1..];
+                        self.at_start = true;
+                    }
+                    None => {
+                        out.extend_from_slice(content);
+                        return;
+                    }
+                }
+                continue;
+            }
+            // At a line start, or holding one back.
+            let nl = memchr(b'\n', content);
+            let upto = nl.unwrap_or(content.len());
+            self.held.extend_from_slice(&content[..upto]);
+            self.at_start = false;
+            let could_be = self.held.len() <= LINE_MAX
+                && (START.starts_with(&self.held[..self.held.len().min(START.len())]));
+            match nl {
+                Some(nl) => {
+                    content = &content[nl + 1..];
+                    self.at_start = true;
+                    match self.parse() {
+                        Some(ev) => on(ev),
+                        None => {
+                            out.extend_from_slice(&self.held);
+                            out.push(b'\n');
+                        }
+                    }
+                    self.held.clear();
+                }
+                None => {
+                    content = &[];
+                    if !could_be {
+                        out.extend_from_slice(&self.held);
+                        self.held.clear();
+                    }
+                }
+            }
+        }
+    }
+
+    /// The stream ended: what is held back is text, for `out`.
+    pub fn end(&mut self, out: &mut Vec<u8>) {
+        out.append(&mut self.held);
+        self.at_start = true;
+    }
+
+    /// Bytes are held back (the next STDERR bytes or the stream's end
+    /// decide them).
+    pub fn holding(&self) -> bool {
+        !self.held.is_empty()
+    }
+
+    /// The held line as one of fpmd's, if it is one with this token.
+    fn parse(&self) -> Option<Event> {
+        let line = self.held.strip_prefix(START)?;
+        let rest = line.strip_prefix(&self.token[..])?;
+        let rest = rest.strip_prefix(b" ")?.strip_suffix(b"]")?;
+        let text = std::str::from_utf8(rest).ok()?;
+        let mut words = text.split(' ');
+        match words.next()? {
+            "finish" => Some(Event::Finish {
+                head_pending: false,
+            }),
+            "finish-head" => Some(Event::Finish { head_pending: true }),
+            "end" => {
+                let memory = words.next()?.parse().ok()?;
+                let user = words.next()?;
+                let system = words.next()?;
+                let cpu = match (user.parse::<u64>(), system.parse::<u64>()) {
+                    (Ok(u), Ok(s)) => Some((Duration::from_micros(u), Duration::from_micros(s))),
+                    _ => None,
+                };
+                Some(Event::End(Usage { memory, cpu }))
+            }
+            _ => None,
+        }
+    }
+}
+
+fn memchr(b: u8, s: &[u8]) -> Option<usize> {
+    s.iter().position(|&c| c == b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: &Token = b"0123456789abcdef0123456789abcdef";
+
+    fn run(pieces: &[&[u8]]) -> (Vec<u8>, Vec<Event>) {
+        let mut l = Lines::new(*T);
+        let mut out = Vec::new();
+        let mut evs = Vec::new();
+        for p in pieces {
+            l.filter(p, &mut out, &mut |e| evs.push(e));
+        }
+        l.end(&mut out);
+        (out, evs)
+    }
+
+    fn line(verb: &str) -> Vec<u8> {
+        let mut v = START.to_vec();
+        v.extend_from_slice(T);
+        v.extend_from_slice(format!(" {verb}]\n").as_bytes());
+        v
+    }
+
+    #[test]
+    fn lines_with_the_token_become_events_and_leave_the_stream() {
+        let mut s = b"PHP Warning:  a\n".to_vec();
+        s.extend(line("finish"));
+        s.extend_from_slice(b"late\n");
+        s.extend(line("end 2097152 1500 250"));
+        let (out, evs) = run(&[&s]);
+        assert_eq!(out, b"PHP Warning:  a\nlate\n");
+        assert_eq!(
+            evs,
+            vec![
+                Event::Finish {
+                    head_pending: false
+                },
+                Event::End(Usage {
+                    memory: 2097152,
+                    cpu: Some((Duration::from_micros(1500), Duration::from_micros(250)))
+                })
+            ]
+        );
+    }
+
+    #[test]
+    fn the_same_whatever_the_record_boundaries() {
+        let mut s = b"x\n".to_vec();
+        s.extend(line("finish-head"));
+        s.extend_from_slice(b"tail without newline");
+        let whole = run(&[&s]);
+        for cut in 0..s.len() {
+            for cut2 in cut..s.len() {
+                let got = run(&[&s[..cut], &s[cut..cut2], &s[cut2..]]);
+                assert_eq!(got, whole, "cut at {cut} and {cut2}");
+            }
+        }
+        assert_eq!(whole.1, vec![Event::Finish { head_pending: true }]);
+        assert_eq!(whole.0, b"x\ntail without newline");
+    }
+
+    #[test]
+    fn another_token_or_a_bad_line_is_text() {
+        let forged = b"\x1b[fpmd ffffffffffffffffffffffffffffffff finish]\n";
+        let bad = [START, &T[..], b" finish"].concat();
+        let mut s = forged.to_vec();
+        s.extend_from_slice(&bad);
+        s.push(b'\n');
+        s.extend_from_slice(&[START, &T[..], b" end x y z]\n"].concat());
+        let (out, evs) = run(&[&s]);
+        assert!(evs.is_empty());
+        assert_eq!(out, s);
+    }
+
+    #[test]
+    fn a_long_line_is_not_held() {
+        let mut l = Lines::new(*T);
+        let mut out = Vec::new();
+        let mut s = START.to_vec();
+        s.extend(std::iter::repeat_n(b'a', 300));
+        l.filter(&s, &mut out, &mut |_| panic!("no event"));
+        assert!(!l.holding());
+        assert_eq!(out, s);
+    }
+
+    #[test]
+    fn tokens_are_hex_and_differ() {
+        let a = new_token().unwrap();
+        let b = new_token().unwrap();
+        assert_ne!(a, b);
+        assert!(a
+            .iter()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+    }
+}

@@ -184,9 +184,16 @@ fn php_messages_reach_nginx_framed_as_php_fpm_frames_them() {
     assert_eq!(texts.0, texts.1, "the STDERR text differs from php-fpm's");
 }
 
+/// With `fpm_sapi = false` (php-cgi as it is) an unguarded call is a
+/// fatal error, and fpmd says why once per pool; by default the function
+/// is there (see `sapi.rs`).
 #[test]
 fn unguarded_fastcgi_finish_request_fails_and_fpmd_says_why_once() {
     let s = Stack::start(pool());
+    let r = get(&s.url("/finish_request.php"));
+    assert_eq!((r.status, r.text().as_str()), (200, "early\n"));
+    drop(s);
+    let s = Stack::start(pool().line("fpm_sapi = false"));
     for _ in 0..2 {
         let r = get(&s.url("/finish_request.php"));
         assert_eq!(r.status, 500, "{}", r.text());

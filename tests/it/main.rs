@@ -27,6 +27,7 @@ mod php_fpm_log;
 mod pm_modes;
 mod pool_settings;
 mod reload;
+mod sapi;
 mod script_checks;
 mod signals;
 mod socket_activation;

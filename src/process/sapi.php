@@ -19,6 +19,8 @@ namespace Fpmd {
         private static $token = null;
         /** @var bool fastcgi_finish_request() was called */
         private static $finished = false;
+        /** @var int bytes the script printed after fastcgi_finish_request() */
+        private static $after = 0;
         /** @var int[]|null CPU µs (user, system) when the request started */
         private static $rusage = null;
 
@@ -31,6 +33,7 @@ namespace Fpmd {
             }
             self::$token = $token;
             self::$finished = false;
+            self::$after = 0;
             self::$rusage = self::cpu();
             if (\function_exists('register_shutdown_function')) {
                 // Registered from the first shutdown function, the report
@@ -94,6 +97,18 @@ namespace Fpmd {
                 echo ' ';
             }
             \flush();
+            // What the script prints now goes nowhere. php-fpm's child
+            // buffers it (8 KiB, fcgi_write) and, when that overflows,
+            // finds the connection closed: without ignore_user_abort()
+            // the script stops there, its shutdown functions run
+            // (php_handle_aborted_connection).
+            \ob_start(static function (string $buffer): string {
+                self::$after += \strlen($buffer);
+                if (self::$after > 8184 && !\ignore_user_abort()) {
+                    exit;
+                }
+                return '';
+            }, 1);
             return true;
         }
 

@@ -3,6 +3,7 @@
 //! each request's peak memory and CPU, compared with php-fpm 8.2 behind
 //! the same nginx.
 
+use crate::harness::http::{agent_with_timeout, try_get_with};
 use crate::harness::*;
 use std::time::{Duration, Instant};
 
@@ -254,4 +255,174 @@ fn memory_and_cpu_of_a_request_as_php_fpm_logs_them() {
         (last_cpu - their_cpu).abs() <= 0.25 * their_cpu,
         "last request cpu: fpmd {last_cpu}, php-fpm's %C {their_cpu}"
     );
+}
+
+/// What one case of `finish_cases.php` did: the client's answer (None
+/// when the client gave up first) and the steps the script noted (None
+/// when its shutdown functions never ran: it was killed).
+#[derive(Debug, PartialEq)]
+struct Case {
+    answer: Option<Got>,
+    steps: Option<String>,
+}
+
+/// Runs `case` behind `nginx`; `give_up`: the client gives up after that.
+fn one_case(t: &TestDir, nginx: &Nginx, case: &str, give_up: Option<Duration>) -> Case {
+    let mark = format!("case-{case}");
+    let path = t.docroot().join("run").join(&mark);
+    let _ = std::fs::remove_file(&path);
+    let url = nginx.url(&format!("/finish_cases.php?case={case}&mark={mark}"));
+    let answer = match give_up {
+        None => Some(fetch(&url).0),
+        Some(d) => {
+            let _ = try_get_with(&agent_with_timeout(d), &url);
+            None
+        }
+    };
+    // The longest case works 3 s after its answer.
+    let deadline = Instant::now() + Duration::from_millis(4500);
+    while !path.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    Case {
+        answer,
+        steps: std::fs::read_to_string(&path).ok(),
+    }
+}
+
+/// The cases of Must show 2 on one backend, in order.
+const CASES: &[(&str, Option<u64>)] = &[
+    ("nested", None),
+    ("big", None),
+    ("twice", None),
+    ("fatal", None),
+    ("exit", None),
+    ("abort", None),
+    ("ignore", None),
+    ("sleep_then_finish", Some(200)),
+    ("work", None),
+];
+
+fn cases(t: &TestDir, nginx: &Nginx) -> Vec<Case> {
+    CASES
+        .iter()
+        .map(|(c, g)| one_case(t, nginx, c, g.map(Duration::from_millis)))
+        .collect()
+}
+
+/// Must show 2: nested output buffers, a 2 MiB body before the call, the
+/// call twice, a fatal error and `exit` after it, output after it with
+/// and without `ignore_user_abort()`, the client gone before it, and
+/// `request_terminate_timeout` expiring after it with
+/// `request_terminate_timeout_track_finished` off and on: the client's
+/// answer and what the script did, as under php-fpm 8.2. One difference
+/// is allowed: `connection_status()` after output overflowed php-fpm's
+/// buffer (php-fpm says 1, aborted; fpmd's script cannot be told).
+#[test]
+fn finish_request_cases_behave_as_under_php_fpm() {
+    for track in [false, true] {
+        let t = TestDir::new();
+        let fpm = PhpFpm::start_with(
+            &t,
+            PhpFpmOpts::default()
+                .max_children(1)
+                .line("request_terminate_timeout = 1s")
+                .line(format!(
+                    "request_terminate_timeout_track_finished = {}",
+                    if track { "yes" } else { "no" }
+                )),
+        );
+        let nginx = Nginx::start(&t, NginxOpts::default().upstream(fpm.upstream()));
+        let theirs = cases(&t, &nginx);
+        drop(nginx);
+        drop(fpm);
+        let t = TestDir::new();
+        let f = Fpmd::start(
+            &t,
+            FpmdConfig::new().pool(
+                Pool::www()
+                    .max_children(1)
+                    .line(r#"request_terminate_timeout = "1s""#)
+                    .line(format!(
+                        "request_terminate_timeout_track_finished = {track}"
+                    )),
+            ),
+        );
+        let nginx = Nginx::start(&t, NginxOpts::default().upstream(f.upstream(0)));
+        let ours = cases(&t, &nginx);
+        for (((name, _), mut o), mut th) in CASES.iter().zip(ours).zip(theirs) {
+            if matches!(*name, "abort" | "ignore") {
+                for c in [&mut o, &mut th] {
+                    c.steps = c
+                        .steps
+                        .as_ref()
+                        .map(|s| s.replace("shutdown status=1", "shutdown status=0"));
+                }
+            }
+            eprintln!("track_finished={track} {name}: {:?}", o.steps);
+            assert_eq!(
+                o, th,
+                "track_finished={track}, case {name}: fpmd, then php-fpm"
+            );
+        }
+    }
+}
+
+/// Must show 6: a client that sends a PARAMS pair named like the token
+/// and a script that prints or logs the side channel's lines with it:
+/// fpmd replaces the pair with its own token, the lines are text (on
+/// STDOUT as printed, on STDERR as PHP messages), the answer is whole
+/// (nothing ended it early), no other request is touched, and the access
+/// log keeps figures only fpmd's own line gave.
+#[test]
+fn forged_side_channel_lines_are_text_and_end_nothing() {
+    let t = TestDir::new();
+    let port = free_port();
+    let mut f = Fpmd::start(
+        &t,
+        FpmdConfig::new().pool(Pool::www().tcp(format!("127.0.0.1:{port}")).max_children(2)),
+    );
+    let addr = f.addr(0).tcp();
+    let token = "0123456789abcdef0123456789abcdef";
+    let mut params = fcgi::params_for(
+        &t.docroot(),
+        "sapi_forge.php",
+        &format!("t={token}"),
+        "GET",
+        0,
+    );
+    params.push(("FPMD_SAPI".into(), token.into()));
+    // Another request runs meanwhile on the other child.
+    let other = {
+        let docroot = t.docroot();
+        std::thread::spawn(move || fcgi::get_script(addr, &docroot, "usleep.php", "ms=200&kb=1"))
+    };
+    let t0 = Instant::now();
+    let (recs, _) = fcgi::exchange(addr, &fcgi::request(1, 0, &params, b""), 1, LONG);
+    let took = t0.elapsed();
+    let (status, _, body) = fcgi::cgi_response(&fcgi::stdout_of(&recs, 1));
+    let body = String::from_utf8_lossy(&body).into_owned();
+    let stderr = String::from_utf8_lossy(&fcgi::stderr_of(&recs, 1)).into_owned();
+    assert_eq!(status, 200, "{body}");
+    assert!(took >= Duration::from_millis(300), "ended early: {took:?}");
+    assert!(
+        body.contains(&format!("\x1b[fpmd {token} finish]\n")),
+        "{body:?}"
+    );
+    assert!(body.ends_with("tail\nmine=32\n"), "{body:?}");
+    // fpmd's own token is not the one the client sent.
+    assert!(!body.starts_with(&format!("\x1b[fpmd {token}")), "{body:?}");
+    assert!(
+        stderr.contains(&format!("\x1b[fpmd {token} finish]")),
+        "{stderr:?}"
+    );
+    assert!(
+        stderr.contains(&format!("\x1b[fpmd {token} end 1 2 3]")),
+        "{stderr:?}"
+    );
+    let (status, other_body) = other.join().unwrap();
+    assert_eq!(status, 200);
+    assert!(other_body.ends_with("end\n"), "{other_body}");
+    f.assert_running();
 }

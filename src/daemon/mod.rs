@@ -82,6 +82,8 @@ struct Daemon {
     /// when the daemon ends; `None` when it could not be made.
     #[allow(dead_code)]
     sapi_dir: Option<tempfile::TempDir>,
+    /// Each pool's socket for `fpm_get_status()`, beside `sapi.php`.
+    status_sockets: crate::observe::sapi_status::StatusSockets,
     sd: Notifier,
     log: LogWriter,
     pid_file: Option<PathBuf>,
@@ -208,10 +210,13 @@ impl Daemon {
         }
     }
 
-    /// Tells the metrics endpoint which pools there are now.
-    fn publish_pools(&self) {
+    /// Tells the metrics endpoint and the status sockets of
+    /// `fpm_get_status()` which pools there are now.
+    fn publish_pools(&mut self) {
         self.pools_view
             .send_replace(self.pools.values().map(|h| h.pool.clone()).collect());
+        self.status_sockets
+            .set_pools(self.pools.values().map(|h| h.pool.clone()));
     }
 
     /// Tells the board which pools serve now.

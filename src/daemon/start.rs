@@ -242,6 +242,7 @@ pub(super) async fn start(
         spawner,
         runtime_dir,
         sapi_dir,
+        status_sockets: Default::default(),
         sd: Notifier::from_env(),
         log,
         pid_file,

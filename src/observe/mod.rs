@@ -10,6 +10,7 @@ pub mod access_log;
 pub mod board;
 pub mod metrics;
 pub mod reopen;
+pub mod sapi_status;
 pub mod slowlog;
 pub mod status;
 pub mod top;

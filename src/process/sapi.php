@@ -112,6 +112,72 @@ namespace Fpmd {
             return true;
         }
 
+        /**
+         * php-fpm's fpm_get_status() (fpm_status_export_to_zval in
+         * sapi/fpm/fpm/fpm_status.c): the pool's status, read from the
+         * pool's status socket, with php-fpm's keys and types; false when
+         * it cannot be read.
+         */
+        public static function status()
+        {
+            $path = (string) \get_cfg_var('fpmd.status_socket');
+            if ($path === '' || !\function_exists('stream_socket_client')) {
+                return false;
+            }
+            $s = @\stream_socket_client('unix://' . $path, $errno, $errstr, 5.0);
+            if ($s === false) {
+                return false;
+            }
+            $json = \stream_get_contents($s);
+            \fclose($s);
+            $v = \is_string($json) ? \json_decode($json, true) : null;
+            if (!\is_array($v) || !isset($v['processes']) || !\is_array($v['processes'])) {
+                return false;
+            }
+            $status = [
+                'pool' => (string) $v['pool'],
+                'process-manager' => (string) $v['process manager'],
+                'start-time' => (int) $v['start time'],
+                'start-since' => (int) $v['start since'],
+                'accepted-conn' => (int) $v['accepted conn'],
+                'listen-queue' => (int) $v['listen queue'],
+                'max-listen-queue' => (int) $v['max listen queue'],
+                'listen-queue-len' => (int) $v['listen queue len'],
+                'idle-processes' => (int) $v['idle processes'],
+                'active-processes' => (int) $v['active processes'],
+                'total-processes' => (int) $v['total processes'],
+                'max-active-processes' => (int) $v['max active processes'],
+                'max-children-reached' => (int) $v['max children reached'],
+                'slow-requests' => (int) $v['slow requests'],
+                'procs' => [],
+            ];
+            foreach ($v['processes'] as $p) {
+                $uri = (string) $p['request uri'];
+                $query = '';
+                if (($q = \strpos($uri, '?')) !== false) {
+                    $query = (string) \substr($uri, $q + 1);
+                    $uri = (string) \substr($uri, 0, $q);
+                }
+                $status['procs'][] = [
+                    'pid' => (int) $p['pid'],
+                    'state' => (string) $p['state'],
+                    'start-time' => (int) $p['start time'],
+                    'start-since' => (int) $p['start since'],
+                    'requests' => (int) $p['requests'],
+                    'request-duration' => (int) $p['request duration'],
+                    'request-method' => (string) $p['request method'],
+                    'request-uri' => $uri,
+                    'query-string' => $query,
+                    'request-length' => (int) $p['content length'],
+                    'user' => (string) $p['user'],
+                    'script' => (string) $p['script'],
+                    'last-request-cpu' => (float) $p['last request cpu'],
+                    'last-request-memory' => (int) $p['last request memory'],
+                ];
+            }
+            return $status;
+        }
+
         /** The last shutdown function: the request's peak memory and CPU. */
         public static function end(): void
         {
@@ -132,6 +198,13 @@ namespace Fpmd {
 }
 
 namespace {
+    if (!\function_exists('fpm_get_status')) {
+        /** php-fpm's: the status of the script's pool, as an array. */
+        function fpm_get_status(): array|false
+        {
+            return \Fpmd\Sapi::status();
+        }
+    }
     if (!\function_exists('fastcgi_finish_request')) {
         /** php-fpm's: the response ends now, the script goes on. */
         function fastcgi_finish_request(): bool

@@ -40,6 +40,22 @@ pub const ORIGINAL_PREPEND: &str = "fpmd.auto_prepend_file";
 /// PHP's runtime, `crate::process::sandbox::plan::host_runtime`).
 pub const IN_CHROOT: &str = "/etc/fpmd/sapi.php";
 
+/// Where a chrooted child finds its pool's status socket.
+pub const STATUS_IN_CHROOT: &str = "/etc/fpmd/status.sock";
+
+/// The ini name `sapi.php`'s `fpm_get_status()` reads the pool's status
+/// socket from.
+pub const STATUS_SOCKET: &str = "fpmd.status_socket";
+
+/// The status socket of pool `pool` in the directory `dir` of
+/// `sapi.php` (`status-HASH.sock`: short, whatever the pool's name; a unix
+/// socket path holds at most 107 bytes).
+pub fn status_socket(dir: &Path, pool: &str) -> PathBuf {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    pool.hash(&mut h);
+    dir.join(format!("status-{:016x}.sock", h.finish()))
+}
+
 /// Where [`install`] put the file, and whether every user can read it.
 static INSTALLED: OnceLock<Installed> = OnceLock::new();
 
@@ -101,14 +117,15 @@ fn searchable_by_all(dir: &Path) -> bool {
 }
 
 /// The php-cgi arguments that make `config`'s children run `sapi.php`:
-/// `-d fpmd.auto_prepend_file=ORIGINAL -d auto_prepend_file=SAPI`, after
+/// `-d fpmd.status_socket=SOCKET -d fpmd.auto_prepend_file=ORIGINAL -d
+/// auto_prepend_file=SAPI` (SOCKET: [`status_socket`]), after
 /// [`PoolConfig::ini_args`] (a later `-d` of a name wins). ORIGINAL is the
 /// pool's `php_admin_value`/`php_value` `auto_prepend_file`, else
 /// `${auto_prepend_file}`, which PHP's ini parser expands to php.ini's
 /// (and the scan directory's) value. None when the pool turned it off
 /// (`fpm_sapi = false`), when it was not installed, or when the pool's
 /// user cannot reach it.
-pub fn ini_args(config: &PoolConfig) -> Option<[String; 4]> {
+pub fn ini_args(config: &PoolConfig) -> Option<[String; 6]> {
     if !config.fpm_sapi {
         return None;
     }
@@ -128,15 +145,25 @@ pub fn ini_args(config: &PoolConfig) -> Option<[String; 4]> {
                 "${auto_prepend_file}".to_string()
             }
         });
+    let chrooted = config.isolation.chroot.is_some();
+    let status = match chrooted {
+        true => PathBuf::from(STATUS_IN_CHROOT),
+        false => status_socket(
+            installed.path.parent().unwrap_or(Path::new("/")),
+            &config.name,
+        ),
+    };
     Some([
+        "-d".to_string(),
+        format!("{STATUS_SOCKET}={}", status.display()),
         "-d".to_string(),
         format!("{ORIGINAL_PREPEND}={original}"),
         "-d".to_string(),
         format!(
             "auto_prepend_file={}",
-            match config.isolation.chroot {
-                Some(_) => std::path::Path::new(IN_CHROOT),
-                None => installed.path.as_path(),
+            match chrooted {
+                true => Path::new(IN_CHROOT),
+                false => installed.path.as_path(),
             }
             .display()
         ),

@@ -143,18 +143,31 @@ fn finish_request_answers_at_once_with_php_fpms_bytes() {
     }
 }
 
-/// The `%{kilo}M %C` of one request to `script` in `log` (the last line).
-fn usage_of(log: &std::path::Path) -> (u64, f64) {
-    let text = std::fs::read_to_string(log).unwrap();
-    let last = text.lines().last().unwrap_or_default().to_string();
-    let mut w = last.split_whitespace();
+/// The `%{kilo}M %C` of the request whose query is `query` in `log`
+/// (`access.format` [`USAGE_FORMAT`]), once its line is written (php-fpm
+/// writes it after its answer).
+fn usage_of(log: &std::path::Path, query: &str) -> (u64, f64) {
+    let mut line = String::new();
+    wait_for(LONG, "the access log line", || {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        line = text
+            .lines()
+            .find(|l| l.ends_with(&format!("?{query}")))
+            .unwrap_or_default()
+            .to_string();
+        !line.is_empty()
+    });
+    let mut w = line.split_whitespace();
     let kb = w.next().and_then(|v| v.parse().ok());
     let cpu = w.next().and_then(|v| v.trim_end_matches('%').parse().ok());
     match (kb, cpu) {
         (Some(k), Some(c)) => (k, c),
-        _ => panic!("no figures in {last:?}"),
+        _ => panic!("no figures in {line:?}"),
     }
 }
+
+/// The access log format of the memory and CPU test.
+const USAGE_FORMAT: &str = "%{kilo}M %C%% %r%Q%q";
 
 /// Must show 5: a script holding 48 MiB logs `%{kilo}M` ≥ 49152 as
 /// php-fpm's; one burning 300 ms of CPU logs a `%C` within 25 % of
@@ -162,7 +175,7 @@ fn usage_of(log: &std::path::Path) -> (u64, f64) {
 /// cpu` say the same in JSON.
 #[test]
 fn memory_and_cpu_of_a_request_as_php_fpm_logs_them() {
-    let format = r#"%{kilo}M %C%%"#;
+    let format = USAGE_FORMAT;
     let t = TestDir::new();
     let log = t.join("fpm-access.log");
     let fpm = PhpFpm::start_with(
@@ -200,9 +213,9 @@ fn memory_and_cpu_of_a_request_as_php_fpm_logs_them() {
         found.unwrap()
     };
     assert_eq!(get(&nginx.url("/usage.php?mb=48")).status, 200);
-    let (their_kb, _) = usage_of(&log);
+    let (their_kb, _) = usage_of(&log, "mb=48");
     assert_eq!(get(&nginx.url("/usage.php?cpu_ms=300")).status, 200);
-    let (_, their_cpu) = usage_of(&log);
+    let (_, their_cpu) = usage_of(&log, "cpu_ms=300");
     drop(nginx);
     drop(fpm);
 
@@ -223,11 +236,11 @@ fn memory_and_cpu_of_a_request_as_php_fpm_logs_them() {
     );
     let nginx = Nginx::start(&t, NginxOpts::default().status().upstream(f.upstream(0)));
     assert_eq!(get(&nginx.url("/usage.php?mb=48")).status, 200);
-    let (kb, _) = usage_of(&log);
+    let (kb, _) = usage_of(&log, "mb=48");
     let memory = last(&nginx).0;
     assert_eq!(memory / 1024, kb);
     assert_eq!(get(&nginx.url("/usage.php?cpu_ms=300")).status, 200);
-    let (_, cpu) = usage_of(&log);
+    let (_, cpu) = usage_of(&log, "cpu_ms=300");
     let last_cpu = last(&nginx).1;
     eprintln!("php-fpm: {their_kb} KiB, {their_cpu} %; fpmd: {kb} KiB ({memory} B on the status page), {cpu} % ({last_cpu} %)");
     assert!(their_kb >= 49152, "php-fpm's own figure: {their_kb}");
@@ -425,4 +438,42 @@ fn forged_side_channel_lines_are_text_and_end_nothing() {
     assert_eq!(status, 200);
     assert!(other_body.ends_with("end\n"), "{other_body}");
     f.assert_running();
+}
+
+/// Must show 4: `fpm_get_status()` returns php-fpm's keys with php-fpm's
+/// value types, one row per child (the caller's own row Running, with its
+/// URI and query string), for the same pool settings; under both
+/// `pm.spawn` values.
+#[test]
+fn fpm_get_status_has_php_fpms_keys_and_types() {
+    let t = TestDir::new();
+    let fpm = PhpFpm::start_with(&t, PhpFpmOpts::default().max_children(2));
+    let nginx = Nginx::start(&t, NginxOpts::default().upstream(fpm.upstream()));
+    let theirs: serde_json::Value =
+        serde_json::from_str(&get(&nginx.url("/fpm_status.php?a=1")).text()).unwrap();
+    drop(nginx);
+    drop(fpm);
+    for spawn in ["prefork", "exec"] {
+        let t = TestDir::new();
+        let f = Fpmd::start(
+            &t,
+            FpmdConfig::new().pool(
+                Pool::new("ref")
+                    .max_children(2)
+                    .line(format!("pm.spawn = {spawn:?}")),
+            ),
+        );
+        let nginx = Nginx::start(&t, NginxOpts::default().upstream(f.upstream(0)));
+        // Both children ready (exec starts them one by one).
+        let mut ours = serde_json::Value::Null;
+        wait_for(LONG, "fpm_get_status() with both children", || {
+            let text = get(&nginx.url("/fpm_status.php?a=1")).text();
+            ours = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+            ours["rows"] == 2
+        });
+        eprintln!("{spawn}: {ours}\nphp-fpm: {theirs}");
+        for key in ["shape", "row", "rows", "pool", "pm", "mine", "uri", "query"] {
+            assert_eq!(ours[key], theirs[key], "{spawn}: {key}");
+        }
+    }
 }

@@ -260,7 +260,22 @@ pub fn prepare(
     gid: u32,
 ) -> io::Result<(Prepared, OwnedFd)> {
     let (read_end, report) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-    let runtime = host_runtime(program);
+    let mut runtime = host_runtime(program);
+    // The pool's status socket for fpm_get_status(), once the daemon made
+    // it (a child started before that has none: the function returns
+    // false there).
+    if let Some(sapi) = crate::process::sapi::installed() {
+        let dir = sapi.path.parent().unwrap_or(Path::new("/"));
+        let source = crate::process::sapi::status_socket(dir, &plan.pool);
+        if plan.root.is_some() && source.exists() {
+            runtime.push(RuntimePath {
+                path: PathBuf::from(crate::process::sapi::STATUS_IN_CHROOT),
+                source,
+                kind: Kind::File,
+                device: false,
+            });
+        }
+    }
     let mut steps = Vec::new();
     let root = match &plan.root {
         None => None,

@@ -1,0 +1,125 @@
+//! The status `fpm_get_status()` reads (see `crate::process::sapi`): one
+//! unix socket per pool beside `sapi.php`, mode 0600 and owned by the
+//! pool's user, so that only that pool's children (and root) can connect;
+//! each connection gets the pool's full status as php-fpm's JSON status
+//! page (`?json&full`), then the end of the stream. `sapi.php` turns it
+//! into the array php-fpm's `fpm_get_status()` returns
+//! (`fpm_status_export_to_zval` in `sapi/fpm/fpm/fpm_status.c`).
+//!
+//! Owns: the sockets and their accept tasks. Must not touch: dispatch (a
+//! status sample takes the slot table's lock once).
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::UnixListener;
+use tokio::task::JoinHandle;
+use tracing::warn;
+
+use crate::pool::Pool;
+
+/// The pools' status sockets.
+#[derive(Default)]
+pub struct StatusSockets {
+    served: BTreeMap<String, Served>,
+}
+
+/// One pool's socket.
+struct Served {
+    path: PathBuf,
+    /// The owner it was given (uid, gid).
+    owner: (u32, u32),
+    task: JoinHandle<()>,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        self.task.abort();
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+impl StatusSockets {
+    /// Serves exactly `pools` now: a socket for each new pool (at
+    /// [`crate::process::sapi::status_socket`]), its owner brought in line
+    /// with the pool's user after a reload, the sockets of pools that are
+    /// gone removed. Without `sapi.php` installed there is nothing to do.
+    /// A socket that cannot be made is logged (that pool's
+    /// `fpm_get_status()` then returns false).
+    pub fn set_pools(&mut self, pools: impl IntoIterator<Item = Arc<Pool>>) {
+        let Some(installed) = crate::process::sapi::installed() else {
+            return;
+        };
+        let dir = installed.path.parent().unwrap_or(Path::new("/"));
+        let mut keep = BTreeMap::new();
+        for pool in pools {
+            let name = pool.name().to_string();
+            let config = pool.config();
+            let owner = (config.user.uid, config.user.gid);
+            let served = match self.served.remove(&name) {
+                Some(s) if !s.task.is_finished() => Some(s),
+                _ => {
+                    let path = crate::process::sapi::status_socket(dir, &name);
+                    match serve(&path, pool.clone()) {
+                        Ok(task) => Some(Served {
+                            path,
+                            owner: (u32::MAX, u32::MAX),
+                            task,
+                        }),
+                        Err(e) => {
+                            warn!(pool = %name, "fpm_get_status() will return false: cannot listen on {}: {e}", path.display());
+                            None
+                        }
+                    }
+                }
+            };
+            if let Some(mut s) = served {
+                if s.owner != owner {
+                    match std::os::unix::fs::chown(&s.path, Some(owner.0), Some(owner.1)) {
+                        Ok(()) => s.owner = owner,
+                        Err(e) => {
+                            warn!(pool = %name, "cannot give {} to the pool's user ({e}): fpm_get_status() may return false", s.path.display())
+                        }
+                    }
+                }
+                keep.insert(name, s);
+            }
+        }
+        // Dropping the rest stops them and removes their files.
+        self.served = keep;
+    }
+}
+
+/// Binds `path` (0600) and answers each connection with `pool`'s status.
+fn serve(path: &Path, pool: Arc<Pool>) -> std::io::Result<JoinHandle<()>> {
+    let _ = std::fs::remove_file(path);
+    let listener = UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                // The sample names pre-forked children from /proc: off the
+                // runtime threads.
+                let text = tokio::task::spawn_blocking(move || {
+                    let mut s = pool.status(true);
+                    s.name_unknown_children();
+                    crate::observe::status::render(
+                        &s,
+                        crate::observe::status::Format::Json,
+                        true,
+                        SystemTime::now(),
+                    )
+                })
+                .await
+                .unwrap_or_default();
+                let _ = conn.write_all(text.as_bytes()).await;
+                let _ = conn.shutdown().await;
+            });
+        }
+    }))
+}

@@ -309,10 +309,11 @@ static FINISH_REQUEST_LOGGED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new
 
 /// Logs, once per pool, that a script of `pool` (`script`, client text,
 /// escaped by the log formatter) called `fastcgi_finish_request()`, which
-/// only php-fpm's SAPI has: under php-cgi the call is a fatal error (500),
-/// and a call guarded by `function_exists()` runs the rest of the script
-/// before the response ends. README "fastcgi_finish_request" says what to
-/// do.
+/// its php-cgi did not have: `fpm_sapi = false`, or a `.user.ini` that
+/// replaced fpmd's `auto_prepend_file` (see `crate::process::sapi`). The
+/// call is then a fatal error (500), and a call guarded by
+/// `function_exists()` runs the rest of the script before the response
+/// ends. README "fastcgi_finish_request" says what to do.
 pub fn log_finish_request_missing(pool: &str, script: &[u8]) {
     let mut logged = FINISH_REQUEST_LOGGED
         .lock()
@@ -322,7 +323,7 @@ pub fn log_finish_request_missing(pool: &str, script: &[u8]) {
     }
     logged.insert(pool.to_string());
     warn!(pool = %pool, script = %String::from_utf8_lossy(script),
-        "the script called fastcgi_finish_request(), which php-cgi does not have (it exists only in php-fpm's SAPI): the request failed with a fatal error; guard the call with function_exists() and expect the response to end when the script does (README: fastcgi_finish_request). Logged once per pool");
+        "the script called fastcgi_finish_request(), which php-cgi does not have without fpmd's sapi.php (fpm_sapi = false, or a .user.ini whose auto_prepend_file replaces it): the request failed with a fatal error (README: fastcgi_finish_request). Logged once per pool");
 }
 
 /// The bucket all pools' PHP messages share ([`log_php_messages`]).

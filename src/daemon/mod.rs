@@ -194,6 +194,9 @@ impl Daemon {
     }
 
     fn start_pool(&mut self, p: &PoolConfig) {
+        // Its fpm_get_status() socket first: its children (chrooted ones
+        // mount it) find it from the start.
+        self.status_sockets.open(&p.name, (p.user.uid, p.user.gid));
         let handle = pool::start_pool(
             Arc::new(p.clone()),
             self.spawner.clone(),

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use tokio::io::AsyncWriteExt;
@@ -28,11 +28,17 @@ pub struct StatusSockets {
     served: BTreeMap<String, Served>,
 }
 
+/// The pool a socket answers for, once it is known (the socket is bound
+/// before the pool starts, so that its first children, chrooted ones
+/// included, find it).
+type PoolSlot = Arc<Mutex<Option<Arc<Pool>>>>;
+
 /// One pool's socket.
 struct Served {
     path: PathBuf,
     /// The owner it was given (uid, gid).
     owner: (u32, u32),
+    pool: PoolSlot,
     task: JoinHandle<()>,
 }
 
@@ -44,48 +50,63 @@ impl Drop for Served {
 }
 
 impl StatusSockets {
-    /// Serves exactly `pools` now: a socket for each new pool (at
-    /// [`crate::process::sapi::status_socket`]), its owner brought in line
-    /// with the pool's user after a reload, the sockets of pools that are
-    /// gone removed. Without `sapi.php` installed there is nothing to do.
-    /// A socket that cannot be made is logged (that pool's
-    /// `fpm_get_status()` then returns false).
-    pub fn set_pools(&mut self, pools: impl IntoIterator<Item = Arc<Pool>>) {
+    /// Makes sure pool `name` has its socket (at
+    /// [`crate::process::sapi::status_socket`]), owned by `owner` (uid,
+    /// gid): called before the pool starts its children. Without
+    /// `sapi.php` installed there is nothing to do. A socket that cannot
+    /// be made is logged (that pool's `fpm_get_status()` then returns
+    /// false).
+    pub fn open(&mut self, name: &str, owner: (u32, u32)) {
         let Some(installed) = crate::process::sapi::installed() else {
             return;
         };
-        let dir = installed.path.parent().unwrap_or(Path::new("/"));
+        if self.served.get(name).is_none_or(|s| s.task.is_finished()) {
+            let dir = installed.path.parent().unwrap_or(Path::new("/"));
+            let path = crate::process::sapi::status_socket(dir, name);
+            let pool: PoolSlot = Arc::default();
+            match serve(&path, pool.clone()) {
+                Ok(task) => {
+                    self.served.insert(
+                        name.to_string(),
+                        Served {
+                            path,
+                            owner: (u32::MAX, u32::MAX),
+                            pool,
+                            task,
+                        },
+                    );
+                }
+                Err(e) => {
+                    warn!(pool = %name, "fpm_get_status() will return false: cannot listen on {}: {e}", path.display());
+                    return;
+                }
+            }
+        }
+        let Some(s) = self.served.get_mut(name) else {
+            return;
+        };
+        if s.owner != owner {
+            match std::os::unix::fs::chown(&s.path, Some(owner.0), Some(owner.1)) {
+                Ok(()) => s.owner = owner,
+                Err(e) => {
+                    warn!(pool = %name, "cannot give {} to the pool's user ({e}): fpm_get_status() may return false", s.path.display())
+                }
+            }
+        }
+    }
+
+    /// Serves exactly `pools` now: each pool's socket opened (see
+    /// [`StatusSockets::open`]; its owner brought in line with the pool's
+    /// user after a reload) and answering for it, the sockets of pools
+    /// that are gone removed.
+    pub fn set_pools(&mut self, pools: impl IntoIterator<Item = Arc<Pool>>) {
         let mut keep = BTreeMap::new();
         for pool in pools {
             let name = pool.name().to_string();
             let config = pool.config();
-            let owner = (config.user.uid, config.user.gid);
-            let served = match self.served.remove(&name) {
-                Some(s) if !s.task.is_finished() => Some(s),
-                _ => {
-                    let path = crate::process::sapi::status_socket(dir, &name);
-                    match serve(&path, pool.clone()) {
-                        Ok(task) => Some(Served {
-                            path,
-                            owner: (u32::MAX, u32::MAX),
-                            task,
-                        }),
-                        Err(e) => {
-                            warn!(pool = %name, "fpm_get_status() will return false: cannot listen on {}: {e}", path.display());
-                            None
-                        }
-                    }
-                }
-            };
-            if let Some(mut s) = served {
-                if s.owner != owner {
-                    match std::os::unix::fs::chown(&s.path, Some(owner.0), Some(owner.1)) {
-                        Ok(()) => s.owner = owner,
-                        Err(e) => {
-                            warn!(pool = %name, "cannot give {} to the pool's user ({e}): fpm_get_status() may return false", s.path.display())
-                        }
-                    }
-                }
+            self.open(&name, (config.user.uid, config.user.gid));
+            if let Some(s) = self.served.remove(&name) {
+                *s.pool.lock().unwrap_or_else(|e| e.into_inner()) = Some(pool.clone());
                 keep.insert(name, s);
             }
         }
@@ -94,14 +115,16 @@ impl StatusSockets {
     }
 }
 
-/// Binds `path` (0600) and answers each connection with `pool`'s status.
-fn serve(path: &Path, pool: Arc<Pool>) -> std::io::Result<JoinHandle<()>> {
+/// Binds `path` (0600) and answers each connection with the status of the
+/// pool in `slot` (none yet: the connection is closed).
+fn serve(path: &Path, slot: PoolSlot) -> std::io::Result<JoinHandle<()>> {
     let _ = std::fs::remove_file(path);
     let listener = UnixListener::bind(path)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
     Ok(tokio::spawn(async move {
         while let Ok((mut conn, _)) = listener.accept().await {
-            let pool = pool.clone();
+            let pool = slot.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let Some(pool) = pool else { continue };
             tokio::spawn(async move {
                 // The sample names pre-forked children from /proc: off the
                 // runtime threads.

@@ -119,6 +119,13 @@ fn chroot_serves_sees_only_the_site_and_a_read_only_runtime() {
         "date('c') in Europe/Paris: {date}"
     );
 
+    // fpmd's SAPI works in the chroot: fpm_get_status() reads the pool's
+    // socket mounted there; fastcgi_finish_request() is defined (issue 22).
+    let sapi = s.get("t=sapi");
+    assert_eq!(sapi[0], "www", "{sapi}");
+    assert!(sapi[1].as_u64().unwrap() >= 1, "{sapi}");
+    assert_eq!(sapi[2], true, "{sapi}");
+
     // What / holds: the site's entries and the runtime, nothing else.
     let root: Vec<String> = serde_json::from_value(s.get("t=ls&path=/")).unwrap();
     for name in ["index.php", "tmp", "usr", "etc", "dev", "lib64"] {

@@ -17,10 +17,12 @@ demo: deps build
 # deps, tmux (the terminal the tests run `fpmd status` in), and lighttpd,
 # Caddy and h2o (with nginx and Apache, the web servers of
 # tests/it/webservers.rs; lighttpd also of tests/it/script_checks.rs);
+# wordpress, mariadb-server and php-symfony-http-foundation (the
+# applications of tests/it/sapi_apps.rs; the test starts its own MariaDB);
 # cargo-deb and the tools of the packaging checks (scripts/deps-deb.sh
 # --checks).
 test-deps:
-	scripts/deps.sh tmux lighttpd caddy h2o
+	scripts/deps.sh tmux lighttpd caddy h2o wordpress mariadb-server php-symfony-http-foundation
 	scripts/deps-deb.sh --checks
 
 # The Debian package, with cargo-deb ([package.metadata.deb] in Cargo.toml;

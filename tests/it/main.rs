@@ -1,7 +1,8 @@
 //! Integration tests: real nginx → fpmd → real php-cgi, each test in its own
 //! temporary directory with its own ports (see `harness`). Run with
 //! `cargo test --test it`; `make test` installs php-cgi, php-fpm, nginx,
-//! dokuwiki, prometheus and tmux first.
+//! dokuwiki, wordpress, mariadb-server, php-symfony-http-foundation,
+//! prometheus and tmux first.
 
 mod harness;
 
@@ -28,6 +29,7 @@ mod pm_modes;
 mod pool_settings;
 mod reload;
 mod sapi;
+mod sapi_apps;
 mod script_checks;
 mod signals;
 mod socket_activation;

@@ -18,6 +18,7 @@ pub mod fpmd;
 pub mod h2o;
 pub mod http;
 pub mod lighttpd;
+pub mod mariadb;
 pub mod netns;
 pub mod nginx;
 pub mod phpfpm;
@@ -36,6 +37,7 @@ pub use apache::{Apache, ApacheOpts, FcgiStyle};
 pub use fpmd::{log_time, Addr, Fpmd, FpmdConfig, Launch, Pool};
 pub use http::{get, post, Resp};
 pub use lighttpd::{Lighttpd, LighttpdOpts};
+pub use mariadb::MariaDb;
 pub use nginx::{Nginx, NginxOpts};
 pub use phpfpm::{PhpFpm, PhpFpmOpts};
 pub use systemd::{start_notified, NotifySocket};
@@ -67,9 +69,14 @@ pub const SLACK: Duration = Duration::from_millis(300);
 
 pub const NGINX_BIN: &str = "/usr/sbin/nginx";
 pub const DOKUWIKI_ROOT: &str = "/usr/share/dokuwiki";
+/// Debian's `wordpress` package.
+pub const WORDPRESS_ROOT: &str = "/usr/share/wordpress";
+/// Debian's `php-symfony-http-foundation` package (its autoloader).
+pub const SYMFONY_HTTP_FOUNDATION: &str =
+    "/usr/share/php/Symfony/Component/HttpFoundation/autoload.php";
 
 const INSTALL_HINT: &str =
-    "install them with `apt-get install php-cgi php-fpm nginx apache2 dokuwiki prometheus` (or run `make test`, which does it)";
+    "install them with `apt-get install php-cgi php-fpm nginx apache2 dokuwiki prometheus wordpress mariadb-server php-symfony-http-foundation` (or run `make test`, which does it)";
 
 fn find_in_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
@@ -136,6 +143,29 @@ pub fn require_dokuwiki() {
     require_binaries();
     if !Path::new(DOKUWIKI_ROOT).join("doku.php").is_file() {
         panic!("Debian's dokuwiki package is not installed ({DOKUWIKI_ROOT}/doku.php is missing); {INSTALL_HINT}");
+    }
+}
+
+/// Debian's wordpress package (which brings php-mysql) and mariadb-server,
+/// whose `mariadbd` [`MariaDb`] runs.
+pub fn require_wordpress() {
+    require_binaries();
+    if !Path::new(WORDPRESS_ROOT).join("wp-cron.php").is_file() {
+        panic!("Debian's wordpress package is not installed ({WORDPRESS_ROOT}/wp-cron.php is missing); {INSTALL_HINT}");
+    }
+    if !Path::new(mariadb::MARIADBD).is_file() {
+        panic!(
+            "Debian's mariadb-server package is not installed ({} is missing); {INSTALL_HINT}",
+            mariadb::MARIADBD
+        );
+    }
+}
+
+/// Debian's php-symfony-http-foundation package.
+pub fn require_symfony_http_foundation() {
+    require_binaries();
+    if !Path::new(SYMFONY_HTTP_FOUNDATION).is_file() {
+        panic!("Debian's php-symfony-http-foundation package is not installed ({SYMFONY_HTTP_FOUNDATION} is missing); {INSTALL_HINT}");
     }
 }
 

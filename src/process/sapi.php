@@ -38,19 +38,33 @@ namespace Fpmd {
             if (\function_exists('register_shutdown_function')) {
                 // Registered from the first shutdown function, the report
                 // runs after every other one the script registers.
-                \register_shutdown_function(static function (): void {
-                    \register_shutdown_function([Sapi::class, 'end']);
-                });
+                \register_shutdown_function([self::class, 'last']);
             }
             return true;
         }
 
+        /** The first shutdown function: puts the report last. */
+        public static function last(): void
+        {
+            \register_shutdown_function([self::class, 'end']);
+        }
+
         /**
          * User and system CPU µs of this process and of the children it
-         * waited for (php-fpm's times(): tms_utime + tms_cutime, ...).
+         * waited for, as php-fpm reads them: times(), in clock ticks
+         * (USER_HZ, 100 a second on Linux), tms_utime + tms_cutime and
+         * tms_stime + tms_cstime (fpm_request.c). One call; getrusage()
+         * (two) where posix is not loaded.
          */
         private static function cpu(): ?array
         {
+            if (\function_exists('posix_times')) {
+                $t = \posix_times();
+                return [
+                    ($t['utime'] + $t['cutime']) * 10000,
+                    ($t['stime'] + $t['cstime']) * 10000,
+                ];
+            }
             if (!\function_exists('getrusage')) {
                 return null;
             }

@@ -128,6 +128,18 @@ pub struct Slot {
     worker: Option<Worker>,
 }
 
+impl Slot {
+    /// php-fpm's per-process `requests` (status page, `fpm_get_status()`):
+    /// the requests its child served, and the one it runs. php-fpm counts a
+    /// request when the child starts to read its headers
+    /// (`fpm_request_reading_headers`), so a Running child's count has its
+    /// current request in it.
+    pub fn requests(&self) -> u32 {
+        let running = matches!(self.state, SlotState::Busy { .. });
+        self.child.served().saturating_add(u32::from(running))
+    }
+}
+
 /// The child behind one slot: the one record of its pid and of the
 /// requests it served. The slot holds it and so does the slot's [`Worker`]
 /// (as a lease holds the slot's [`Death`]), so that the request on a leased
@@ -680,6 +692,25 @@ mod tests {
         t.push_idle(w, false, Instant::now());
         assert_eq!(t.busy(), 0);
         assert_eq!(t.idle_len(), 2);
+    }
+
+    /// php-fpm counts a request in its child's `requests` when it starts:
+    /// a Running child's count has it, an idle child's the ones it served.
+    #[test]
+    fn a_running_child_counts_its_request_as_php_fpm_does() {
+        let mut t = table();
+        let a = add(&mut t, 1, 10);
+        assert_eq!(t.slot(a).unwrap().requests(), 0, "cold");
+        let w = t.pop_idle(Instant::now()).unwrap();
+        assert_eq!(t.slot(a).unwrap().requests(), 1, "its first request runs");
+        w.child.served_one();
+        t.push_idle(w, false, Instant::now());
+        assert_eq!(t.slot(a).unwrap().requests(), 1, "idle after it");
+        let w = t.pop_idle(Instant::now()).unwrap();
+        assert_eq!(t.slot(a).unwrap().requests(), 2, "its second runs");
+        w.child.served_one();
+        t.push_idle(w, false, Instant::now());
+        assert_eq!(t.slot(a).unwrap().requests(), 2);
     }
 
     #[test]

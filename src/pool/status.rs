@@ -20,7 +20,8 @@ pub struct ProcessStatus {
     /// When the child started (exec: it was ready; prefork: its
     /// connection was made).
     pub start_time: std::time::SystemTime,
-    /// Requests this child served.
+    /// Requests this child served, the running one included (as
+    /// php-fpm counts them: [`super::slots::Slot::requests`]).
     pub requests: u32,
     /// The running request's time so far, or the last request's; µs.
     pub request_duration_us: u64,
@@ -132,7 +133,7 @@ impl Pool {
                     pid: s.child.pid().map_or(0, nix::unistd::Pid::as_raw),
                     state,
                     start_time: s.created,
-                    requests: s.child.served(),
+                    requests: s.requests(),
                     request_duration_us: duration.as_micros() as u64,
                     request: s.request.clone(),
                     generation: s.gen.0,

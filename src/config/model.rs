@@ -307,8 +307,9 @@ pub struct PoolConfig {
     /// time stamp either). php-fpm: same.
     pub decorate_workers_output: bool,
     /// `fpm_sapi` (fpmd only): the children run fpmd's part of php-fpm's
-    /// SAPI before each script (`fastcgi_finish_request()`, the request's
-    /// peak memory and CPU for `%M`, `%C` and the status page; see
+    /// SAPI before each script (`fastcgi_finish_request()`,
+    /// `fpm_get_status()`, `fastcgi.error_header`, the request's peak
+    /// memory and CPU for `%M`, `%C` and the status page; see
     /// `crate::process::sapi`). Default `true`; `false`: php-cgi as it is.
     pub fpm_sapi: bool,
     /// `request_terminate_timeout_track_finished`: `request_terminate_timeout`

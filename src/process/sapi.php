@@ -36,17 +36,44 @@ namespace Fpmd {
             self::$after = 0;
             self::$rusage = self::cpu();
             if (\function_exists('register_shutdown_function')) {
-                // Registered from the first shutdown function, the report
-                // runs after every other one the script registers.
+                // The first shutdown function: php-fpm's error header goes
+                // before the script's own ones run, as php-fpm sets it
+                // before php_request_shutdown(); the report, registered
+                // from there, runs after every other one.
                 \register_shutdown_function([self::class, 'last']);
             }
             return true;
         }
 
-        /** The first shutdown function: puts the report last. */
+        /** The first shutdown function: the error header, then the report last. */
         public static function last(): void
         {
+            self::errorHeader();
             \register_shutdown_function([self::class, 'end']);
+        }
+
+        /**
+         * php-fpm's fastcgi.error_header (fpm_main.c, after the script):
+         * when the script ended with exit status 255 and the head is not
+         * sent yet, that header line replaces what the script set (e.g.
+         * "HTTP/1.1 500 PHP Error": the status). php-cgi has no such ini
+         * entry; its value (php.ini, -d, php_admin_value) is read from
+         * PHP's configuration. Exit status 255 is a fatal error (also an
+         * uncaught exception or a timeout), the one PHP records last; an
+         * explicit exit(255) cannot be told from PHP.
+         */
+        public static function errorHeader(): void
+        {
+            $line = \get_cfg_var('fastcgi.error_header');
+            if (!\is_string($line) || $line === '' || !\function_exists('header') || \headers_sent()) {
+                return;
+            }
+            $fatal = \E_ERROR | \E_CORE_ERROR | \E_COMPILE_ERROR | \E_USER_ERROR
+                | \E_RECOVERABLE_ERROR | \E_PARSE;
+            $e = \error_get_last();
+            if ($e !== null && ($e['type'] & $fatal) !== 0) {
+                \header($line);
+            }
         }
 
         /**

@@ -2,9 +2,11 @@
 //! every request of a pool runs first (`sapi.php`, as `auto_prepend_file`),
 //! where it is installed, and the ini arguments that make php-cgi run it.
 //!
-//! php-cgi has no `fastcgi_finish_request()` and keeps no per-request
-//! figures; php-fpm's SAPI has both (`sapi/fpm/fpm/fpm_main.c`,
-//! `fpm_request.c`). `sapi.php` defines the function and reports, as one
+//! php-cgi has no `fastcgi_finish_request()`, no `fastcgi.error_header`
+//! and keeps no per-request figures; php-fpm's SAPI has them
+//! (`sapi/fpm/fpm/fpm_main.c`, `fpm_request.c`). `sapi.php` defines the
+//! function, sets the error header (read with `get_cfg_var()`) after a
+//! fatal error, and reports, as one
 //! line each on the request's FastCGI STDERR stream, the call and the
 //! request's peak memory and CPU times at its end; the proxy
 //! (`crate::proxy::sapi`) removes those lines and acts on them. The pool's

@@ -478,3 +478,94 @@ fn fpm_get_status_has_php_fpms_keys_and_types() {
         }
     }
 }
+
+/// The cases of `error_header.php`.
+const ERROR_HEADER_CASES: &[&str] = &[
+    "fatal",
+    "exception",
+    "sent",
+    "handled",
+    "shutdown",
+    "warning",
+    "ok",
+];
+
+/// Each case of `error_header.php` straight over FastCGI at `addr`: the
+/// CGI head (the `Status:` line with its text), sorted.
+fn error_header_heads(t: &TestDir, addr: std::net::SocketAddr) -> Vec<Vec<(String, String)>> {
+    ERROR_HEADER_CASES
+        .iter()
+        .map(|case| {
+            let params = fcgi::params_for(
+                &t.docroot(),
+                "error_header.php",
+                &format!("case={case}"),
+                "GET",
+                0,
+            );
+            let (recs, _) = fcgi::exchange(addr, &fcgi::request(1, 0, &params, b""), 1, LONG);
+            let (_, mut head, _) = fcgi::cgi_response(&fcgi::stdout_of(&recs, 1));
+            head.sort();
+            head
+        })
+        .collect()
+}
+
+/// php-fpm's `fastcgi.error_header` (an ini entry of php-fpm's SAPI only,
+/// set as a pool's `php_admin_value`): a script that ends with a fatal
+/// error or an uncaught exception before its head was sent gets that
+/// header line (here the status `500 PHP Error`), in place of the status
+/// it set; one whose head was sent, whose error was handled, that failed
+/// in its own shutdown function or did not fail does not (with
+/// `display_errors` on, PHP itself leaves the status at 200). The same heads
+/// as php-fpm 8.2's, case by case, and the next request on the same child
+/// is untouched (php-src's gh9981 and bug68207 tests).
+#[test]
+fn error_header_is_set_as_php_fpm_sets_it() {
+    const HEADER: &str = "HTTP/1.1 500 PHP Error";
+    let t = TestDir::new();
+    let port = free_port();
+    let fpm = PhpFpm::start_with(
+        &t,
+        PhpFpmOpts::default()
+            .tcp(port)
+            .max_children(1)
+            .line(format!(
+                "php_admin_value[fastcgi.error_header] = \"{HEADER}\""
+            ))
+            .line("php_admin_value[output_buffering] = 4096")
+            .line("php_admin_value[display_errors] = 1"),
+    );
+    let theirs = error_header_heads(&t, fpm.addr().tcp());
+    drop(fpm);
+    for spawn in ["prefork", "exec"] {
+        let t = TestDir::new();
+        let port = free_port();
+        let f = Fpmd::start(
+            &t,
+            FpmdConfig::new().pool(
+                Pool::www()
+                    .tcp(format!("127.0.0.1:{port}"))
+                    .max_children(1)
+                    .line(format!("pm.spawn = {spawn:?}"))
+                    .line(format!(
+                        r#"php_admin_value."fastcgi.error_header" = {HEADER:?}"#
+                    ))
+                    .line(r#"php_admin_value.output_buffering = "4096""#)
+                    .line(r#"php_admin_value.display_errors = "1""#),
+            ),
+        );
+        let ours = error_header_heads(&t, f.addr(0).tcp());
+        for ((case, o), th) in ERROR_HEADER_CASES.iter().zip(&ours).zip(&theirs) {
+            assert_eq!(o, th, "{spawn}, case {case}: fpmd, then php-fpm");
+        }
+        let status = |h: &[(String, String)]| {
+            h.iter()
+                .find(|(k, _)| k == "status")
+                .map(|(_, v)| v.clone())
+        };
+        assert_eq!(status(&ours[0]).as_deref(), Some("500 PHP Error"));
+        assert_eq!(status(&ours[1]).as_deref(), Some("500 PHP Error"));
+        assert_eq!(status(&ours[6]), None);
+    }
+}

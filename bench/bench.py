@@ -65,9 +65,10 @@ log = procs.logger("bench")
 # ---------------------------------------------------------------------------
 
 class Fpmd(servers.FpmdManager, servers.Backend):
-    def __init__(self, name, tmp, children, binary, spawn, sessions):
+    def __init__(self, name, tmp, children, binary, spawn, sessions, lines=()):
         super().__init__(name, tmp, children)
         self.spawn = spawn
+        self.lines = list(lines)
         self.binary = binary
         os.makedirs(os.path.join(self.dir, "pool.d"))
         q = json.dumps
@@ -81,12 +82,14 @@ class Fpmd(servers.FpmdManager, servers.Backend):
         if spawn:
             pool.append(f"pm.spawn = {q(spawn)}")
         pool.append(f'php_admin_value."session.save_path" = {q(sessions)}')
+        pool.extend(self.lines)
         with open(os.path.join(self.dir, "pool.d", "bench.toml"), "w") as f:
             f.write("\n".join(pool) + "\n")
 
     def describe(self):
         return {"name": self.name, "kind": self.kind, "spawn": self.spawn,
-                "pm.spawn written": self.spawn is not None, "binary": self.binary}
+                "pm.spawn written": self.spawn is not None, "binary": self.binary,
+                "pool lines": self.lines}
 
 
 class PhpFpm(servers.PhpFpmManager, servers.Backend):
@@ -300,6 +303,8 @@ def parse_args(argv):
     p.add_argument("--smoke", action="store_true",
                    help="quick check that the bench works: 1 round, 1 s per workload, 1 s of "
                         "warm-up (explicit options still win); needs --out")
+    p.add_argument("--fpmd-line", action="append", default=[], metavar="LINE",
+                   help="a TOML line added to fpmd's pool, e.g. 'fpm_sapi = false' (repeatable)")
     p.add_argument("--out", help="JSON output (default bench/results/latest.json)")
     p.add_argument("--markdown", help="also write the table to this file")
     p.add_argument("--chart", metavar="PNG", help="then draw the ratios into PNG (bench/chart.py)")
@@ -355,7 +360,8 @@ def setup(args, tmp):
     for v in args.variants:
         name = "fpmd" if len(args.variants) == 1 else f"fpmd-{v}"
         spawn = None if v in (None, "default") else v
-        backends.append(Fpmd(name, tmp, args.children, args.fpmd, spawn, sessions))
+        backends.append(Fpmd(name, tmp, args.children, args.fpmd, spawn, sessions,
+                             args.fpmd_line))
     baseline = PhpFpm("php-fpm", tmp, args.children, args.php_fpm, sessions)
     backends.append(baseline)
     nginx = servers.Nginx(tmp, www, backends, args.nginx, args.keepalive)

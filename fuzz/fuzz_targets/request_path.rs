@@ -156,7 +156,7 @@ async fn drive(mode: u8, web: Vec<u8>) {
         if conn.writer.write_all(&req.head).await.is_err() {
             break;
         }
-        let timers = Timers { slowlog: Some(Duration::from_millis(500)), terminate: Some(Duration::from_secs(2)), php_messages: true };
+        let timers = Timers { slowlog: Some(Duration::from_millis(500)), terminate: Some(Duration::from_secs(2)), php_messages: true, track_finished: false };
         let report = exchange::run(&mut conn, None, None, timers, &mut client, &mut req, None, |_| {}).await;
         let v = verdict(&report.outcome);
         drop(conn);

@@ -179,8 +179,9 @@ case "$top" in
 esac
 
 # initial-upload-closes-no-bugs: Debian's archive wants an ITP bug closed
-# by a first upload; this package is not uploaded there.
-lintian --tag-display-limit 0 --suppress-tags initial-upload-closes-no-bugs "$deb" >"$work/lintian" 2>&1 || true
+# by a first upload; this package is not uploaded there. TMPDIR: lintian
+# leaves its mldbm-elf-* caches in /tmp otherwise (they go with $work).
+TMPDIR="$work" lintian --tag-display-limit 0 --suppress-tags initial-upload-closes-no-bugs "$deb" >"$work/lintian" 2>&1 || true
 if grep -qE '^[EW]:' "$work/lintian"; then
 	fail "lintian:"
 	cat "$work/lintian"

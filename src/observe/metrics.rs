@@ -219,6 +219,28 @@ impl Scrape {
     }
 }
 
+impl Scrape {
+    /// A gauge family with one sample per child of known pid (labels
+    /// `pool`, `pid`), its value from the child's status row.
+    fn per_process<T: prometheus_client::encoding::EncodeGaugeValue>(
+        &self,
+        e: &mut DescriptorEncoder,
+        name: &str,
+        help: &str,
+        value: impl Fn(&crate::pool::ProcessStatus) -> T,
+    ) -> Result<(), std::fmt::Error> {
+        let mut family = e.encode_descriptor(name, help, None, MetricType::Gauge)?;
+        for s in &self.samples {
+            for p in s.status.processes.iter().filter(|p| p.pid > 0) {
+                let pid = p.pid.to_string();
+                let labels = [("pool", s.status.pool.as_str()), ("pid", pid.as_str())];
+                family.encode_family(&labels)?.encode_gauge(&value(p))?;
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Collector for Scrape {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let e = &mut encoder;
@@ -324,40 +346,18 @@ impl Collector for Scrape {
         }
         // php-fpm's per-process `last request memory` and `last request
         // cpu` (the names php-fpm_exporter gives them), idle children only.
-        {
-            let mut family = e.encode_descriptor(
-                "phpfpm_process_last_request_memory",
-                "Peak memory of the child's last request in bytes (memory_get_peak_usage(true)); 0 while a request runs.",
-                None,
-                MetricType::Gauge,
-            )?;
-            for s in &self.samples {
-                for p in s.status.processes.iter().filter(|p| p.pid > 0) {
-                    let pid = p.pid.to_string();
-                    let labels = [("pool", s.status.pool.as_str()), ("pid", pid.as_str())];
-                    family
-                        .encode_family(&labels)?
-                        .encode_gauge(&p.last_request_memory)?;
-                }
-            }
-        }
-        {
-            let mut family = e.encode_descriptor(
-                "phpfpm_process_last_request_cpu",
-                "CPU of the child's last request, percent of its duration (user + system); 0 while a request runs.",
-                None,
-                MetricType::Gauge,
-            )?;
-            for s in &self.samples {
-                for p in s.status.processes.iter().filter(|p| p.pid > 0) {
-                    let pid = p.pid.to_string();
-                    let labels = [("pool", s.status.pool.as_str()), ("pid", pid.as_str())];
-                    family
-                        .encode_family(&labels)?
-                        .encode_gauge(&p.last_request_cpu)?;
-                }
-            }
-        }
+        self.per_process(
+            e,
+            "phpfpm_process_last_request_memory",
+            "Peak memory of the child's last request in bytes (memory_get_peak_usage(true)); 0 while a request runs.",
+            |p| p.last_request_memory,
+        )?;
+        self.per_process(
+            e,
+            "phpfpm_process_last_request_cpu",
+            "CPU of the child's last request, percent of its duration (user + system); 0 while a request runs.",
+            |p| p.last_request_cpu,
+        )?;
         Ok(())
     }
 }

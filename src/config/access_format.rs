@@ -110,6 +110,13 @@ fn time_items(format: &str, spec: char) -> Result<Vec<Item<'static>>, FormatErro
 }
 
 impl Format {
+    /// The format shows a request's peak memory or CPU (`%M`, `%C`).
+    pub fn shows_usage(&self) -> bool {
+        self.pieces
+            .iter()
+            .any(|p| matches!(p, Piece::Memory(_) | Piece::Cpu(_)))
+    }
+
     /// Parses an `access.format` as php-fpm's `fpm_log_write` reads it in
     /// its test mode (`fpm_conf.c` checks the format that way): `%X`
     /// specifiers, each optionally preceded by `{modifier}` (only `C`, `d`,

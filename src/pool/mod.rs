@@ -56,6 +56,10 @@ pub struct ChildConn {
     /// [`CHILD_BUF`] bytes while a request runs ([`lend_buffer`]), none
     /// between requests ([`return_buffer`]).
     pub buf: BytesMut,
+    /// The child's CPU totals (user, system; µs) in its last report on
+    /// this connection ([`crate::process::sapi::End`]): the next report's
+    /// figures are counted from them.
+    pub cpu_mark: Option<(u64, u64)>,
 }
 
 /// Before a request on a child connection: gives `buf` a read buffer if it
@@ -171,6 +175,7 @@ impl Worker {
                 reader,
                 writer,
                 buf: BytesMut::new(),
+                cpu_mark: None,
             });
         }
         self.conn
@@ -343,9 +348,22 @@ impl Lease<'_> {
     /// Notes the peak memory and CPU the request reported (see
     /// [`crate::process::sapi`]), for the status page once the child is
     /// given back (no lock: the slot takes it under the lock it is given
-    /// back under).
-    pub fn note_usage(&mut self, usage: Option<crate::process::sapi::Usage>) {
-        self.worker().last_usage = usage;
+    /// back under), and returns them. The CPU is counted from the
+    /// connection's previous report; without a report the connection
+    /// keeps no mark (the next request reports its start).
+    pub fn note_end(
+        &mut self,
+        end: Option<crate::process::sapi::End>,
+    ) -> Option<crate::process::sapi::Usage> {
+        let w = self.worker();
+        let previous = w.conn.as_mut().and_then(|c| {
+            let previous = c.cpu_mark;
+            c.cpu_mark = end.and_then(|e| e.cpu);
+            previous
+        });
+        let usage = end.map(|e| e.usage(previous));
+        w.last_usage = usage;
+        usage
     }
 
     /// Notes what request the child runs (status page, graceful_timeout):
@@ -479,9 +497,21 @@ pub struct Pool {
     /// The `X-Powered-By` line of the configuration it was learned for
     /// (see [`Pool::powered_by`]).
     powered_by: tokio::sync::Mutex<Option<(Arc<PoolConfig>, Option<String>)>>,
+    /// The per-child rows were read once ([`Pool::status`] with `full`):
+    /// each request reports its peak memory and CPU from then on
+    /// ([`crate::process::sapi::Report`]).
+    rows_read: AtomicBool,
 }
 
 impl Pool {
+    /// Whether requests are to report their peak memory and CPU: the
+    /// configuration shows them (`access.format` with `%M` or `%C`), or
+    /// the per-child rows that show them were read once.
+    pub fn wants_usage(&self, config: &PoolConfig) -> bool {
+        (config.access_log.is_some() && config.access_format.shows_usage())
+            || self.rows_read.load(Ordering::Relaxed)
+    }
+
     /// The `X-Powered-By` header line the current generation's php-cgi
     /// sends (`X-Powered-By: PHP/8.2.36`; `None` with `expose_php` off),
     /// for the pages fpmd answers itself, as php-fpm's carry it. Learned

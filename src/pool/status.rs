@@ -115,6 +115,8 @@ impl Pool {
         let now = Instant::now();
         let mut processes = Vec::new();
         if full {
+            // Requests report their figures from now on.
+            self.rows_read.store(true, Relaxed);
             for (id, s) in t.slots() {
                 let (state, duration) = match &s.state {
                     SlotState::Busy { since } => ("Running", now.saturating_duration_since(*since)),

@@ -1,10 +1,12 @@
 <?php
 // fpmd's part of php-fpm's SAPI for stock php-cgi, run before each script
-// as auto_prepend_file (fpmd's src/proxy/sapi/mod.rs says how it is used).
+// as auto_prepend_file (fpmd's src/process/sapi.rs and src/proxy/sapi.rs
+// say how it is used).
 //
 // It talks to fpmd in-band: each message is one line on the request's
 // FastCGI STDERR stream, "\x1b[fpmd TOKEN VERB ARGS]", TOKEN being the
-// random hex string fpmd gave this request as its FPMD_SAPI parameter.
+// random hex string fpmd gave this request as the first 32 bytes of its
+// FPMD_SAPI parameter.
 // fpmd removes the lines that carry the request's token before anything
 // reaches the web server; any other line (a script printing these bytes
 // itself) goes through as the text it is.
@@ -15,41 +17,54 @@
 namespace Fpmd {
     final class Sapi
     {
-        /** @var string|null this request's token, null without fpmd */
+        // Static properties start from these values in every request.
+
+        /** @var string|null this request's token, once read (token()) */
         private static $token = null;
+        /** @var bool the end report is still to be sent */
+        private static $report = false;
         /** @var bool fastcgi_finish_request() was called */
         private static $finished = false;
         /** @var int bytes the script printed after fastcgi_finish_request() */
         private static $after = 0;
-        /** @var int[]|null CPU µs (user, system) when the request started */
-        private static $rusage = null;
+        /** @var string " USER SYSTEM": CPU µs when the request started, if asked */
+        private static $started = '';
 
-        /** The request starts: its token, CPU times and end report. */
+        /**
+         * The request starts: its token, and what to report when the
+         * script ends. FPMD_SAPI is the token and one byte: "n" when fpmd
+         * wants no report (nothing shows the figures), "s" when it wants
+         * the CPU times at the start too (it has no figure of this
+         * process yet), "-" when it subtracts those of the previous
+         * report.
+         */
         public static function start(): bool
         {
-            $token = \getenv('FPMD_SAPI');
-            if (!\is_string($token) || \strlen($token) !== 32) {
+            $value = \getenv('FPMD_SAPI');
+            if (!\is_string($value) || \strlen($value) !== 33) {
                 return false;
             }
-            self::$token = $token;
-            self::$finished = false;
-            self::$after = 0;
-            self::$rusage = self::cpu();
+            $report = $value[32];
+            if ($report === 'n') {
+                // A shutdown function only for php-fpm's error header.
+                $line = \get_cfg_var('fastcgi.error_header');
+                if (!\is_string($line) || $line === '') {
+                    return true;
+                }
+            } else {
+                self::$token = \substr($value, 0, 32);
+                self::$report = true;
+                if ($report === 's') {
+                    self::$started = ' ' . self::cpu();
+                }
+            }
             if (\function_exists('register_shutdown_function')) {
-                // The first shutdown function: php-fpm's error header goes
-                // before the script's own ones run, as php-fpm sets it
-                // before php_request_shutdown(); the report, registered
-                // from there, runs after every other one.
-                \register_shutdown_function([self::class, 'last']);
+                // The first shutdown function: it runs when the script
+                // ends, where php-fpm sets its error header and takes its
+                // figures (fpm_main.c: before php_request_shutdown()).
+                \register_shutdown_function([self::class, 'end']);
             }
             return true;
-        }
-
-        /** The first shutdown function: the error header, then the report last. */
-        public static function last(): void
-        {
-            self::errorHeader();
-            \register_shutdown_function([self::class, 'end']);
         }
 
         /**
@@ -77,30 +92,44 @@ namespace Fpmd {
         }
 
         /**
-         * User and system CPU µs of this process and of the children it
-         * waited for, as php-fpm reads them: times(), in clock ticks
-         * (USER_HZ, 100 a second on Linux), tms_utime + tms_cutime and
-         * tms_stime + tms_cstime (fpm_request.c). One call; getrusage()
-         * (two) where posix is not loaded.
+         * "USER SYSTEM": CPU µs this process and the children it waited
+         * for have used since it started, as php-fpm reads them: times(),
+         * in clock ticks (USER_HZ, 100 a second on Linux), tms_utime +
+         * tms_cutime and tms_stime + tms_cstime (fpm_request.c); fpmd
+         * takes the difference between two reports. One call; getrusage()
+         * (two) where posix is not loaded; "- -" without either.
          */
-        private static function cpu(): ?array
+        private static function cpu(): string
         {
             if (\function_exists('posix_times')) {
                 $t = \posix_times();
-                return [
-                    ($t['utime'] + $t['cutime']) * 10000,
-                    ($t['stime'] + $t['cstime']) * 10000,
-                ];
+                return (($t['utime'] + $t['cutime']) * 10000) . ' '
+                    . (($t['stime'] + $t['cstime']) * 10000);
             }
             if (!\function_exists('getrusage')) {
-                return null;
+                return '- -';
             }
-            $cpu = [0, 0];
+            $user = $system = 0;
             foreach ([\getrusage(0), \getrusage(1)] as $r) {
-                $cpu[0] += $r['ru_utime.tv_sec'] * 1000000 + $r['ru_utime.tv_usec'];
-                $cpu[1] += $r['ru_stime.tv_sec'] * 1000000 + $r['ru_stime.tv_usec'];
+                $user += $r['ru_utime.tv_sec'] * 1000000 + $r['ru_utime.tv_usec'];
+                $system += $r['ru_stime.tv_sec'] * 1000000 + $r['ru_stime.tv_usec'];
             }
-            return $cpu;
+            return $user . ' ' . $system;
+        }
+
+        /**
+         * This request's token (the first 32 bytes of FPMD_SAPI), read
+         * when first needed; null without fpmd.
+         */
+        private static function token(): ?string
+        {
+            if (self::$token === null) {
+                $value = \getenv('FPMD_SAPI');
+                if (\is_string($value) && \strlen($value) === 33) {
+                    self::$token = \substr($value, 0, 32);
+                }
+            }
+            return self::$token;
         }
 
         /** One line to fpmd on the request's STDERR stream. */
@@ -110,7 +139,7 @@ namespace Fpmd {
             if ($logging !== '1') {
                 \ini_set('fastcgi.logging', '1');
             }
-            \error_log("\x1b[fpmd " . self::$token . ' ' . $what . ']', 4);
+            \error_log("\x1b[fpmd " . self::token() . ' ' . $what . ']', 4);
             if ($logging !== '1' && $logging !== false) {
                 \ini_set('fastcgi.logging', $logging);
             }
@@ -119,7 +148,7 @@ namespace Fpmd {
         /** php-fpm's fastcgi_finish_request() (sapi/fpm/fpm/fpm_main.c). */
         public static function finish(): bool
         {
-            if (self::$token === null || self::$finished) {
+            if (self::$finished || self::token() === null) {
                 return false;
             }
             self::$finished = true;
@@ -219,21 +248,19 @@ namespace Fpmd {
             return $status;
         }
 
-        /** The last shutdown function: the request's peak memory and CPU. */
+        /**
+         * The first shutdown function: php-fpm's error header, then the
+         * report "end MEMORY USER SYSTEM [USER0 SYSTEM0]": the request's
+         * peak memory in bytes and the CPU times now (and at the start,
+         * if fpmd asked for them), in µs.
+         */
         public static function end(): void
         {
-            if (self::$token === null) {
-                return;
+            self::errorHeader();
+            if (self::$report) {
+                self::$report = false;
+                self::tell('end ' . \memory_get_peak_usage(true) . ' ' . self::cpu() . self::$started);
             }
-            $memory = \memory_get_peak_usage(true);
-            $cpu = '- -';
-            $c0 = self::$rusage;
-            $c1 = self::cpu();
-            if ($c0 !== null && $c1 !== null) {
-                $cpu = ($c1[0] - $c0[0]) . ' ' . ($c1[1] - $c0[1]);
-            }
-            self::tell("end $memory $cpu");
-            self::$token = null;
         }
     }
 }

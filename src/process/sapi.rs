@@ -29,9 +29,42 @@ use crate::config::PoolConfig;
 pub const SAPI_PHP: &str = include_str!("sapi.php");
 
 /// The FastCGI parameter that carries a request's token to `sapi.php`
-/// (32 lowercase hex digits, random per request); fpmd replaces any pair
-/// of that name a web server sends.
+/// (32 lowercase hex digits, random per request) and, as its 33rd byte,
+/// the [`Report`] fpmd wants; fpmd replaces any pair of that name a web
+/// server sends.
 pub const TOKEN_PARAM: &[u8] = b"FPMD_SAPI";
+
+/// What a request's `sapi.php` reports when its script ends: the last
+/// byte of [`TOKEN_PARAM`]'s value.
+///
+/// The figures cost the child a few µs a request (a shutdown function,
+/// `posix_times()`, one STDERR line), so fpmd asks for them only when
+/// something shows them: an `access.format` with `%M` or `%C`, or, from
+/// the first time one is read, the per-child rows (status page `full`,
+/// metrics, `fpm_get_status()`, `fpmd status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Report {
+    /// Nothing ("n").
+    Nothing,
+    /// Peak memory, and the CPU times now and at the start ("s"): fpmd
+    /// has no figure of this process yet (its first request on this
+    /// connection).
+    WithStart,
+    /// Peak memory and the CPU times now ("-"); fpmd subtracts those of
+    /// the connection's previous report.
+    SincePrevious,
+}
+
+impl Report {
+    /// Its byte in [`TOKEN_PARAM`]'s value.
+    pub fn byte(self) -> u8 {
+        match self {
+            Report::Nothing => b'n',
+            Report::WithStart => b's',
+            Report::SincePrevious => b'-',
+        }
+    }
+}
 
 /// The ini name `sapi.php` reads the pool's own `auto_prepend_file` from
 /// (`get_cfg_var`: a name php-cgi does not know stays in its configuration
@@ -173,15 +206,49 @@ pub fn ini_args(config: &PoolConfig) -> Option<[String; 6]> {
 }
 
 /// A request's figures, as php-fpm's scoreboard keeps them
-/// (`fpm_request_end` in `sapi/fpm/fpm/fpm_request.c`).
+/// (`fpm_request_end` in `sapi/fpm/fpm/fpm_request.c`: taken when the
+/// script ends, before its shutdown functions run).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Usage {
-    /// `memory_get_peak_usage(true)` at the end of the request, in bytes.
+    /// `memory_get_peak_usage(true)` when the script ended, in bytes.
     pub memory: u64,
     /// User and system CPU time of the child (and of the children it
-    /// waited for) during the request, `getrusage`; None when php-cgi has
-    /// no `getrusage()` (disabled).
+    /// waited for) from the end of its previous script (from `sapi.php`'s
+    /// start for its first request on a connection) to the end of this
+    /// one: php-fpm counts from reading the request on, so the previous
+    /// request's shutdown functions are counted here instead. None when
+    /// php-cgi has neither `posix_times()` nor `getrusage()`.
     pub cpu: Option<(Duration, Duration)>,
+}
+
+/// What `sapi.php` said when a script ended ([`Report`]): CPU times are
+/// the process's totals since it started, in µs (user, system).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct End {
+    /// `memory_get_peak_usage(true)`, bytes.
+    pub memory: u64,
+    /// The totals when the script ended; None when unknown.
+    pub cpu: Option<(u64, u64)>,
+    /// The totals when `sapi.php` started ([`Report::WithStart`]).
+    pub started: Option<(u64, u64)>,
+}
+
+impl End {
+    /// The request's [`Usage`]: CPU since `started`, else since
+    /// `previous` (the connection's previous report's totals); unknown
+    /// without either, or if the totals went back (another process).
+    pub fn usage(&self, previous: Option<(u64, u64)>) -> Usage {
+        let cpu = match (self.cpu, self.started.or(previous)) {
+            (Some((u, s)), Some((u0, s0))) if u >= u0 && s >= s0 => {
+                Some((Duration::from_micros(u - u0), Duration::from_micros(s - s0)))
+            }
+            _ => None,
+        };
+        Usage {
+            memory: self.memory,
+            cpu,
+        }
+    }
 }
 
 impl Usage {

@@ -669,7 +669,9 @@ impl Session {
         // request that php-fpm would rewrite is copied again.
         let mut seen = script::Seen::new();
         // fpmd's SAPI token replaces any pair of its name the web server
-        // sent (a client cannot forge the lines of `sapi.php`).
+        // sent (a client cannot forge the lines of `sapi.php`); its last
+        // byte, what to report, is set when a child is leased
+        // (`Request::set_report`).
         r.sapi_token = if ctx.script.sapi {
             crate::proxy::sapi::new_token()
         } else {
@@ -680,7 +682,7 @@ impl Session {
             .iter()
             .map(|t| Edit {
                 name: crate::process::sapi::TOKEN_PARAM.to_vec(),
-                value: Some(t.to_vec()),
+                value: Some([&t[..], &[crate::process::sapi::Report::Nothing.byte()]].concat()),
             })
             .collect();
         let mut lost = r.set_params(raw, &token_edit, |n, v| seen.note(n, v))?;

@@ -12,6 +12,7 @@ use tracing::{debug, info, warn};
 
 use crate::log::field;
 use crate::pool::{Acquired, Fate, Lease, Pool};
+use crate::process::sapi::Report;
 
 use super::client::ClientConn;
 use super::local::Local;
@@ -67,7 +68,7 @@ where
             Ok(lease) => lease,
             Err(then) => return Ok(then),
         };
-        let Some(lease) = d.hand_over(lease, req).await else {
+        let Some(lease) = d.hand_over(lease, &mut *req).await else {
             continue;
         };
         let Some((lease, ran)) = d.exchange(lease, client, req, head.as_deref_mut()).await else {
@@ -192,8 +193,9 @@ impl<'a> Dispatch<'a, '_> {
     /// Connects to the leased child and writes the request's head. `None`:
     /// nothing of the request reached the child, which was given back, and
     /// another child may take the request.
-    async fn hand_over(&self, mut lease: Lease<'a>, req: &Request) -> Option<Lease<'a>> {
+    async fn hand_over(&self, mut lease: Lease<'a>, req: &mut Request) -> Option<Lease<'a>> {
         let ctx = self.ctx;
+        let wants_usage = self.pool.wants_usage(self.config);
         let w = lease.worker();
         let conn = match w.connect().await {
             Ok(c) => c,
@@ -203,6 +205,11 @@ impl<'a> Dispatch<'a, '_> {
                 return None;
             }
         };
+        req.set_report(match (wants_usage, conn.cpu_mark) {
+            (false, _) => Report::Nothing,
+            (true, None) => Report::WithStart,
+            (true, Some(_)) => Report::SincePrevious,
+        });
         // A child that died while idle has closed its end: the first write
         // fails at once (EPIPE) with nothing accepted, nothing ran, and
         // another child may take the request. Once any byte was accepted,
@@ -339,8 +346,7 @@ impl<'a> Dispatch<'a, '_> {
         };
         let pid = lease.worker().log_pid();
         log_report(self.pool, self.ctx, pid, req, &report);
-        lease.note_usage(report.usage);
-        req.usage = report.usage;
+        req.usage = lease.note_end(report.end);
         lease.give_back(fate).await;
         let reply = match v.reply {
             Reply::None => None,

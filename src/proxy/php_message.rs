@@ -29,7 +29,7 @@ use tracing::warn;
 use crate::config::PoolConfig;
 use crate::fastcgi::{decode_record, encode_empty, RecordType, StreamWriter};
 use crate::process::output::{said, Stream, TokenBucket, CHILD_RATE};
-use crate::proxy::sapi::{Event, Lines, Usage};
+use crate::proxy::sapi::{End, Event, Lines};
 
 /// php-fpm's prefix of each message.
 pub const PREFIX: &[u8] = b"PHP message: ";
@@ -78,7 +78,7 @@ pub struct PhpMessages {
     /// STDERR content without fpmd's SAPI lines, reused.
     filtered: Vec<u8>,
     /// The request's figures, once its `sapi.php` reported them.
-    pub usage: Option<Usage>,
+    pub end: Option<End>,
 }
 
 /// Where [`PhpMessages::rewrite`] stopped: the script called
@@ -122,10 +122,10 @@ impl PhpMessages {
                 filtered.clear();
                 let content = match &mut self.sapi {
                     Some(lines) => {
-                        let usage = &mut self.usage;
+                        let end = &mut self.end;
                         lines.filter(rec.content, &mut filtered, &mut |e| match e {
                             Event::Finish { head_pending } => finish = Some(head_pending),
-                            Event::End(u) => *usage = Some(u),
+                            Event::End(e) => *end = Some(e),
                         });
                         &filtered[..]
                     }

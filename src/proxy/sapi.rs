@@ -15,9 +15,7 @@
 //! Must not touch: the records (the caller reframes what the filter lets
 //! through).
 
-use std::time::Duration;
-
-pub use crate::process::sapi::Usage;
+pub use crate::process::sapi::{End, Usage};
 
 /// A request's token: 32 lowercase hex digits (128 random bits).
 pub type Token = [u8; 32];
@@ -28,16 +26,51 @@ const START: &[u8] = b"\x1b[fpmd ";
 /// longer one is text.
 const LINE_MAX: usize = 160;
 
-/// A new token from the kernel's random source (`getrandom`, which does
-/// not block once the pool is initialised). None if it failed: the
-/// request then runs without one (`sapi.php` then stays silent).
+/// Random bytes from the kernel's random source, taken 4 KiB at a time
+/// per thread (one `getrandom` call for 256 tokens, not one a request)
+/// and used once each.
+struct RandomBytes {
+    buf: [u8; 4096],
+    /// Bytes of `buf` already used.
+    used: usize,
+}
+
+thread_local! {
+    static RANDOM: std::cell::RefCell<RandomBytes> = const {
+        std::cell::RefCell::new(RandomBytes { buf: [0; 4096], used: 4096 })
+    };
+}
+
+/// Fills `out` with bytes of the kernel's random source (`getrandom`,
+/// which does not block once its pool is initialised); false if it
+/// failed.
+fn random_bytes(out: &mut [u8]) -> bool {
+    RANDOM.with_borrow_mut(|r| {
+        if r.used + out.len() > r.buf.len() {
+            let n = unsafe {
+                // SAFETY: `r.buf` is a valid, writable buffer of its length.
+                libc::getrandom(r.buf.as_mut_ptr().cast(), r.buf.len(), 0)
+            };
+            if n != r.buf.len() as isize {
+                return false;
+            }
+            r.used = 0;
+        }
+        out.copy_from_slice(&r.buf[r.used..r.used + out.len()]);
+        // Used bytes are not kept: a later reader of the buffer (a core
+        // dump) learns no past token.
+        r.buf[r.used..r.used + out.len()].fill(0);
+        r.used += out.len();
+        true
+    })
+}
+
+/// A new token: 16 bytes of the kernel's random source, in hex. None if
+/// it failed: the request then runs without one (`sapi.php` then stays
+/// silent).
 pub fn new_token() -> Option<Token> {
     let mut raw = [0u8; 16];
-    let n = unsafe {
-        // SAFETY: `raw` is a valid, writable buffer of `raw.len()` bytes.
-        libc::getrandom(raw.as_mut_ptr().cast(), raw.len(), 0)
-    };
-    if n != raw.len() as isize {
+    if !random_bytes(&mut raw) {
         return None;
     }
     const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -57,8 +90,8 @@ pub enum Event {
     /// of body that is not the script's (`sapi.php` printed it to make PHP
     /// send the head).
     Finish { head_pending: bool },
-    /// The request ended: its peak memory and CPU.
-    End(Usage),
+    /// The script ended: its peak memory and the CPU times.
+    End(End),
 }
 
 /// The filter of one request's STDERR stream.
@@ -158,14 +191,20 @@ impl Lines {
             }),
             "finish-head" => Some(Event::Finish { head_pending: true }),
             "end" => {
+                // end MEMORY USER SYSTEM [USER0 SYSTEM0]; "-" for an
+                // unknown time.
                 let memory = words.next()?.parse().ok()?;
-                let user = words.next()?;
-                let system = words.next()?;
-                let cpu = match (user.parse::<u64>(), system.parse::<u64>()) {
-                    (Ok(u), Ok(s)) => Some((Duration::from_micros(u), Duration::from_micros(s))),
-                    _ => None,
+                let mut times = || -> Option<Option<(u64, u64)>> {
+                    let (u, s) = (words.next()?, words.next()?);
+                    Some(u.parse().ok().zip(s.parse().ok()))
                 };
-                Some(Event::End(Usage { memory, cpu }))
+                let cpu = times()?;
+                let started = times().flatten();
+                Some(Event::End(End {
+                    memory,
+                    cpu,
+                    started,
+                }))
             }
             _ => None,
         }
@@ -179,6 +218,7 @@ fn memchr(b: u8, s: &[u8]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     const T: &Token = b"0123456789abcdef0123456789abcdef";
 
@@ -206,20 +246,54 @@ mod tests {
         s.extend(line("finish"));
         s.extend_from_slice(b"late\n");
         s.extend(line("end 2097152 1500 250"));
+        s.extend(line("end 4096 1500 250 1000 200"));
+        s.extend(line("end 4096 - -"));
         let (out, evs) = run(&[&s]);
         assert_eq!(out, b"PHP Warning:  a\nlate\n");
+        let end = |cpu, started| {
+            Event::End(End {
+                memory: 2097152,
+                cpu,
+                started,
+            })
+        };
         assert_eq!(
             evs,
             vec![
                 Event::Finish {
                     head_pending: false
                 },
-                Event::End(Usage {
-                    memory: 2097152,
-                    cpu: Some((Duration::from_micros(1500), Duration::from_micros(250)))
-                })
+                end(Some((1500, 250)), None),
+                Event::End(End {
+                    memory: 4096,
+                    cpu: Some((1500, 250)),
+                    started: Some((1000, 200)),
+                }),
+                Event::End(End {
+                    memory: 4096,
+                    cpu: None,
+                    started: None,
+                }),
             ]
         );
+        let Event::End(with_start) = evs[2] else {
+            unreachable!()
+        };
+        // The start figures win over the connection's previous report.
+        assert_eq!(
+            with_start.usage(Some((1, 1))).cpu,
+            Some((Duration::from_micros(500), Duration::from_micros(50)))
+        );
+        let Event::End(since) = evs[1] else {
+            unreachable!()
+        };
+        assert_eq!(
+            since.usage(Some((1000, 50))).cpu,
+            Some((Duration::from_micros(500), Duration::from_micros(200)))
+        );
+        // No earlier figure, or totals that went back: unknown.
+        assert_eq!(since.usage(None).cpu, None);
+        assert_eq!(since.usage(Some((2000, 0))).cpu, None);
     }
 
     #[test]
@@ -267,6 +341,10 @@ mod tests {
         let a = new_token().unwrap();
         let b = new_token().unwrap();
         assert_ne!(a, b);
+        // Past a refill of the per-thread buffer too.
+        let many: std::collections::HashSet<Token> =
+            (0..1000).map(|_| new_token().unwrap()).collect();
+        assert_eq!(many.len(), 1000);
         assert!(a
             .iter()
             .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));

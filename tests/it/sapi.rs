@@ -169,6 +169,34 @@ fn usage_of(log: &std::path::Path, query: &str) -> (u64, f64) {
 /// The access log format of the memory and CPU test.
 const USAGE_FORMAT: &str = "%{kilo}M %C%% %r%Q%q";
 
+/// fpmd's status row (`?json&full`) of the child that served usage.php,
+/// idle again: its last request memory (bytes) and cpu (%). (php-fpm's
+/// own status page is served by a child, whose row is then Running with
+/// 0 for both: its access log is the reference.)
+fn idle_usage_row(nginx: &Nginx) -> (u64, f64) {
+    let mut found = None;
+    wait_for(LONG, "an idle row for usage.php on the status page", || {
+        let status = get(&nginx.url("/status?json&full")).text();
+        let v: serde_json::Value =
+            serde_json::from_str(&status).unwrap_or_else(|e| panic!("{e}: {status}"));
+        found = v["processes"].as_array().unwrap().iter().find_map(|p| {
+            (p["state"] == "Idle"
+                && p["request uri"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("usage.php"))
+            .then(|| {
+                (
+                    p["last request memory"].as_u64().unwrap(),
+                    p["last request cpu"].as_f64().unwrap(),
+                )
+            })
+        });
+        found.is_some()
+    });
+    found.unwrap()
+}
+
 /// Must show 5: a script holding 48 MiB logs `%{kilo}M` ≥ 49152 as
 /// php-fpm's; one burning 300 ms of CPU logs a `%C` within 25 % of
 /// php-fpm's; the status page's `last request memory` / `last request
@@ -186,32 +214,6 @@ fn memory_and_cpu_of_a_request_as_php_fpm_logs_them() {
             .line(format!("access.format = \"{format}\"")),
     );
     let nginx = Nginx::start(&t, NginxOpts::default().upstream(fpm.upstream()));
-    // fpmd's row of the child that served usage.php, idle again. (php-fpm's
-    // own status page is served by a child, whose row is then Running
-    // with 0 for both: its access log is the reference.)
-    let last = |nginx: &Nginx| -> (u64, f64) {
-        let mut found = None;
-        wait_for(LONG, "an idle row for usage.php on the status page", || {
-            let status = get(&nginx.url("/status?json&full")).text();
-            let v: serde_json::Value =
-                serde_json::from_str(&status).unwrap_or_else(|e| panic!("{e}: {status}"));
-            found = v["processes"].as_array().unwrap().iter().find_map(|p| {
-                (p["state"] == "Idle"
-                    && p["request uri"]
-                        .as_str()
-                        .unwrap_or("")
-                        .contains("usage.php"))
-                .then(|| {
-                    (
-                        p["last request memory"].as_u64().unwrap(),
-                        p["last request cpu"].as_f64().unwrap(),
-                    )
-                })
-            });
-            found.is_some()
-        });
-        found.unwrap()
-    };
     assert_eq!(get(&nginx.url("/usage.php?mb=48")).status, 200);
     let (their_kb, _) = usage_of(&log, "mb=48");
     assert_eq!(get(&nginx.url("/usage.php?cpu_ms=300")).status, 200);
@@ -237,11 +239,11 @@ fn memory_and_cpu_of_a_request_as_php_fpm_logs_them() {
     let nginx = Nginx::start(&t, NginxOpts::default().status().upstream(f.upstream(0)));
     assert_eq!(get(&nginx.url("/usage.php?mb=48")).status, 200);
     let (kb, _) = usage_of(&log, "mb=48");
-    let memory = last(&nginx).0;
+    let memory = idle_usage_row(&nginx).0;
     assert_eq!(memory / 1024, kb);
     assert_eq!(get(&nginx.url("/usage.php?cpu_ms=300")).status, 200);
     let (_, cpu) = usage_of(&log, "cpu_ms=300");
-    let last_cpu = last(&nginx).1;
+    let last_cpu = idle_usage_row(&nginx).1;
     eprintln!("php-fpm: {their_kb} KiB, {their_cpu} %; fpmd: {kb} KiB ({memory} B on the status page), {cpu} % ({last_cpu} %)");
     assert!(their_kb >= 49152, "php-fpm's own figure: {their_kb}");
     assert!(kb >= 49152, "fpmd: {kb} KiB");
@@ -268,6 +270,41 @@ fn memory_and_cpu_of_a_request_as_php_fpm_logs_them() {
         (last_cpu - their_cpu).abs() <= 0.25 * their_cpu,
         "last request cpu: fpmd {last_cpu}, php-fpm's %C {their_cpu}"
     );
+}
+
+/// The figures cost each request a shutdown function and a STDERR line
+/// in PHP, so fpmd asks for them only once something shows them: without
+/// `%M`/`%C` in `access.format` requests report nothing (the rows say 0,
+/// as php-fpm's before a child's first request) until the per-child rows
+/// are read once (status page `full`, metrics, `fpm_get_status()`,
+/// `fpmd status`); from then on every request does, counted from the
+/// child's previous report.
+#[test]
+fn figures_are_collected_once_the_rows_are_read() {
+    let t = TestDir::new();
+    let f = Fpmd::start(
+        &t,
+        FpmdConfig::new().pool(
+            Pool::www()
+                .max_children(1)
+                .line(r#"pm.status_path = "/status""#),
+        ),
+    );
+    let nginx = Nginx::start(&t, NginxOpts::default().status().upstream(f.upstream(0)));
+    assert_eq!(get(&nginx.url("/usage.php?mb=48")).status, 200);
+    assert_eq!(
+        idle_usage_row(&nginx),
+        (0, 0.0),
+        "reported before the rows were read"
+    );
+    // The read above turned the figures on.
+    assert_eq!(get(&nginx.url("/usage.php?mb=48")).status, 200);
+    let (memory, _) = idle_usage_row(&nginx);
+    assert!(memory >= 48 << 20, "{memory} bytes");
+    assert_eq!(get(&nginx.url("/usage.php?cpu_ms=300")).status, 200);
+    let (memory, cpu) = idle_usage_row(&nginx);
+    assert!(memory < 48 << 20, "{memory} bytes: the previous request's");
+    assert!(cpu > 50.0, "{cpu} % for 300 ms of CPU");
 }
 
 /// What one case of `finish_cases.php` did: the client's answer (None

@@ -3,7 +3,8 @@
 // on STDOUT with its own token and with TOKEN, logs them on STDERR with
 // TOKEN (a token the client chose), then works 300 ms and prints "tail".
 // Its own token ends nothing early either: it only ends its own request.
-$mine = (string) getenv('FPMD_SAPI');
+// Its token: the first 32 bytes of FPMD_SAPI (the last says what to report).
+$mine = substr((string) getenv('FPMD_SAPI'), 0, 32);
 $t = $_GET['t'] ?? 'ffffffffffffffffffffffffffffffff';
 echo "\x1b[fpmd $mine finish]\n";
 echo "\x1b[fpmd $t finish]\n";

@@ -129,6 +129,7 @@ pub fn start_pool(
         events: events_tx.clone(),
         stats: super::stats::PoolStats::new(),
         powered_by: tokio::sync::Mutex::new(None),
+        rows_read: Default::default(),
     });
     let cgroup = pool_cgroup(&config);
     let gens = Generations::first(config);

@@ -67,8 +67,10 @@ pub struct Report {
     /// The script called `fastcgi_finish_request()`: the web server got
     /// its whole answer then (see [`crate::proxy::sapi`]).
     pub finished: bool,
-    /// The request's peak memory and CPU, as its `sapi.php` reported them.
-    pub usage: Option<crate::proxy::sapi::Usage>,
+    /// The request's peak memory and CPU times, as its `sapi.php`
+    /// reported them (the lease turns them into a
+    /// [`crate::proxy::sapi::Usage`]).
+    pub end: Option<crate::proxy::sapi::End>,
 }
 
 /// Writes every byte of `bufs` with `writev`.
@@ -147,6 +149,7 @@ where
         reader: child_r,
         writer: child_w,
         buf: child_buf,
+        ..
     } = conn;
     let ctx = ExchangeCtx {
         id: req.id,
@@ -367,7 +370,7 @@ impl ExchangeCtx<'_> {
             finish_request_missing: down.messages.finish_request_missing,
             no_input_file,
             finished,
-            usage: down.messages.usage,
+            end: down.messages.end,
         }
     }
 }

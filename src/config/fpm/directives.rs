@@ -148,6 +148,7 @@ pub(super) const POOL: &[(&str, Action)] = &[
     ("cgroup.pids_max", To("cgroup.pids_max", Int)),
     ("cgroup.cpu_weight", To("cgroup.cpu_weight", Int)),
     ("security.pcntl", To("security.pcntl", Bool)),
+    ("fpm_sapi", To("fpm_sapi", Bool)),
     ("php_ini", To("php_ini", Path)),
     ("php_ini_scan_dir", To("php_ini_scan_dir", Text)),
 ];

@@ -117,6 +117,25 @@ fn directives_become_fpmd_settings() {
     );
 }
 
+/// fpmd's own pool keys that take a php-fpm value type may be written in
+/// a `.conf` as in TOML (README "php-fpm's configuration files"):
+/// `fpm_sapi` was refused as an unknown entry.
+#[test]
+fn fpmds_own_boolean_keys_in_a_conf() {
+    let main = format!(
+        "[global]\n{}",
+        pool(
+            "www",
+            "fpm_sapi = no\nsecurity.pcntl = yes\nno_new_privs = on\n"
+        )
+    );
+    let (_dir, c) = conf_ok(&main, &[]);
+    let p = &c.pools[0];
+    assert!(!p.fpm_sapi);
+    assert!(p.pcntl);
+    assert!(p.isolation.no_new_privs);
+}
+
 /// INDEX.md quirks 8 and 10: sections reopen (pool names case-insensitive,
 /// across files), may be empty; the last scalar wins; the FIRST value of
 /// an array key wins, as php-fpm applies its list.

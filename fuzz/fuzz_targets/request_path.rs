@@ -151,7 +151,7 @@ async fn drive(mode: u8, web: Vec<u8>) {
         params_parse_record_by_record(&req.head);
         let (ours, kid_end) = UnixStream::pair().unwrap();
         let (cr, cw) = ours.into_split();
-        let mut conn = ChildConn { reader: cr, writer: cw, buf: Default::default(), cpu_mark: None };
+        let mut conn = ChildConn { reader: cr, writer: cw, buf: Default::default() };
         let kid = tokio::spawn(child(kid_end, mode));
         if conn.writer.write_all(&req.head).await.is_err() {
             break;

@@ -56,10 +56,6 @@ pub struct ChildConn {
     /// [`CHILD_BUF`] bytes while a request runs ([`lend_buffer`]), none
     /// between requests ([`return_buffer`]).
     pub buf: BytesMut,
-    /// The child's CPU totals (user, system; µs) in its last report on
-    /// this connection ([`crate::process::sapi::End`]): the next report's
-    /// figures are counted from them.
-    pub cpu_mark: Option<(u64, u64)>,
 }
 
 /// Before a request on a child connection: gives `buf` a read buffer if it
@@ -175,7 +171,6 @@ impl Worker {
                 reader,
                 writer,
                 buf: BytesMut::new(),
-                cpu_mark: None,
             });
         }
         self.conn
@@ -348,21 +343,13 @@ impl Lease<'_> {
     /// Notes the peak memory and CPU the request reported (see
     /// [`crate::process::sapi`]), for the status page once the child is
     /// given back (no lock: the slot takes it under the lock it is given
-    /// back under), and returns them. The CPU is counted from the
-    /// connection's previous report; without a report the connection
-    /// keeps no mark (the next request reports its start).
+    /// back under), and returns them.
     pub fn note_end(
         &mut self,
         end: Option<crate::process::sapi::End>,
     ) -> Option<crate::process::sapi::Usage> {
-        let w = self.worker();
-        let previous = w.conn.as_mut().and_then(|c| {
-            let previous = c.cpu_mark;
-            c.cpu_mark = end.and_then(|e| e.cpu);
-            previous
-        });
-        let usage = end.map(|e| e.usage(previous));
-        w.last_usage = usage;
+        let usage = end.map(|e| e.usage());
+        self.worker().last_usage = usage;
         usage
     }
 

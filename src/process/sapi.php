@@ -27,16 +27,14 @@ namespace Fpmd {
         private static $finished = false;
         /** @var int bytes the script printed after fastcgi_finish_request() */
         private static $after = 0;
-        /** @var string " USER SYSTEM": CPU µs when the request started, if asked */
+        /** @var string " USER SYSTEM": CPU µs when the request started */
         private static $started = '';
 
         /**
          * The request starts: its token, and what to report when the
          * script ends. FPMD_SAPI is the token and one byte: "n" when fpmd
          * wants no report (nothing shows the figures), "s" when it wants
-         * the CPU times at the start too (it has no figure of this
-         * process yet), "-" when it subtracts those of the previous
-         * report.
+         * the figures (the CPU times are taken now and at the end).
          */
         public static function start(): bool
         {
@@ -54,9 +52,7 @@ namespace Fpmd {
             } else {
                 self::$token = \substr($value, 0, 32);
                 self::$report = true;
-                if ($report === 's') {
-                    self::$started = ' ' . self::cpu();
-                }
+                self::$started = ' ' . self::cpu();
             }
             if (\function_exists('register_shutdown_function')) {
                 // The first shutdown function: it runs when the script
@@ -96,7 +92,7 @@ namespace Fpmd {
          * for have used since it started, as php-fpm reads them: times(),
          * in clock ticks (USER_HZ, 100 a second on Linux), tms_utime +
          * tms_cutime and tms_stime + tms_cstime (fpm_request.c); fpmd
-         * takes the difference between two reports. One call; getrusage()
+         * takes the difference between the start and the end. One call; getrusage()
          * (two) where posix is not loaded; "- -" without either.
          */
         private static function cpu(): string
@@ -250,9 +246,9 @@ namespace Fpmd {
 
         /**
          * The first shutdown function: php-fpm's error header, then the
-         * report "end MEMORY USER SYSTEM [USER0 SYSTEM0]": the request's
-         * peak memory in bytes and the CPU times now (and at the start,
-         * if fpmd asked for them), in µs.
+         * report "end MEMORY USER SYSTEM USER0 SYSTEM0": the request's
+         * peak memory in bytes and the CPU times now and at the start, in
+         * µs.
          */
         public static function end(): void
         {

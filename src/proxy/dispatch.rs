@@ -205,10 +205,9 @@ impl<'a> Dispatch<'a, '_> {
                 return None;
             }
         };
-        req.set_report(match (wants_usage, conn.cpu_mark) {
-            (false, _) => Report::Nothing,
-            (true, None) => Report::WithStart,
-            (true, Some(_)) => Report::SincePrevious,
+        req.set_report(match wants_usage {
+            false => Report::Nothing,
+            true => Report::Figures,
         });
         // A child that died while idle has closed its end: the first write
         // fails at once (EPIPE) with nothing accepted, nothing ran, and

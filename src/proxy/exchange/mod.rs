@@ -149,7 +149,6 @@ where
         reader: child_r,
         writer: child_w,
         buf: child_buf,
-        ..
     } = conn;
     let ctx = ExchangeCtx {
         id: req.id,

@@ -163,7 +163,6 @@ async fn exchange(
         reader: r,
         writer: w,
         buf: bytes::BytesMut::with_capacity(70_000),
-        cpu_mark: None,
     };
     let (fpmd_side, mut web) = tokio::io::duplex(1 << 20);
     let (cr, cw): (ReadHalf<DuplexStream>, WriteHalf<DuplexStream>) = tokio::io::split(fpmd_side);
@@ -316,7 +315,6 @@ async fn negative_content_length_ends_the_childs_input() {
         reader: r,
         writer: w,
         buf: bytes::BytesMut::with_capacity(70_000),
-        cpu_mark: None,
     };
     let (fpmd_side, mut web) = tokio::io::duplex(1 << 20);
     let (cr, cw) = tokio::io::split(fpmd_side);

@@ -491,12 +491,10 @@ pub struct Pool {
 }
 
 impl Pool {
-    /// Whether requests are to report their peak memory and CPU: the
-    /// configuration shows them (`access.format` with `%M` or `%C`), or
-    /// the per-child rows that show them were read once.
-    pub fn wants_usage(&self, config: &PoolConfig) -> bool {
-        (config.access_log.is_some() && config.access_format.shows_usage())
-            || self.rows_read.load(Ordering::Relaxed)
+    /// The per-child rows, which show each child's last request's peak
+    /// memory and CPU, were read once: requests are to report them.
+    pub fn rows_read(&self) -> bool {
+        self.rows_read.load(Ordering::Relaxed)
     }
 
     /// The `X-Powered-By` header line the current generation's php-cgi

@@ -670,8 +670,7 @@ impl Session {
         let mut seen = script::Seen::new();
         // fpmd's SAPI token replaces any pair of its name the web server
         // sent (a client cannot forge the lines of `sapi.php`); its last
-        // byte, what to report, is set when a child is leased
-        // (`Request::set_report`).
+        // byte says what to report.
         r.sapi_token = if ctx.script.sapi {
             crate::proxy::sapi::new_token()
         } else {
@@ -682,7 +681,7 @@ impl Session {
             .iter()
             .map(|t| Edit {
                 name: crate::process::sapi::TOKEN_PARAM.to_vec(),
-                value: Some([&t[..], &[crate::process::sapi::Report::Nothing.byte()]].concat()),
+                value: Some([&t[..], &[ctx.report.byte()]].concat()),
             })
             .collect();
         let mut lost = r.set_params(raw, &token_edit, |n, v| seen.note(n, v))?;

@@ -12,7 +12,6 @@ use tracing::{debug, info, warn};
 
 use crate::log::field;
 use crate::pool::{Acquired, Fate, Lease, Pool};
-use crate::process::sapi::Report;
 
 use super::client::ClientConn;
 use super::local::Local;
@@ -68,7 +67,7 @@ where
             Ok(lease) => lease,
             Err(then) => return Ok(then),
         };
-        let Some(lease) = d.hand_over(lease, &mut *req).await else {
+        let Some(lease) = d.hand_over(lease, req).await else {
             continue;
         };
         let Some((lease, ran)) = d.exchange(lease, client, req, head.as_deref_mut()).await else {
@@ -193,9 +192,8 @@ impl<'a> Dispatch<'a, '_> {
     /// Connects to the leased child and writes the request's head. `None`:
     /// nothing of the request reached the child, which was given back, and
     /// another child may take the request.
-    async fn hand_over(&self, mut lease: Lease<'a>, req: &mut Request) -> Option<Lease<'a>> {
+    async fn hand_over(&self, mut lease: Lease<'a>, req: &Request) -> Option<Lease<'a>> {
         let ctx = self.ctx;
-        let wants_usage = self.pool.wants_usage(self.config);
         let w = lease.worker();
         let conn = match w.connect().await {
             Ok(c) => c,
@@ -205,10 +203,6 @@ impl<'a> Dispatch<'a, '_> {
                 return None;
             }
         };
-        req.set_report(match wants_usage {
-            false => Report::Nothing,
-            true => Report::Figures,
-        });
         // A child that died while idle has closed its end: the first write
         // fails at once (EPIPE) with nothing accepted, nothing ran, and
         // another child may take the request. Once any byte was accepted,

@@ -64,6 +64,9 @@ pub struct Ctx<'a> {
     /// return the requests fpmd answers while reading them
     /// ([`client::Next::Answered`]).
     pub access_log: bool,
+    /// What the request's `sapi.php` is to report: its figures when the
+    /// access log shows them or the per-child rows were read once.
+    pub report: crate::process::sapi::Report,
 }
 
 /// Who answered a request, for its access log line.
@@ -134,6 +137,10 @@ async fn serve<R, W>(
             peer,
             script,
             access_log: access.is_some(),
+            report: match script.usage_shown || pool.rows_read() {
+                false => crate::process::sapi::Report::Nothing,
+                true => crate::process::sapi::Report::Figures,
+            },
         };
         let mut req = match client.read_request(&ctx, &mut shutdown).await {
             Ok(Next::Request(req)) => req,

@@ -67,10 +67,10 @@ impl Owed {
 }
 
 /// The CGI variables fpmd itself reads for every request (body length,
-/// slot table, status page, slowlog, access log, the SAPI token's last
-/// byte): [`Request::set_params`] notes where their values lie, so that
-/// [`Request::param`] finds them without a scan.
-pub const KNOWN: [&[u8]; 9] = [
+/// slot table, status page, slowlog, access log): [`Request::set_params`]
+/// notes where their values lie, so that [`Request::param`] finds them
+/// without a scan.
+pub const KNOWN: [&[u8]; 8] = [
     b"CONTENT_LENGTH",
     b"SCRIPT_FILENAME",
     b"REQUEST_URI",
@@ -79,7 +79,6 @@ pub const KNOWN: [&[u8]; 9] = [
     b"QUERY_STRING",
     b"REMOTE_USER",
     b"REMOTE_ADDR",
-    crate::process::sapi::TOKEN_PARAM,
 ];
 
 fn known_index(name: &[u8]) -> Option<usize> {
@@ -92,7 +91,6 @@ fn known_index(name: &[u8]) -> Option<usize> {
         (14, Some(b'R')) => &[3],
         (11, Some(b'S')) => &[4],
         (12, Some(b'Q')) => &[5],
-        (9, Some(b'F')) => &[8],
         _ => return None,
     };
     candidates.iter().copied().find(|&k| KNOWN[k] == name)
@@ -318,20 +316,6 @@ impl Request {
             self.end_child_stdin();
         }
         Ok(dropped)
-    }
-
-    /// Sets what the request's `sapi.php` is to report (the last byte of
-    /// its token's value, written by [`Request::set_params`]); nothing
-    /// without a token.
-    pub fn set_report(&mut self, report: crate::process::sapi::Report) {
-        if self.sapi_token.is_none() {
-            return;
-        }
-        if let Some(r) = &self.known[8] {
-            if r.end > r.start {
-                self.head[r.end as usize - 1] = report.byte();
-            }
-        }
     }
 
     /// The value of a CGI variable as the child sees it (the last pair of

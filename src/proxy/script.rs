@@ -39,6 +39,9 @@ pub struct Options {
     /// The pool's children run fpmd's `sapi.php`
     /// ([`crate::process::sapi::ini_args`]): each request gets a token.
     pub sapi: bool,
+    /// The access log shows each request's peak memory or CPU (`%M`,
+    /// `%C`): every request is to report them.
+    pub usage_shown: bool,
 }
 
 impl Default for Options {
@@ -54,6 +57,7 @@ impl Default for Options {
                 .collect(),
             root: None,
             sapi: false,
+            usage_shown: false,
         }
     }
 }
@@ -90,6 +94,7 @@ impl Options {
                 .collect(),
             root: config.isolation.chroot.clone(),
             sapi: crate::process::sapi::ini_args(config).is_some(),
+            usage_shown: config.access_log.is_some() && config.access_format.shows_usage(),
         }
     }
 

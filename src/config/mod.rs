@@ -83,7 +83,7 @@ pub use keys::{registry, RegistryKey};
 pub use model::{
     CgroupLimits, Config, Credentials, Global, Isolation, Landlock, Listen, ListenAddress,
     LocalEndpoints, LogFormat, LogLevel, LogTarget, MinAvailable, Origins, PhpIni, PmMode,
-    PoolConfig, ProcessManager, Sources, Spawn, DEFAULT_LIMIT_EXTENSIONS,
+    PoolConfig, ProcessManager, Sources, Spawn, DEFAULT_LIMIT_EXTENSIONS, DEFAULT_WARM_TIMEOUT,
 };
 pub use raw::{ByteSize, Duration};
 
@@ -239,6 +239,7 @@ php_admin_flag.log_errors = true
                 php_ini: None,
                 php_ini_scan_dir: None,
                 warm_min_available: MinAvailable::DEFAULT,
+                warm_timeout: DEFAULT_WARM_TIMEOUT,
             }
         );
         let names: Vec<&str> = c.pools.iter().map(|p| p.name.as_str()).collect();
@@ -362,6 +363,7 @@ php_admin_flag.log_errors = true
                 php_ini: None,
                 php_ini_scan_dir: None,
                 warm_min_available: MinAvailable::DEFAULT,
+                warm_timeout: DEFAULT_WARM_TIMEOUT,
             }
         );
         let p = &c.pools[0];

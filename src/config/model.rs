@@ -141,7 +141,18 @@ pub struct Global {
     /// `MemTotal`); `"100%"`: never (php-fpm's ondemand: no process while
     /// idle); `0`: always. Applies live on reload.
     pub warm_min_available: MinAvailable,
+    /// `warm_timeout` (fpmd only): how long an ondemand pool under
+    /// `pm.spawn = "prefork"` keeps its loaded php-cgi parent, with no
+    /// children, after its last child went away, so that the next request
+    /// forks a child (~2 ms) instead of exec'ing php-cgi (~40 ms); see
+    /// [`crate::pool::warm::timeout`]. Default [`DEFAULT_WARM_TIMEOUT`] (10
+    /// minutes); `0`: no warm parent at all (php-fpm's ondemand: no process
+    /// once idle). Applies live on reload.
+    pub warm_timeout: std::time::Duration,
 }
+
+/// `warm_timeout`'s default: 10 minutes.
+pub const DEFAULT_WARM_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// An amount of available memory: a share of `MemTotal` or bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

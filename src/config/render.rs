@@ -95,6 +95,10 @@ impl Config {
                 ""
             }
         ));
+        out.push_str(&format!(
+            "warm_timeout = {}\n",
+            toml_duration(self.global.warm_timeout)
+        ));
         if origins {
             let block = out.split_off(global_start);
             let o = &self.options;

@@ -4,7 +4,9 @@ use super::check_socket_path;
 use super::ini::scan_dirs;
 use super::logs::log_dir;
 use super::nonzero;
-use crate::config::model::{Global, ListenAddress, LogLevel, LogTarget, MinAvailable};
+use crate::config::model::{
+    Global, ListenAddress, LogLevel, LogTarget, MinAvailable, DEFAULT_WARM_TIMEOUT,
+};
 use crate::config::raw::{RawAddress, RawGlobal};
 use crate::config::source::SourceFile;
 use crate::config::users::Ids;
@@ -49,11 +51,13 @@ pub(in crate::config) fn validate_global(
     let warm_min_available = raw
         .warm_min_available
         .map_or(MinAvailable::DEFAULT, |m| m.0);
+    let warm_timeout = raw.warm_timeout.map_or(DEFAULT_WARM_TIMEOUT, |d| d.0);
     Ok((
         Global {
             php_ini,
             php_ini_scan_dir,
             warm_min_available,
+            warm_timeout,
             pid,
             error_log,
             log_level,

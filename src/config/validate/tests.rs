@@ -1123,6 +1123,47 @@ fn assert_global_errors(rows: &[(&str, &str, String)]) {
 }
 
 #[test]
+fn warm_timeout() {
+    use std::time::Duration as D;
+    let global = |line: &str| format!("[global]\n{line}\n{}", pool("www", ""));
+    // Unset: 10 minutes, printed by -t.
+    let (_d, c) = load_ok(&pool("www", ""), &[]);
+    assert_eq!(c.global.warm_timeout, D::from_secs(600));
+    assert_eq!(c.global.warm_timeout, crate::config::DEFAULT_WARM_TIMEOUT);
+    assert!(c.to_toml().contains("\nwarm_timeout = \"10m\"\n"));
+    // The usual duration syntax; 0 is allowed (no warm parent).
+    for (text, want) in [
+        ("warm_timeout = \"30s\"", D::from_secs(30)),
+        ("warm_timeout = \"5m\"", D::from_secs(300)),
+        ("warm_timeout = \"250ms\"", D::from_millis(250)),
+        ("warm_timeout = 90", D::from_secs(90)),
+        ("warm_timeout = 1.5", D::from_millis(1500)),
+        ("warm_timeout = 0", D::ZERO),
+        ("warm_timeout = \"0s\"", D::ZERO),
+    ] {
+        let (dir, c) = load_ok(&global(text), &[]);
+        assert_eq!(c.global.warm_timeout, want, "{text}");
+        // Printed by -t, and read back to the same value.
+        let printed = c.to_toml();
+        let again = write(dir.path(), "again/fpmd.toml", &printed);
+        let c2 = crate::config::load(&again).unwrap_or_else(|e| panic!("{e}\n{printed}"));
+        assert_eq!(c2.global.warm_timeout, want, "{printed}");
+    }
+    let (_d, c) = load_ok(&global("warm_timeout = \"1m\""), &[]);
+    assert!(c
+        .to_toml_with_origins()
+        .contains("\nwarm_timeout = \"1m\" # set in "));
+    // Errors: at the file, line and key.
+    assert_global_errors(&[
+        ("warm_timeout = \"soon\"", "global.warm_timeout", "invalid duration \"soon\": expected number at 0 (expected e.g. \"30s\", \"5m\", \"1h\", \"250ms\")".to_string()),
+        ("warm_timeout = -1", "global.warm_timeout", "invalid duration -1: must not be negative".to_string()),
+        ("warm_timeout = -0.5", "global.warm_timeout", "invalid duration -0.5: must be a finite, non-negative number of seconds".to_string()),
+        ("warm_timeout = true", "global.warm_timeout", "invalid type: boolean `true`, expected a duration such as \"30s\", \"5m\", \"250ms\" or a number of seconds".to_string()),
+        ("warm_timout = \"5m\"", "global.warm_timout", "unknown key (did you mean 'global.warm_timeout'?)".to_string()),
+    ]);
+}
+
+#[test]
 fn metrics_listen() {
     let global = |line: &str| format!("[global]\n{line}\n{}", pool("www", ""));
     // Unset: no endpoint.

@@ -257,6 +257,7 @@ pub(super) async fn start(
         board: Board::new(config_file),
     };
     crate::pool::warm::configure(d.config.global.warm_min_available);
+    crate::pool::warm::configure_timeout(d.config.global.warm_timeout);
     tokio::spawn(crate::pool::warm::monitor());
     tokio::spawn(crate::sys::pageout::trim_heap_periodically());
     // What a SIGKILLed fpmd's scripts left in their cgroups goes now.

@@ -114,6 +114,30 @@ pub async fn monitor() {
     }
 }
 
+/// `warm_timeout` as the ondemand pools apply it, in milliseconds: how long
+/// a pool under `pm.spawn = "prefork"` keeps its php-cgi parent after its
+/// last child went away. Default [`crate::config::DEFAULT_WARM_TIMEOUT`].
+static TIMEOUT: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(crate::config::DEFAULT_WARM_TIMEOUT.as_millis() as u64);
+
+/// Sets `warm_timeout` (at start and on every reload): how long an ondemand
+/// pool under `pm.spawn = "prefork"` keeps its loaded php-cgi parent, with
+/// no children, after its last child went away; `0`: no warm parent at all
+/// (php-fpm's ondemand). Kept to the millisecond (longer ones saturate).
+pub fn configure_timeout(d: Duration) {
+    let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    TIMEOUT.store(ms, Ordering::Relaxed);
+}
+
+/// `warm_timeout`, to the millisecond: how long an idle ondemand pool under
+/// `pm.spawn = "prefork"` keeps its php-cgi parent once its last child went
+/// away, so that the next request forks a child (~2 ms) rather than
+/// exec'ing php-cgi (~40 ms). [`Duration::ZERO`]: keep none (php-fpm's
+/// ondemand: no process once idle).
+pub fn timeout() -> Duration {
+    Duration::from_millis(TIMEOUT.load(Ordering::Relaxed))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -280,10 +280,11 @@ pub(super) async fn start(
     Ok((d, shutdown_tx, in_flight_rx))
 }
 
-/// Installs `sapi.php` (see [`crate::process::sapi`]) in a directory of
-/// its own (mode 0755 in `$TMPDIR`, removed when fpmd exits) for the
-/// children to run; without it (the directory cannot be made) the pools
-/// run php-cgi as it is, and fpmd says so.
+/// Installs `sapi.php` (see [`crate::process::sapi`]) and the fork server
+/// (see [`crate::process::fork_server`]) in a directory of its own (mode
+/// 0755 in `$TMPDIR`, removed when fpmd exits) for the children to run;
+/// without it (the directory cannot be made) the pools run php-cgi as it
+/// is and exec every child, and fpmd says so.
 fn install_sapi() -> Option<tempfile::TempDir> {
     use std::os::unix::fs::PermissionsExt;
     let made = tempfile::Builder::new()
@@ -293,13 +294,16 @@ fn install_sapi() -> Option<tempfile::TempDir> {
         .and_then(|dir| crate::process::sapi::install(dir.path()).map(|i| (dir, i)));
     match made {
         Ok((dir, i)) => {
+            if let Err(e) = crate::process::fork_server::install(dir.path()) {
+                warn!("cannot install fpmd's fork server in {} ({e}): pools with pm.spawn = \"prefork\" exec each child", dir.path().display());
+            }
             if !i.for_everyone {
-                warn!("{} cannot be reached by every user (a directory above it is not searchable by others): fastcgi_finish_request() and the requests' memory and CPU figures only for pools that run as fpmd's own user", i.path.display());
+                warn!("{} cannot be reached by every user (a directory above it is not searchable by others): fastcgi_finish_request(), the requests' memory and CPU figures and pm.spawn = \"prefork\" only for pools that run as fpmd's own user", i.path.display());
             }
             Some(dir)
         }
         Err(e) => {
-            warn!("cannot install fpmd's SAPI file in $TMPDIR ({e}): no fastcgi_finish_request(), and no memory or CPU figures per request");
+            warn!("cannot install fpmd's SAPI file in $TMPDIR ({e}): no fastcgi_finish_request(), no memory or CPU figures per request, and pools with pm.spawn = \"prefork\" exec each child");
             None
         }
     }

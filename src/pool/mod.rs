@@ -463,14 +463,12 @@ enum Event {
     Retire(Vec<Worker>),
     /// A request found no idle child (dynamic, ondemand): spawn now.
     Demand,
-    /// A pre-forked child died in the middle of a request (without process
-    /// events, this is how fpmd learns of it): counts for
-    /// `emergency_restart_threshold`.
-    Crashed,
-    /// A pre-forked child started or ended (from [`crate::process::proc_events`]).
-    Forked(crate::process::proc_events::ForkedEvent),
-    /// The permit to start an ondemand pool's warm parent ([`warm`]).
-    WarmPermit(tokio::sync::OwnedSemaphorePermit),
+    /// What a php-cgi parent's fork server said
+    /// ([`crate::process::fork_server`]).
+    Parent {
+        parent: i32,
+        report: crate::process::fork_server::Report,
+    },
 }
 
 /// A pool: shared by its listeners' connection tasks and its supervisor.
@@ -724,11 +722,7 @@ impl Pool {
     /// A child died in the middle of a request. Under prefork without
     /// process events this is the only sign fpmd gets of a crash (the
     /// php-cgi parent reaps it); otherwise the exit status is counted.
-    fn died_mid_request(&self, w: &Worker) {
-        if w.strategy == Strategy::Prefork && !crate::process::proc_events::available() {
-            let _ = self.events.send(Event::Crashed);
-        }
-    }
+    fn died_mid_request(&self, _w: &Worker) {}
 
     /// Drops a child whose connection can no longer be trusted; the
     /// supervisor kills it (exec: and starts a replacement; prefork: the

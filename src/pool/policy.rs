@@ -1,7 +1,6 @@
 //! The process manager's decisions, as pure functions of what the
-//! supervisor knows: how many php-cgi to start ([`fill`]), which idle
-//! children to retire ([`spares_to_retire`], [`parent_idle`],
-//! [`excess`]), how long to wait after a crash at start ([`backoff`]), when
+//! supervisor knows: how many children to start ([`fill`]), which idle
+//! children to retire ([`spares_to_retire`], [`excess`]), how long to wait after a crash at start ([`backoff`]), when
 //! crashes are an emergency ([`CrashWindow`]), and how periodic passes are
 //! spread over their period ([`spread`]). The supervisor gathers the
 //! inputs and carries the decisions out; the tables below test every
@@ -12,7 +11,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use crate::config::{PmMode, Spawn};
+use crate::config::PmMode;
 
 /// A child that dies within this long of its start (or a php-cgi that
 /// cannot start) counts towards the back-off ([`backoff`]).
@@ -34,15 +33,14 @@ pub fn backoff(quick_deaths: u32) -> Duration {
 /// generation children are started for (its target).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FillState {
-    pub spawn: Spawn,
     pub mode: PmMode,
     pub max_children: usize,
-    /// php-cgi processes of the target generation fpmd started (exec: the
-    /// children; prefork: the parents), stopping ones included.
+    /// Children of the target generation (exec'd, forked, or ordered from
+    /// a php-cgi parent), stopping ones included; a parent is not one.
     pub mine: usize,
     /// Those of them not asked to stop.
     pub active: usize,
-    /// Nothing was spawned for the target generation yet.
+    /// No child was started for the target generation yet.
     pub first_round: bool,
     /// The target generation is the one requests go to (not a reload's
     /// generation still starting).
@@ -50,103 +48,53 @@ pub struct FillState {
     /// Idle children and waiting requests of the current generation.
     pub idle: usize,
     pub waiting: usize,
-    /// Prefork ondemand: a permit to start a warm parent ahead of any
-    /// request is in hand ([`super::warm`]).
-    pub warm_permit: bool,
 }
 
-/// What [`fill`] decided.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Fill {
-    /// php-cgi processes to start now.
-    pub spawns: usize,
-    /// Prefork ondemand with nothing to serve: start a warm parent ahead
-    /// of any request if memory allows (the supervisor asks for a permit).
-    pub warm: bool,
-}
-
-/// How many php-cgi to start for the target generation:
-/// - exec, static: up to `pm.max_children`;
-/// - exec, dynamic: `pm.start_servers` at first, then one per waiting
-///   request plus what `pm.min_spare_servers` asks for, within
-///   `pm.max_children` and `pm.max_spawn_rate` (no 1-second tick: a
-///   request that finds no idle child starts one at once);
-/// - exec, ondemand: one per waiting request (one for a reload's new
-///   generation, so that it can take over), within the same bounds;
-/// - prefork: one parent, which keeps `pm.max_children` forked; under
-///   ondemand only for a request, a reload's generation or a warm permit,
-///   else a warm parent is wanted ([`Fill::warm`]).
-pub fn fill(s: &FillState) -> Fill {
+/// How many children to start for the target generation, whether each is
+/// exec'd or forked by the generation's php-cgi parent (php-fpm's process
+/// managers, `fpm_children.c` and `fpm_process_ctl.c`):
+/// - static: up to `pm.max_children`;
+/// - dynamic: `pm.start_servers` at first, then one per waiting request
+///   plus what `pm.min_spare_servers` asks for, within `pm.max_children`
+///   and `pm.max_spawn_rate` (no 1-second tick: a request that finds no
+///   idle child starts one at once);
+/// - ondemand: one per waiting request (one for a reload's new generation,
+///   so that it can take over), within the same bounds.
+pub fn fill(s: &FillState) -> usize {
     let room = |want: usize, rate: u32| {
         want.min(s.max_children.saturating_sub(s.mine))
             .min(rate as usize)
     };
-    let spawns = |spawns| Fill {
-        spawns,
-        warm: false,
-    };
-    match (s.spawn, s.mode) {
-        (Spawn::Exec, PmMode::Static) => spawns(s.max_children.saturating_sub(s.mine)),
-        (
-            Spawn::Exec,
-            PmMode::Dynamic {
-                start_servers,
-                min_spare_servers,
-                max_spawn_rate,
-                ..
-            },
-        ) => {
+    match s.mode {
+        PmMode::Static => s.max_children.saturating_sub(s.mine),
+        PmMode::Dynamic {
+            start_servers,
+            min_spare_servers,
+            max_spawn_rate,
+            ..
+        } => {
             let want = if s.first_round {
                 start_servers as usize
             } else {
                 s.waiting + (min_spare_servers as usize).saturating_sub(s.idle)
             };
-            spawns(room(want, max_spawn_rate))
+            room(want, max_spawn_rate)
         }
-        (Spawn::Exec, PmMode::Ondemand { max_spawn_rate, .. }) => {
+        PmMode::Ondemand { max_spawn_rate, .. } => {
             let want = if !s.current && s.mine == 0 {
                 1
             } else {
                 s.waiting
             };
-            spawns(room(want, max_spawn_rate))
+            room(want, max_spawn_rate)
         }
-        (Spawn::Prefork, PmMode::Ondemand { .. }) => {
-            if s.active > 0 {
-                spawns(0)
-            } else if s.waiting > 0 || !s.current || s.warm_permit {
-                spawns(1)
-            } else {
-                Fill {
-                    spawns: 0,
-                    warm: true,
-                }
-            }
-        }
-        (Spawn::Prefork, _) => spawns(usize::from(s.active == 0)),
     }
 }
 
-/// Dynamic: how many idle children to retire this tick, `warm_idle` idle
-/// ones (under prefork only those that served: a cold fork costs next to
-/// nothing) over `pm.max_spare_servers`: one, as php-fpm retires one per
-/// second.
-pub fn spares_to_retire(warm_idle: usize, max_spare_servers: u32) -> usize {
-    usize::from(warm_idle > max_spare_servers as usize)
-}
-
-/// Ondemand under prefork: whether a php-cgi parent is stopped, its `slots`
-/// of `per_parent` (`pm.max_children`) all back, all idle (`idle`), none
-/// of them idle for less than `pm.process_idle_timeout` (`recent`), and no
-/// memory for a warm parent (`warm_allowed` false).
-pub fn parent_idle(
-    slots: usize,
-    per_parent: usize,
-    idle: usize,
-    recent: usize,
-    warm_allowed: bool,
-) -> bool {
-    !warm_allowed && slots >= per_parent && idle >= per_parent && recent == 0
+/// Dynamic: how many idle children to retire this tick, `idle` idle ones
+/// over `pm.max_spare_servers`: one, as php-fpm retires one per second.
+pub fn spares_to_retire(idle: usize, max_spare_servers: u32) -> usize {
+    usize::from(idle > max_spare_servers as usize)
 }
 
 /// Exec, `pm.max_children` lowered by a reload: how many idle children to
@@ -220,9 +168,8 @@ pub fn spread(k: u64, period: Duration) -> Duration {
 mod tests {
     use super::*;
 
-    fn state(spawn: Spawn, mode: PmMode) -> FillState {
+    fn state(mode: PmMode) -> FillState {
         FillState {
-            spawn,
             mode,
             max_children: 8,
             mine: 0,
@@ -231,7 +178,6 @@ mod tests {
             current: true,
             idle: 0,
             waiting: 0,
-            warm_permit: false,
         }
     }
 
@@ -247,207 +193,115 @@ mod tests {
     };
 
     #[test]
-    fn fill_decides_per_strategy_and_mode() {
-        use Spawn::{Exec, Prefork};
-        // (state, spawns, warm)
-        let s = |spawn, mode| state(spawn, mode);
-        let table: Vec<(&str, FillState, usize, bool)> = vec![
-            ("exec static: up to max", s(Exec, PmMode::Static), 8, false),
+    fn fill_decides_per_mode() {
+        // (state, spawns): the same whether children are exec'd or forked.
+        let s = |mode| state(mode);
+        let table: Vec<(&str, FillState, usize)> = vec![
+            ("static: up to max", s(PmMode::Static), 8),
             (
-                "exec static, 5 there",
+                "static, 5 there",
                 FillState {
                     mine: 5,
                     active: 5,
-                    ..s(Exec, PmMode::Static)
+                    ..s(PmMode::Static)
                 },
                 3,
-                false,
             ),
             (
-                "exec static, full",
+                "static, full",
                 FillState {
                     mine: 8,
                     active: 8,
-                    ..s(Exec, PmMode::Static)
+                    ..s(PmMode::Static)
                 },
                 0,
-                false,
             ),
             (
-                "exec dynamic at start: start_servers",
+                "dynamic at start: start_servers",
                 FillState {
                     first_round: true,
-                    ..s(Exec, DYNAMIC)
+                    ..s(DYNAMIC)
                 },
                 2,
-                false,
             ),
             (
-                "exec dynamic: waiting + min spare",
+                "dynamic: waiting + min spare",
                 FillState {
                     waiting: 2,
                     mine: 2,
                     active: 2,
-                    ..s(Exec, DYNAMIC)
+                    ..s(DYNAMIC)
                 },
                 3,
-                false,
             ),
             (
-                "exec dynamic: spare enough",
+                "dynamic: spare enough",
                 FillState {
                     idle: 1,
                     mine: 2,
                     active: 2,
-                    ..s(Exec, DYNAMIC)
+                    ..s(DYNAMIC)
                 },
                 0,
-                false,
             ),
             (
-                "exec dynamic: max_spawn_rate",
+                "dynamic: max_spawn_rate",
                 FillState {
                     waiting: 10,
-                    ..s(Exec, DYNAMIC)
+                    ..s(DYNAMIC)
                 },
                 4,
-                false,
             ),
             (
-                "exec dynamic: max_children",
+                "dynamic: max_children",
                 FillState {
                     waiting: 3,
                     mine: 7,
                     active: 7,
-                    ..s(Exec, DYNAMIC)
+                    ..s(DYNAMIC)
                 },
                 1,
-                false,
             ),
             (
-                "exec ondemand: one per waiting request",
+                "ondemand: one per waiting request",
                 FillState {
                     waiting: 3,
-                    ..s(Exec, ONDEMAND)
+                    ..s(ONDEMAND)
                 },
                 3,
-                false,
             ),
-            ("exec ondemand: nothing waits", s(Exec, ONDEMAND), 0, false),
+            ("ondemand: nothing waits", s(ONDEMAND), 0),
             (
-                "exec ondemand: a reload's generation takes over",
+                "ondemand: a reload's generation takes over",
                 FillState {
                     current: false,
-                    ..s(Exec, ONDEMAND)
+                    ..s(ONDEMAND)
                 },
                 1,
-                false,
             ),
             (
-                "exec ondemand: rate",
+                "ondemand: rate",
                 FillState {
                     waiting: 9,
-                    ..s(Exec, ONDEMAND)
+                    ..s(ONDEMAND)
                 },
                 4,
-                false,
-            ),
-            (
-                "prefork static: one parent",
-                s(Prefork, PmMode::Static),
-                1,
-                false,
-            ),
-            (
-                "prefork static: it is there",
-                FillState {
-                    mine: 1,
-                    active: 1,
-                    ..s(Prefork, PmMode::Static)
-                },
-                0,
-                false,
-            ),
-            ("prefork dynamic: one parent", s(Prefork, DYNAMIC), 1, false),
-            (
-                "prefork static: the one stopping is replaced",
-                FillState {
-                    mine: 1,
-                    active: 0,
-                    ..s(Prefork, PmMode::Static)
-                },
-                1,
-                false,
-            ),
-            (
-                "prefork ondemand: a request",
-                FillState {
-                    waiting: 1,
-                    ..s(Prefork, ONDEMAND)
-                },
-                1,
-                false,
-            ),
-            (
-                "prefork ondemand: a reload's generation",
-                FillState {
-                    current: false,
-                    ..s(Prefork, ONDEMAND)
-                },
-                1,
-                false,
-            ),
-            (
-                "prefork ondemand: a warm permit",
-                FillState {
-                    warm_permit: true,
-                    ..s(Prefork, ONDEMAND)
-                },
-                1,
-                false,
-            ),
-            (
-                "prefork ondemand: idle, a warm parent wanted",
-                s(Prefork, ONDEMAND),
-                0,
-                true,
-            ),
-            (
-                "prefork ondemand: the parent is there",
-                FillState {
-                    active: 1,
-                    mine: 1,
-                    waiting: 3,
-                    ..s(Prefork, ONDEMAND)
-                },
-                0,
-                false,
             ),
         ];
-        for (what, st, spawns, warm) in table {
-            assert_eq!(fill(&st), Fill { spawns, warm }, "{what}");
+        for (what, st, spawns) in table {
+            assert_eq!(fill(&st), spawns, "{what}");
         }
     }
 
     #[test]
     fn scale_down_picks() {
-        // (warm idle, max spare) -> retire
+        // (idle, max spare) -> retire
         for (idle, max, retire) in [(0, 3, 0), (3, 3, 0), (4, 3, 1), (9, 3, 1)] {
             assert_eq!(
                 spares_to_retire(idle, max),
                 retire,
                 "{idle} idle over {max}"
             );
-        }
-        // (slots, per parent, idle, recently idle, warm allowed) -> stop the parent
-        for (slots, per, idle, recent, warm, stop) in [
-            (4, 4, 4, 0, false, true),
-            (4, 4, 4, 0, true, false),
-            (4, 4, 3, 0, false, false),
-            (4, 4, 4, 1, false, false),
-            (3, 4, 3, 0, false, false),
-        ] {
-            assert_eq!(parent_idle(slots, per, idle, recent, warm), stop);
         }
         for (active, max, n) in [(5, 8, 0), (8, 8, 0), (8, 5, 3)] {
             assert_eq!(excess(active, max), n);

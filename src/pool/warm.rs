@@ -1,29 +1,22 @@
-//! Warm parents of ondemand pools: whether the system's memory allows them,
-//! and how many start at once.
+//! Warm parents of ondemand pools: how long one is kept, and whether the
+//! system's memory allows it.
 //!
-//! php-fpm's ondemand cold start is a fork of its loaded master (4–7 ms
-//! on this machine); fpmd's, without a parent, is an exec of php-cgi with
-//! every extension (35–60 ms). So an ondemand pool under `pm.spawn =
-//! "prefork"` keeps its php-cgi parent (started with the pool, its
-//! start-up pages given back, its children cold forks; a child that served
-//! is still retired after `pm.process_idle_timeout`) while the system's
-//! `MemAvailable` stays above the global `warm_min_available`. Below it,
-//! pools stop the parents whose children are all idle past the timeout,
-//! and start none until memory is back above it.
+//! php-fpm's ondemand cold start is a fork of its loaded master; fpmd's,
+//! without a php-cgi parent, is an exec of php-cgi with every extension
+//! (35–60 ms). So an ondemand pool under `pm.spawn = "prefork"` keeps its
+//! parent once its last child is gone (its children are forked on order,
+//! [`crate::process::fork_server`]; it holds none of its own) for
+//! `warm_timeout`, and while the system's `MemAvailable` stays above the
+//! global `warm_min_available`. Below it, pools stop the parents that have
+//! no child, and the next request execs one again.
 //!
 //! Owns: the one process-wide answer to "does memory allow warm parents"
-//! (read from `/proc/meminfo` once a second by [`monitor`]), and the
-//! semaphore that lets only as many warm parents start at once as there
-//! are CPUs, so that hundreds of pools starting together neither hold
-//! hundreds of un-paged-out parents at once nor delay a request's start
-//! (a pool a request waits for starts its parent at once, without a
-//! permit). Must not touch: the pools (each supervisor asks).
+//! (read from `/proc/meminfo` once a second by [`monitor`]) and
+//! `warm_timeout`. Must not touch: the pools (each supervisor asks).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::Duration;
-
-use tokio::sync::Semaphore;
 
 use crate::config::MinAvailable;
 
@@ -31,12 +24,11 @@ use crate::config::MinAvailable;
 static MIN_AVAILABLE: Mutex<MinAvailable> = Mutex::new(MinAvailable::DEFAULT);
 /// Memory is short: no warm parent is kept or started.
 static SHORT: AtomicBool = AtomicBool::new(false);
-static STARTS: OnceLock<Arc<Semaphore>> = OnceLock::new();
 
 /// How often `/proc/meminfo` is read.
 const PERIOD: Duration = Duration::from_secs(1);
 
-/// Whether memory allows ondemand pools to keep (or start) a warm parent.
+/// Whether memory allows ondemand pools to keep a warm parent.
 pub fn allowed() -> bool {
     !SHORT.load(Ordering::Relaxed)
 }
@@ -46,16 +38,6 @@ pub fn allowed() -> bool {
 pub fn configure(min: MinAvailable) {
     *MIN_AVAILABLE.lock().unwrap() = min;
     update();
-}
-
-/// The permits for warm starts: one per CPU.
-pub fn starts() -> Arc<Semaphore> {
-    STARTS
-        .get_or_init(|| {
-            let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
-            Arc::new(Semaphore::new(cpus))
-        })
-        .clone()
 }
 
 /// `MemTotal` and `MemAvailable` of `/proc/meminfo`, in bytes.

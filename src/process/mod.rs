@@ -10,6 +10,7 @@
 //! decides), FastCGI or connections.
 
 pub mod cgroup;
+pub mod fork_server;
 pub mod output;
 pub mod proc_events;
 pub mod reap;

@@ -65,6 +65,11 @@ pub struct ChildSpec {
     /// They are opened before the fork and the child writes `0` (itself)
     /// to each in `pre_exec`, so nothing it starts escapes the cgroup.
     pub cgroup_procs: Vec<PathBuf>,
+    /// `pm.spawn = "prefork"`: the fork server library as the parent sees
+    /// it (its path, or [`crate::process::fork_server::IN_CHROOT`]),
+    /// preloaded first in `LD_PRELOAD`, and the parent gets its end of the
+    /// order socket as [`crate::process::fork_server::FPMD_FORK_FD`].
+    pub fork_server: Option<PathBuf>,
 }
 
 /// The argv[0] of a pool's php-cgi processes: `php-cgi: pool NAME`, so
@@ -86,6 +91,9 @@ pub struct Spawned {
     /// fpmd's ends of the child's fd 1 and fd 2 (shared by its pre-forked
     /// children), for [`crate::process::output::forward`].
     pub output: crate::process::output::Readers,
+    /// fpmd's end of a pre-fork parent's order socket
+    /// ([`crate::process::fork_server::Orders`]).
+    pub orders: Option<OwnedFd>,
 }
 
 struct Job {
@@ -146,10 +154,18 @@ impl Spawner {
 /// Binds the child's private listening socket (mode 0600 inside fpmd's 0700
 /// runtime directory).
 fn bind_endpoint(spec: &ChildSpec) -> io::Result<OwnedFd> {
-    let _ = std::fs::remove_file(&spec.endpoint);
+    listening_socket(&spec.endpoint, spec.backlog)
+}
+
+/// A unix stream socket bound at `path` (replacing a stale file) and
+/// listening with `backlog`: a child's own socket, which it accepts on as
+/// its fd 0 (exec'd children get it as stdin, forked ones with their
+/// order, [`crate::process::fork_server`]).
+pub fn listening_socket(path: &std::path::Path, backlog: i32) -> io::Result<OwnedFd> {
+    let _ = std::fs::remove_file(path);
     let sock = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)?;
-    sock.bind(&socket2::SockAddr::unix(&spec.endpoint)?)?;
-    sock.listen(spec.backlog)?;
+    sock.bind(&socket2::SockAddr::unix(path)?)?;
+    sock.listen(backlog)?;
     Ok(sock.into())
 }
 
@@ -169,6 +185,10 @@ fn spawn_child(spec: &ChildSpec) -> io::Result<Spawned> {
     let (sandbox, report) =
         crate::process::sandbox::prepare(&spec.sandbox, &program, runtime_dir, spec.uid, spec.gid)?;
 
+    let orders = match &spec.fork_server {
+        Some(_) => Some(crate::process::fork_server::pair()?),
+        None => None,
+    };
     let mut cmd = Command::new(&program);
     cmd.arg0(&spec.arg0)
         .args(&spec.args)
@@ -180,6 +200,20 @@ fn spawn_child(spec: &ChildSpec) -> io::Result<Spawned> {
         // Own process group: a Ctrl-C on fpmd's terminal reaches fpmd only,
         // and a php-cgi that signals its group never reaches fpmd.
         .process_group(0);
+    let parent_end = orders.as_ref().map(|(_, theirs)| theirs.as_raw_fd());
+    if let (Some(library), Some(fd)) = (&spec.fork_server, parent_end) {
+        // First, before what the pool's environment preloads (the library
+        // takes itself out of LD_PRELOAD once loaded).
+        let mut preload = library.as_os_str().to_os_string();
+        if let Some((_, theirs)) = spec.env.iter().find(|(k, _)| k == "LD_PRELOAD") {
+            if !theirs.is_empty() {
+                preload.push(":");
+                preload.push(theirs);
+            }
+        }
+        cmd.env("LD_PRELOAD", preload)
+            .env(crate::process::fork_server::FPMD_FORK_FD, fd.to_string());
+    }
 
     let uid = Uid::from_raw(spec.uid);
     let gid = Gid::from_raw(spec.gid);
@@ -213,6 +247,11 @@ fn spawn_child(spec: &ChildSpec) -> io::Result<Spawned> {
             // Ok or panic"), which took the spawner thread down with it.
             // The report pipe tells the spawner instead.
             let steps = || -> io::Result<()> {
+                if let Some(fd) = parent_end {
+                    if !crate::process::fork_server::inheritable(fd) {
+                        return Err(sandbox.fail_step(b"pass the fork server's socket"));
+                    }
+                }
                 // Limits, chroot (mount namespace, pivot_root), chdir.
                 sandbox.apply()?;
                 // Join the pool's cgroup (pid 0: the writer, in v1 and v2)
@@ -275,5 +314,9 @@ fn spawn_child(spec: &ChildSpec) -> io::Result<Spawned> {
     let pid = child.id() as i32;
     // The reaper waits for the pid; std's Child is never waited on.
     drop(child);
-    Ok(Spawned { pid, output })
+    Ok(Spawned {
+        pid,
+        output,
+        orders: orders.map(|(ours, _)| ours),
+    })
 }

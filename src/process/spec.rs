@@ -16,8 +16,8 @@ use crate::process::spawn::ChildSpec;
 /// and `HOME` of the pool's user as php-fpm sets them (see
 /// [`crate::config::Credentials::home`]); on top of it
 /// `PHP_FCGI_CHILDREN` (unset for exec, php-cgi's default of 0: it must not
-/// fork a hidden sub-pool; `pm.max_children` for prefork, whose children
-/// fpmd tracks one by one) and `PHP_FCGI_MAX_REQUESTS=0` (php-cgi must not
+/// fork a hidden sub-pool; for a prefork parent what makes it pre-fork,
+/// each child on fpmd's order, see [`crate::process::fork_server`]) and `PHP_FCGI_MAX_REQUESTS=0` (php-cgi must not
 /// retire itself: fpmd applies `pm.max_requests`) are always so, whatever
 /// fpmd's own environment says, and `PHP_INI_SCAN_DIR` is set when the pool
 /// sets `php_ini_scan_dir`. php-cgi reads the two only from its
@@ -45,17 +45,23 @@ pub fn child_spec(config: &PoolConfig, endpoint: PathBuf) -> ChildSpec {
             && (user.is_none() || (k != "USER" && k != "HOME"))
     });
     env.extend(user.into_iter().flatten().map(|(k, v)| (k.into(), v)));
-    let (children, death_signal) = match config.pm.spawn {
-        Spawn::Exec => (0, libc::SIGKILL),
-        Spawn::Prefork => (config.pm.max_children, libc::SIGTERM),
-    };
+    // Prefork: a parent whose fork() waits for fpmd's orders (the fork
+    // server raises PHP_FCGI_CHILDREN once loaded; 1 keeps a php-cgi that
+    // ignores LD_PRELOAD from forking more than one child nobody uses).
     // php-cgi reads both from its environment only, and PHP copies its
-    // environment into $_SERVER: an exec'd child gets no
-    // PHP_FCGI_CHILDREN (php-cgi's default is 0), a pre-fork parent the
-    // count it needs.
-    if children > 0 {
-        env.push(("PHP_FCGI_CHILDREN".into(), children.to_string().into()));
-    }
+    // environment into $_SERVER: an exec'd child gets no PHP_FCGI_CHILDREN
+    // (php-cgi's default is 0).
+    let fork_server = match config.pm.spawn {
+        Spawn::Exec => None,
+        Spawn::Prefork => crate::process::fork_server::for_pool(config),
+    };
+    let death_signal = match fork_server {
+        None => libc::SIGKILL,
+        Some(_) => {
+            env.push(("PHP_FCGI_CHILDREN".into(), "1".into()));
+            libc::SIGTERM
+        }
+    };
     env.push(("PHP_FCGI_MAX_REQUESTS".into(), "0".into()));
     // The pool's scan directory reaches php-cgi whatever clear_env says.
     if let Some(dir) = &config.php_ini.scan_dir {
@@ -80,11 +86,12 @@ pub fn child_spec(config: &PoolConfig, endpoint: PathBuf) -> ChildSpec {
         gid: config.user.gid,
         groups: config.user.groups.clone(),
         endpoint,
-        backlog: children as i32 + 8,
+        backlog: 8,
         death_signal,
         catch_workers_output: config.catch_workers_output,
         // Set by the supervisor, which owns the pool's cgroup.
         cgroup_procs: Vec::new(),
+        fork_server,
     }
 }
 
@@ -92,7 +99,7 @@ pub fn child_spec(config: &PoolConfig, endpoint: PathBuf) -> ChildSpec {
 /// are equal start the same children, so a reload between them keeps the
 /// children and applies the rest live (pm numbers under exec, timeouts,
 /// logs). Anything else (ini values, environment, user, binary, working
-/// directory, `pm.max_children` under prefork, `pm.spawn`,
+/// directory, `pm.spawn`,
 /// `catch_workers_output`, `chroot` and every other key of
 /// [`crate::config::Isolation`]) needs a new generation.
 pub fn template(config: &PoolConfig) -> ChildSpec {

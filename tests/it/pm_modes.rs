@@ -1,11 +1,10 @@
-//! Issue 4, items 1 to 3: `pm.mode = "dynamic"` and `"ondemand"`. Scale-up
-//! is driven by queued requests (no tick), scale-down retires the least
-//! recently used idle children. Under `pm.spawn = "prefork"` every child is
-//! forked up front by the php-cgi parent (a cold child costs ~0.7 MiB), so
-//! "the pool shrinks" means that children which served requests are
-//! replaced by cold ones, and an idle ondemand pool keeps its parent warm
-//! while memory allows (`warm_min_available`), else stops it; under `exec`
-//! the processes themselves come and go.
+//! Issue 4, items 1 to 3, and issue 23: `pm.mode = "dynamic"` and
+//! `"ondemand"` as php-fpm's. Scale-up is driven by queued requests (no
+//! tick), scale-down retires the least recently used idle children, and
+//! the processes themselves come and go under both `pm.spawn` values:
+//! under `"prefork"` a php-cgi parent forks each child on fpmd's order,
+//! and an idle ondemand pool keeps that parent, with no child, for
+//! `warm_timeout` while memory allows (`warm_min_available`).
 
 use crate::harness::http::{assert_all_200, concurrent, get, try_get_with};
 use crate::harness::*;
@@ -53,7 +52,7 @@ fn dynamic_spawns_at_once_for_queued_requests() {
     assert!(took <= Duration::from_secs(2 + 4), "took {took:?}");
     assert!(s.fpmd.workers().len() <= 32);
     // Back to at most max_spare_servers idle children, one retired per second.
-    if !prefork() {
+    {
         wait_for(
             Duration::from_secs(45),
             "the pool to shrink to max_spare_servers",
@@ -75,16 +74,13 @@ fn dynamic_spawns_at_once_for_queued_requests() {
 
 #[test]
 fn ondemand_starts_from_nothing_and_gives_everything_back() {
-    // php-fpm's ondemand: no warm parent (`warm_min_available = "100%"`:
-    // memory never allows one).
+    // php-fpm's ondemand: no warm parent (`warm_timeout = 0`).
     let s = Stack::start_with(
-        FpmdConfig::new()
-            .global("warm_min_available = \"100%\"")
-            .pool(
-                Pool::www()
-                    .max_children(8)
-                    .lines(&["pm.mode = \"ondemand\"", "pm.process_idle_timeout = \"2s\""]),
-            ),
+        FpmdConfig::new().global("warm_timeout = 0").pool(
+            Pool::www()
+                .max_children(8)
+                .lines(&["pm.mode = \"ondemand\"", "pm.process_idle_timeout = \"2s\""]),
+        ),
         NginxOpts::default().keepalive(),
     );
     assert!(
@@ -134,115 +130,152 @@ fn ondemand_starts_from_nothing_and_gives_everything_back() {
     );
 }
 
-/// Issue 12: under prefork an ondemand pool keeps a warm php-cgi parent
-/// while memory allows (`warm_min_available`, default 25% of MemTotal): it
-/// is started with the pool, a cold request runs on one of its forks (no
-/// exec of php-cgi on the request's path), a child that served is retired
-/// after `pm.process_idle_timeout` while the parent stays; once memory is
-/// short (here: a reload to `"100%"`), the idle parent is stopped and the
-/// pool holds nothing, as php-fpm's; memory back (`0`), the parent comes
-/// back ahead of any request.
+/// The php-cgi parents of the stack (fpmd's own children that fork the
+/// pool's children): none under exec.
+fn parents(s: &Stack) -> Vec<i32> {
+    let workers = s.fpmd.workers();
+    s.fpmd
+        .children()
+        .iter()
+        .filter(|p| p.alive() && !workers.contains(&p.pid))
+        .map(|p| p.pid)
+        .collect()
+}
+
+/// Issue 23, Must show 1: an ondemand pool holds no php-cgi before its
+/// first request, no idle child once `pm.process_idle_timeout` has passed,
+/// and nothing once `warm_timeout` has passed too (php-fpm holds 0). Under
+/// prefork the cold request after the children retired runs on a fork of
+/// the warm parent; memory short (a reload to `warm_min_available =
+/// "100%"`) stops a warm parent at once.
 #[test]
-fn ondemand_keeps_a_warm_parent_while_memory_allows() {
+fn ondemand_holds_no_process_before_its_first_request_nor_once_idle() {
     let pool = Pool::www()
-        .max_children(3)
+        .max_children(8)
         .lines(&["pm.mode = \"ondemand\"", "pm.process_idle_timeout = \"2s\""]);
-    // Retiring an idle child is logged at debug level, as php-fpm's.
-    let mut s = Stack::start_with(
-        FpmdConfig::new().log_level("debug").pool(pool.clone()),
-        NginxOpts::default(),
+    let config = |warm: &str| {
+        FpmdConfig::new()
+            .log_level("debug")
+            .global(&format!("warm_timeout = \"{warm}\""))
+            .pool(pool.clone())
+    };
+    let mut s = Stack::start_with(config("4s"), NginxOpts::default());
+    assert!(
+        holds_for(Duration::from_secs(2), || php_processes(&s) == 0),
+        "an ondemand pool started a php-cgi before any request: {:?}\n{}",
+        s.fpmd.children(),
+        s.fpmd.log()
     );
-    if !prefork() {
-        // Under exec there is no parent to keep: each child is exec'd for
-        // a request, and none is started ahead of one.
+    let first = pid_of(&get(&s.url("/pid.php")).text());
+    assert_eq!(s.fpmd.workers(), [first], "one child for one request");
+    assert_eq!(
+        parents(&s).len(),
+        usize::from(prefork()),
+        "{:?}",
+        s.fpmd.children()
+    );
+    // Idle past pm.process_idle_timeout: no child. Under prefork the parent
+    // stays, with no child, for warm_timeout.
+    wait_for(Duration::from_secs(15), "the idle child to retire", || {
+        s.fpmd.workers().is_empty()
+    });
+    if prefork() {
+        assert_eq!(
+            parents(&s).len(),
+            1,
+            "the warm parent: {:?}",
+            s.fpmd.children()
+        );
+        let warm = parents(&s)[0];
+        // A request in the warm period runs on a fork of it.
+        let child = pid_of(&get(&s.url("/pid.php")).text());
+        let info = s.fpmd.children();
         assert!(
-            holds_for(Duration::from_secs(2), || php_processes(&s) == 0),
-            "an exec ondemand pool started a php-cgi before any request:\n{}",
+            info.iter().any(|p| p.pid == child && p.ppid == warm),
+            "the cold request ran on a fork ({child}) of the warm parent {warm}: {info:?}"
+        );
+        wait_for(Duration::from_secs(15), "the child to retire again", || {
+            s.fpmd.workers().is_empty()
+        });
+    }
+    // warm_timeout over: nothing at all.
+    wait_for(Duration::from_secs(20), "no php-cgi at all", || {
+        php_processes(&s) == 0
+    });
+    if prefork() {
+        assert!(
+            s.fpmd.log().contains("no request for warm_timeout"),
+            "{}",
             s.fpmd.log()
         );
-        return;
+        // A long warm period, then memory short: the parent goes at once.
+        s.fpmd.rewrite(&config("1h"));
+        s.fpmd.reload_ok();
+        assert_eq!(get(&s.url("/pid.php")).status, 200);
+        wait_for(Duration::from_secs(15), "the child to retire", || {
+            s.fpmd.workers().is_empty()
+        });
+        assert_eq!(parents(&s).len(), 1, "kept for warm_timeout = 1h");
+        s.fpmd
+            .rewrite(&config("1h").global("warm_min_available = \"100%\""));
+        s.fpmd.reload_ok();
+        wait_for(Duration::from_secs(15), "the warm parent to stop", || {
+            php_processes(&s) == 0
+        });
+        assert!(s.fpmd.log().contains("memory is short"), "{}", s.fpmd.log());
     }
-    // The parent and its 3 forks, before any request.
-    wait_for(
-        Duration::from_secs(20),
-        "the warm parent and its 3 forks",
-        || php_processes(&s) == 4,
-    );
-    let parent = |s: &Stack| -> i32 {
-        let kids = s.fpmd.children();
-        let parents: BTreeSet<i32> = kids
-            .iter()
-            .filter(|p| p.ppid == s.fpmd.pid())
-            .map(|p| p.pid)
-            .collect();
-        assert_eq!(parents.len(), 1, "one php-cgi parent: {kids:?}");
-        *parents.iter().next().unwrap()
-    };
-    let warm = parent(&s);
-    let r = get(&s.url("/pid.php"));
-    assert_eq!(r.status, 200);
-    let child = pid_of(&r.text());
-    let info = s.fpmd.children();
-    assert!(
-        info.iter().any(|p| p.pid == child && p.ppid == warm),
-        "the cold request ran on a fork ({child}) of the warm parent {warm}: {info:?}"
-    );
-    // Idle past the timeout: the child that served goes, the parent stays.
-    wait_for(
-        Duration::from_secs(15),
-        "the served child to be retired",
-        || {
-            !s.fpmd
-                .children()
-                .iter()
-                .any(|p| p.pid == child && p.alive())
-        },
-    );
-    assert!(
-        s.fpmd.log().contains("pm.process_idle_timeout"),
-        "no idle child was retired:\n{}",
-        s.fpmd.log()
-    );
-    wait_for(Duration::from_secs(10), "a fresh fork in its place", || {
-        php_processes(&s) == 4
-    });
-    assert_eq!(parent(&s), warm, "the warm parent stayed");
-
-    // Memory short: the idle parent goes, nothing is left.
-    s.fpmd.rewrite(
-        &FpmdConfig::new()
-            .log_level("debug")
-            .global("warm_min_available = \"100%\"")
-            .pool(pool.clone()),
-    );
-    s.fpmd.reload_ok();
-    wait_for(
-        Duration::from_secs(20),
-        "the idle parent to be stopped",
-        || php_processes(&s) == 0,
-    );
-    assert!(
-        s.fpmd.log().contains("memory is short"),
-        "the shortage was not logged:\n{}",
-        s.fpmd.log()
-    );
-    // A request still gets a child (an exec'd parent, on demand).
+    // The next visitor is served as the first was.
     assert_eq!(get(&s.url("/pid.php")).status, 200);
+}
 
-    // Memory back: a warm parent again, ahead of any request.
-    s.fpmd.rewrite(
-        &FpmdConfig::new()
+/// Issue 23, Must show 3: a dynamic pool (`pm.max_children` 12,
+/// `pm.start_servers` 2, spare 1–3) starts 2 children (and, under prefork,
+/// their parent: 3 processes), grows for a burst and shrinks back into the
+/// spare range, one idle child a second, as php-fpm's.
+#[test]
+fn dynamic_follows_the_load_within_the_spare_range() {
+    let s = Stack::start_with(
+        FpmdConfig::new()
             .log_level("debug")
-            .global("warm_min_available = 0")
-            .pool(pool),
+            .pool(Pool::www().max_children(12).lines(&[
+                "pm.mode = \"dynamic\"",
+                "pm.start_servers = 2",
+                "pm.min_spare_servers = 1",
+                "pm.max_spare_servers = 3",
+            ])),
+        NginxOpts::default(),
     );
-    s.fpmd.reload_ok();
-    wait_for(Duration::from_secs(20), "a warm parent again", || {
-        php_processes(&s) == 4
-            && s.fpmd
-                .log()
-                .contains("memory allows warm php-cgi parents again")
+    let at_start = usize::from(prefork()) + 2;
+    wait_for(Duration::from_secs(20), "start_servers children", || {
+        php_processes(&s) == at_start && s.fpmd.workers().len() == 2
     });
+    assert!(
+        holds_for(Duration::from_secs(2), || php_processes(&s) == at_start),
+        "not {at_start} php-cgi processes at rest: {:?}",
+        s.fpmd.children()
+    );
+    let url = s.url("/sleep.php?ms=1500");
+    let out = concurrent(10, 1, move |a, _, _| try_get_with(a, &url));
+    assert_all_200(&out);
+    let pids: BTreeSet<i32> = out.iter().map(|o| pid_of(&o.text())).collect();
+    assert_eq!(pids.len(), 10, "10 concurrent requests on 10 children");
+    let peak = s.fpmd.workers().len();
+    assert!((10..=12).contains(&peak), "{peak} children after the burst");
+    // Back into the spare range: at most 3 idle, at least 1.
+    wait_for(
+        Duration::from_secs(30),
+        "the pool to shrink to 3 idle children",
+        || s.fpmd.workers().len() == 3,
+    );
+    assert!(
+        holds_for(Duration::from_secs(3), || {
+            let n = s.fpmd.workers().len();
+            (1..=3).contains(&n)
+        }),
+        "left the spare range: {:?}",
+        s.fpmd.children()
+    );
+    assert_eq!(parents(&s).len(), usize::from(prefork()));
 }
 
 #[test]
@@ -278,19 +311,10 @@ fn light_traffic_after_a_burst_runs_on_few_children() {
         late.len()
     );
     assert!(late.len() <= 2, "light traffic ran on {late:?}");
-    if prefork() {
-        // The children that served the burst and went idle were replaced by cold forks.
-        assert!(
-            s.fpmd.log().contains("pm.process_idle_timeout"),
-            "no idle child was recycled:\n{}",
-            s.fpmd.log()
-        );
-    } else {
-        let n = php_processes(&s);
-        assert!(
-            n <= 2,
-            "{n} php-cgi processes by the 12th second:\n{}",
-            s.fpmd.log()
-        );
-    }
+    let n = s.fpmd.workers().len();
+    assert!(
+        n <= 2,
+        "{n} php-cgi children by the 12th second:\n{}",
+        s.fpmd.log()
+    );
 }

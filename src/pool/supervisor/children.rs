@@ -17,15 +17,20 @@ use tracing::{debug, error, info, warn};
 
 use super::health::page_out_parent;
 use super::Supervisor;
+use crate::config::PmMode;
 use crate::pool::policy::{self, QUICK_DEATH};
 use crate::pool::slots::GenId;
 use crate::pool::stats::StopReason;
 use crate::pool::{Strategy, Worker};
+use crate::process::fork_server::Report;
 use crate::process::reap::{Exit, ExitKind};
 use crate::process::signal;
 use crate::process::spawn::Spawned;
 use crate::process::spec::child_spec;
-use crate::sys::procfs::parent_of;
+
+/// Listen backlog of a child's own socket (fpmd connects at most once per
+/// slot; the rest is room for a reconnect).
+const CHILD_BACKLOG: i32 = 8;
 
 /// A php-cgi fpmd spawned: a child (exec) or a pre-fork parent.
 pub(super) struct ChildState {
@@ -36,24 +41,35 @@ pub(super) struct ChildState {
     /// Why fpmd asked it to go (retire, stop, broken connection); `None`:
     /// it was not asked (an exit then counts as [`StopReason::Died`]).
     pub stop: Option<StopReason>,
-    /// Exec: a child; prefork: a parent (its process group holds its
-    /// children).
+    /// Exec: a child (exec'd, or forked on order by a parent); prefork: a
+    /// parent (its process group holds its children).
     pub strategy: Strategy,
+    /// A child forked by a php-cgi parent: that parent (a key of
+    /// [`Children::leaders`]), which reaps it and reports its exit.
+    pub parent: Option<i32>,
+    /// A php-cgi parent: its fork server.
+    pub forker: Option<Forker>,
 }
 
-/// A child forked by a php-cgi parent.
-pub(super) struct Forked {
-    /// The php-cgi parent (a key of `Supervisor::children`).
-    pub parent: i32,
-    pub started: Instant,
-    /// Why fpmd asked it to go, if it did.
-    pub stop: Option<StopReason>,
+/// What fpmd knows of a php-cgi parent's fork server
+/// ([`crate::process::fork_server`]).
+pub(super) struct Forker {
+    pub orders: Arc<crate::process::fork_server::Orders>,
+    /// It said it is ready (PHP loaded, waiting for orders).
+    pub ready: bool,
+    /// Orders sent and not yet forked, oldest first: each child's socket.
+    pub ordered: std::collections::VecDeque<Arc<PathBuf>>,
+    /// Since when it has had no child (none forked, or the last one
+    /// gone): an ondemand pool's warm period counts from there.
+    pub childless_since: Instant,
+    /// Its output's start-up window, shared with the children it forks.
+    pub startup: crate::process::output::StartupWindow,
 }
 
 /// A php-cgi whose slots wait for its PHP start-up (modules, ini) to be
-/// over: a pre-fork parent once it has forked a child, an exec'd child
-/// once it waits in accept(). Until then requests wait in fpmd's queue, and
-/// a new generation does not take over.
+/// over: a pre-fork parent once its fork server says it is ready, an
+/// exec'd child once it waits in accept(). Until then requests wait in
+/// fpmd's queue, and a new generation does not take over.
 pub(super) struct Pending {
     pub strategy: Strategy,
     pub leader: i32,
@@ -64,40 +80,26 @@ pub(super) struct Pending {
     pub since: Instant,
     /// The slow start was reported.
     pub warned: bool,
-    /// A warm parent's start permit ([`super::warm::starts`]), given back
-    /// once it serves or is gone, or when it is reported slow (a php-cgi
-    /// that hangs while starting must not hold other pools' warm starts).
-    pub permit: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
-/// Whether a php-cgi fpmd spawned has finished its PHP start-up: it (exec)
-/// or one of its children (prefork) waits in accept(). A php_cgi wrapper
-/// that forks a helper and dies does not pass, nor does a process that
-/// exited. Where `/proc/PID/syscall` cannot be read (fpmd not root and the
-/// child another user), a live process counts after 200 ms.
-pub(super) fn started_serving(leader: i32, strategy: Strategy, elapsed: Duration) -> bool {
-    let candidates = match strategy {
-        Strategy::Prefork => crate::sys::peer::children_of(leader),
-        Strategy::Exec => vec![leader],
-    };
-    let mut unknown = false;
-    for pid in candidates {
-        match crate::sys::procfs::in_accept(pid) {
-            Some(true) => return true,
-            Some(false) => {}
-            None => unknown |= crate::sys::procfs::alive(pid),
-        }
+/// Whether an exec'd child has finished its PHP start-up: it waits in
+/// accept(). A php_cgi wrapper that forks a helper and dies does not pass,
+/// nor does a process that exited. Where `/proc/PID/syscall` cannot be
+/// read (fpmd not root and the child another user), a live process counts
+/// after 200 ms.
+pub(super) fn started_serving(pid: i32, elapsed: Duration) -> bool {
+    match crate::sys::procfs::in_accept(pid) {
+        Some(ready) => ready,
+        None => crate::sys::procfs::alive(pid) && elapsed > Duration::from_millis(200),
     }
-    unknown && elapsed > Duration::from_millis(200)
 }
 
 /// Every php-cgi of the pool fpmd knows of.
 #[derive(Default)]
 pub(super) struct Children {
-    /// Those fpmd spawned: exec'd children and pre-fork parents, by pid.
+    /// Every one, by pid: exec'd children, pre-fork parents and the
+    /// children they forked.
     pub leaders: HashMap<i32, ChildState>,
-    /// Pre-forked children seen starting (from the process events), by pid.
-    pub forked: HashMap<i32, Forked>,
     /// Those still starting.
     pub pending: Vec<Pending>,
 }
@@ -108,18 +110,58 @@ impl Children {
         self.leaders.is_empty()
     }
 
-    /// The php-cgi of generation `gen` fpmd spawned, stopping ones
-    /// included.
+    /// The children of generation `gen` (exec'd, forked, or ordered from
+    /// a parent and not forked yet), stopping ones included; parents are
+    /// not children.
     pub fn of_gen(&self, gen: GenId) -> usize {
-        self.leaders.values().filter(|c| c.gen == gen).count()
+        self.count(gen, |_| true)
     }
 
     /// Those of generation `gen` not asked to stop.
     pub fn active_of(&self, gen: GenId) -> usize {
+        self.count(gen, |c| c.stop.is_none())
+    }
+
+    fn count(&self, gen: GenId, also: impl Fn(&ChildState) -> bool) -> usize {
         self.leaders
             .values()
-            .filter(|c| c.gen == gen && c.stop.is_none())
-            .count()
+            .filter(|c| c.gen == gen && also(c))
+            .map(|c| match &c.forker {
+                Some(f) => f.ordered.len(),
+                None => 1,
+            })
+            .sum()
+    }
+
+    /// Generation `gen`'s php-cgi parent not asked to stop, if any.
+    pub fn parent_of_gen(&self, gen: GenId) -> Option<i32> {
+        self.leaders
+            .iter()
+            .find(|(_, c)| c.gen == gen && c.stop.is_none() && c.forker.is_some())
+            .map(|(p, _)| *p)
+    }
+
+    /// The children `parent` forked that fpmd still counts.
+    pub fn forked_by(&self, parent: i32) -> Vec<i32> {
+        self.leaders
+            .iter()
+            .filter(|(_, c)| c.parent == Some(parent))
+            .map(|(p, _)| *p)
+            .collect()
+    }
+
+    /// The parents with no child, forked or ordered: (pid, generation,
+    /// since when, asked to stop already).
+    pub fn childless_parents(&self) -> Vec<(i32, GenId, Instant, bool)> {
+        self.leaders
+            .iter()
+            .filter_map(|(p, c)| {
+                let f = c.forker.as_ref()?;
+                let childless =
+                    f.ordered.is_empty() && !self.leaders.values().any(|k| k.parent == Some(*p));
+                childless.then_some((*p, c.gen, f.childless_since, c.stop.is_some()))
+            })
+            .collect()
     }
 
     /// The pids of generation `gen`'s php-cgi fpmd spawned.
@@ -127,15 +169,6 @@ impl Children {
         self.leaders
             .iter()
             .filter(|(_, c)| c.gen == gen)
-            .map(|(p, _)| *p)
-            .collect()
-    }
-
-    /// Those of them not asked to stop.
-    pub fn active_leaders_of(&self, gen: GenId) -> Vec<i32> {
-        self.leaders
-            .iter()
-            .filter(|(_, c)| c.gen == gen && c.stop.is_none())
             .map(|(p, _)| *p)
             .collect()
     }
@@ -155,161 +188,160 @@ impl Children {
     pub fn forget_pending_of(&mut self, gen: GenId) {
         self.pending.retain(|p| p.gen != gen);
     }
-
-    /// A pre-forked child `pid` of `parent` is known to exist (at `now`):
-    /// whether it is new (it is counted once).
-    pub fn note_forked(&mut self, pid: i32, parent: i32, now: Instant) -> bool {
-        match self.forked.entry(pid) {
-            std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(Forked {
-                    parent,
-                    started: now,
-                    stop: None,
-                });
-                true
-            }
-            std::collections::hash_map::Entry::Occupied(_) => false,
-        }
-    }
-
-    /// fpmd asks the pre-forked child `pid` of `parent` to go for `why`
-    /// (the first reason given counts); one it has not heard of started
-    /// with its parent.
-    pub fn ask_forked(&mut self, pid: i32, parent: i32, why: StopReason) {
-        let started = self
-            .leaders
-            .get(&parent)
-            .map_or_else(Instant::now, |c| c.started);
-        self.forked
-            .entry(pid)
-            .or_insert(Forked {
-                parent,
-                started,
-                stop: None,
-            })
-            .stop
-            .get_or_insert(why);
-    }
-
-    /// The pre-forked children of `parent` fpmd still counts, forgotten:
-    /// the parent is gone and took them with it.
-    pub fn take_forked_of(&mut self, parent: i32) -> Vec<Forked> {
-        let mine: Vec<i32> = self
-            .forked
-            .iter()
-            .filter(|(_, f)| f.parent == parent)
-            .map(|(pid, _)| *pid)
-            .collect();
-        mine.into_iter()
-            .filter_map(|pid| self.forked.remove(&pid))
-            .collect()
-    }
 }
 
 impl Supervisor {
-    /// Signals one child, which is to stop for `why` (the first reason
-    /// given counts; see [`super::stats::PoolStats::stopped`]). Exec: the
-    /// child is the leader. Prefork: a child of the leader (the parent),
-    /// which forks its replacement.
+    /// Signals one php-cgi fpmd knows (a child, exec'd or forked, or a
+    /// parent: `leader` is its pid, as `pid`), which is to stop for `why`
+    /// (the first reason given counts; see
+    /// [`super::stats::PoolStats::stopped`]).
     pub(super) fn stop_child(&mut self, leader: i32, pid: i32, sig: Signal, why: StopReason) {
         let Some(c) = self.children.get_mut(leader) else {
             return;
         };
-        if leader == pid {
-            c.stop.get_or_insert(why);
-        } else if parent_of(pid) != Some(leader) {
-            // Already gone, and the pid may have been reused: a root
-            // daemon must not signal a stranger.
+        if leader != pid {
             return;
-        } else if crate::process::proc_events::available() {
-            // Counted when its exit is reported (`on_forked`).
-            self.children.ask_forked(pid, leader, why);
-        } else {
-            // No exit will be reported: this is the child's end as fpmd
-            // knows it, and the parent forks a replacement.
-            self.pool.stats.stopped(why);
-            self.pool.stats.count_spawned(1);
         }
+        c.stop.get_or_insert(why);
         let _ = signal::send(&self.pool.name, Pid::from_raw(pid), sig);
     }
 
-    /// A child of one of this pool's php-cgi parents started or ended: its
-    /// exit is logged as php-fpm logs a child's (warning unless fpmd asked
-    /// it to go), and a crash counts for `emergency_restart_threshold`.
-    pub(super) async fn on_forked(&mut self, ev: crate::process::proc_events::ForkedEvent) {
-        use crate::process::proc_events::ForkedEvent;
-        match ev {
-            ForkedEvent::Started { pid, parent } => self.note_forked(pid, parent),
-            ForkedEvent::Exited { pid, parent, kind } => {
-                // Its request ends now, whatever holds its connection open.
-                self.pool
-                    .table
-                    .lock()
-                    .unwrap()
-                    .child_died(Pid::from_raw(parent), Some(Pid::from_raw(pid)));
-                let parent_state = self
-                    .children
-                    .leaders
-                    .get(&parent)
-                    .map(|c| (c.started, c.stop));
-                let forked = self.children.forked.remove(&pid);
-                let started = forked
-                    .as_ref()
-                    .map(|f| f.started)
-                    .or(parent_state.map(|p| p.0))
-                    .unwrap_or_else(Instant::now);
-                let asked = forked
-                    .and_then(|f| f.stop)
-                    .or(parent_state.and_then(|p| p.1))
-                    .or(self.stopping.is_some().then_some(StopReason::Retired));
-                // The parent ending takes its children with it; those it
-                // left were counted when it was reaped (`on_exit`).
-                let expected = asked.is_some() || parent_state.is_none();
-                if parent_state.is_some() {
-                    self.pool.stats.stopped(asked.unwrap_or(StopReason::Died));
+    /// What a php-cgi parent's fork server said.
+    pub(super) async fn on_parent_report(&mut self, parent: i32, report: Report) {
+        match report {
+            Report::Ready => {
+                if let Some(f) = self.forker_mut(parent) {
+                    f.ready = true;
+                    f.childless_since = Instant::now();
                 }
-                let exit = Exit { pid, kind };
-                let lived = started.elapsed();
-                self.note_oom(pid, kind);
-                if !expected && self.stopping.is_none() {
-                    // Its parent forks a replacement.
-                    self.replacing += 1;
-                }
-                match (expected, kind) {
-                    (true, _) => debug!(pool = %self.name(), pid, "{}", exit.describe(lived)),
-                    (false, ExitKind::Code(0)) => {
-                        info!(pool = %self.name(), pid, "{}", exit.describe(lived))
-                    }
-                    (false, _) => warn!(pool = %self.name(), pid, "{}", exit.describe(lived)),
-                }
-                if matches!(
-                    kind,
-                    ExitKind::Signal {
-                        signal: libc::SIGSEGV | libc::SIGBUS,
-                        ..
-                    }
-                ) && self.stopping.is_none()
+                self.check_pending();
+                self.fill().await;
+            }
+            Report::Forked { pid } => self.on_forked(parent, pid),
+            Report::Exited { pid, kind } => self.on_exit(Exit { pid, kind }).await,
+            Report::Failed { errno } => {
+                if let Some(endpoint) = self.forker_mut(parent).and_then(|f| f.ordered.pop_front())
                 {
-                    self.note_crash().await;
+                    let _ = std::fs::remove_file(endpoint.as_path());
                 }
+                self.quick_deaths += 1;
+                let delay = policy::backoff(self.quick_deaths);
+                error!(pool = %self.name(), pid = parent, "php-cgi parent cannot fork a child ({}); next try in {:.1} s",
+                    std::io::Error::from_raw_os_error(errno), delay.as_secs_f64());
+                self.respawn_at = Some(tokio::time::Instant::now() + delay);
             }
         }
     }
 
-    /// A pre-forked child is known to exist: counted once.
-    pub(super) fn note_forked(&mut self, pid: i32, parent: i32) {
-        if self.children.note_forked(pid, parent, Instant::now()) {
-            self.pool.stats.count_spawned(1);
-            if self.replacing > 0 {
-                self.replacing -= 1;
-                info!(pool = %self.name(), pid, php_fpm = %format_args!("child {pid} started"), "child forked by php-cgi parent {parent} in place of one that exited");
+    fn forker_mut(&mut self, parent: i32) -> Option<&mut Forker> {
+        self.children.get_mut(parent)?.forker.as_mut()
+    }
+
+    /// A parent forked a child on the oldest order it had: the child
+    /// serves at once (it is in accept() on its own socket within
+    /// microseconds; a connection before that waits in its backlog).
+    fn on_forked(&mut self, parent: i32, pid: i32) {
+        let Some(p) = self.children.leaders.get_mut(&parent) else {
+            return;
+        };
+        let gen = p.gen;
+        let Some(f) = p.forker.as_mut() else {
+            return;
+        };
+        let Some(endpoint) = f.ordered.pop_front() else {
+            // Not ordered: never happens with the library as built; such a
+            // child must not serve.
+            warn!(pool = %self.pool.name, pid, "php-cgi parent {parent} forked a child fpmd did not order: SIGKILL");
+            let _ = signal::send(&self.pool.name, Pid::from_raw(pid), Signal::SIGKILL);
+            return;
+        };
+        let startup = f.startup.clone();
+        let alive = Arc::new(AtomicBool::new(true));
+        self.children.leaders.insert(
+            pid,
+            ChildState {
+                gen,
+                started: Instant::now(),
+                alive: alive.clone(),
+                endpoint: endpoint.clone(),
+                stop: None,
+                strategy: Strategy::Exec,
+                parent: Some(parent),
+                forker: None,
+            },
+        );
+        self.pool.stats.count_spawned(1);
+        if self.replacing > 0 {
+            self.replacing -= 1;
+            info!(pool = %self.name(), pid, php_fpm = %format_args!("child {pid} started"), "child forked by php-cgi parent {parent} in place of one that exited");
+        } else {
+            debug!(pool = %self.name(), pid, "child forked by php-cgi parent {parent} (generation {gen})");
+        }
+        let child = Pending {
+            strategy: Strategy::Exec,
+            leader: pid,
+            gen,
+            endpoint,
+            alive,
+            startup,
+            since: Instant::now(),
+            warned: false,
+        };
+        self.add_slots(&child, 1);
+    }
+
+    /// Orders one child of generation `gen` from its ready `parent`: a
+    /// socket of its own, bound here, goes with the order.
+    pub(super) fn order_child(&mut self, parent: i32, gen: GenId) -> std::io::Result<()> {
+        self.serial += 1;
+        let endpoint = self
+            .runtime_dir
+            .join(format!("{}.{}.sock", self.pool.name, self.serial));
+        let listener = crate::process::spawn::listening_socket(&endpoint, CHILD_BACKLOG)?;
+        let Some(f) = self.forker_mut(parent) else {
+            return Err(std::io::Error::other("the php-cgi parent is gone"));
+        };
+        if let Err(e) = f.orders.order(&listener) {
+            let _ = std::fs::remove_file(&endpoint);
+            return Err(e);
+        }
+        f.ordered.push_back(Arc::new(endpoint));
+        self.gens.note_spawn(gen);
+        Ok(())
+    }
+
+    /// Stops the php-cgi parents that have no child, forked or ordered,
+    /// and are not wanted: of a generation that is not the target, of a
+    /// stopping pool, or of an ondemand pool whose warm period
+    /// ([`super::super::warm::timeout`]) ran out, or memory is short.
+    pub(super) fn stop_idle_parents(&mut self) {
+        let target = self.gens.target();
+        let config = self.config();
+        let ondemand = matches!(config.pm.mode, PmMode::Ondemand { .. });
+        let warm = crate::pool::warm::timeout();
+        for (pid, gen, since, asked) in self.children.childless_parents() {
+            if asked {
+                continue;
             }
+            let why = if self.stopping.is_some() {
+                "the pool stops"
+            } else if gen != target {
+                "its generation is replaced"
+            } else if ondemand && !crate::pool::warm::allowed() {
+                "memory is short (warm_min_available)"
+            } else if ondemand && since.elapsed() >= warm {
+                "no request for warm_timeout"
+            } else {
+                continue;
+            };
+            debug!(pool = %self.name(), pid, "php-cgi parent has no child and {why}: stopping it");
+            self.stop_child(pid, pid, Signal::SIGTERM, StopReason::Idle);
         }
     }
 
     /// New php-cgi processes: once one has finished its PHP start-up (see
-    /// [`Pending`]), its slots enter dispatch; for a new generation that
-    /// makes it current.
+    /// [`Pending`]), an exec'd child's slot enters dispatch (for a new
+    /// generation that makes it current), and a parent forks on order.
     pub(super) fn check_pending(&mut self) {
         let mut ready = Vec::new();
         let name = self.pool.name.clone();
@@ -318,35 +350,42 @@ impl Supervisor {
             if !p.alive.load(Ordering::Acquire) {
                 continue;
             }
-            let started = started_serving(p.leader, p.strategy, p.since.elapsed());
+            let started = match p.strategy {
+                Strategy::Prefork => self
+                    .children
+                    .leaders
+                    .get(&p.leader)
+                    .and_then(|c| c.forker.as_ref())
+                    .is_some_and(|f| f.ready),
+                Strategy::Exec => started_serving(p.leader, p.since.elapsed()),
+            };
             if started {
                 ready.push(p);
                 continue;
             }
             if !p.warned && p.since.elapsed() > Duration::from_secs(10) {
                 p.warned = true;
-                p.permit = None;
-                warn!(pool = %name, pid = p.leader, "php-cgi has not finished starting after 10 s");
+                match p.strategy {
+                    Strategy::Prefork => {
+                        warn!(pool = %name, pid = p.leader, "php-cgi parent has not finished starting after 10 s (or its fork server was not loaded: LD_PRELOAD is not honoured by a static or setuid php_cgi; use pm.spawn = \"exec\" for it)")
+                    }
+                    Strategy::Exec => {
+                        warn!(pool = %name, pid = p.leader, "php-cgi has not finished starting after 10 s")
+                    }
+                }
             }
             waiting.push(p);
         }
         self.children.pending = waiting;
         for p in ready {
             if p.strategy == Strategy::Prefork {
-                debug!(pool = %self.name(), pid = p.leader, "php-cgi parent forked its children: its slots serve");
-                if crate::process::proc_events::available() {
-                    // Children forked before the parent was watched sent
-                    // no event that reached this pool.
-                    for pid in crate::sys::peer::children_of(p.leader) {
-                        self.note_forked(pid, p.leader);
-                    }
-                }
-                let slots = self.gens.config_of(p.gen).map_or(0, |c| c.pm.max_children);
-                self.add_slots(&p, slots);
+                debug!(pool = %self.name(), pid = p.leader, "php-cgi parent loaded PHP in {:.3} s: it forks children on order", p.since.elapsed().as_secs_f64());
+                // A php-cgi came up: a later failure to start is a new episode.
+                self.start_failure_said = false;
                 tokio::spawn(page_out_parent(
                     self.pool.name.clone(),
                     p.leader,
-                    slots as usize,
+                    0,
                     p.alive.clone(),
                 ));
             } else {
@@ -390,26 +429,6 @@ impl Supervisor {
         }
     }
 
-    /// A php-cgi parent was reaped: its children that fpmd still counts
-    /// as alive end with it, each for the reason it was asked to go, else
-    /// for the parent's `why` (without process events fpmd knows only
-    /// that the parent kept `pm.max_children` of them).
-    pub(super) fn count_orphaned(&mut self, parent: i32, gen: GenId, why: StopReason) {
-        if !crate::process::proc_events::available() {
-            let n = self
-                .gens
-                .config_of(gen)
-                .map_or(self.config().pm.max_children, |c| c.pm.max_children);
-            for _ in 0..n {
-                self.pool.stats.stopped(why);
-            }
-            return;
-        }
-        for f in self.children.take_forked_of(parent) {
-            self.pool.stats.stopped(f.stop.unwrap_or(why));
-        }
-    }
-
     pub(super) async fn on_exit(&mut self, exit: Exit) {
         let Some(child) = self.children.leaders.remove(&exit.pid) else {
             return;
@@ -426,14 +445,26 @@ impl Supervisor {
         let never_ready = self.children.pending.iter().any(|p| p.leader == exit.pid);
         self.children.pending.retain(|p| p.leader != exit.pid);
         let why = child.stop.unwrap_or(StopReason::Died);
-        if child.strategy == Strategy::Prefork {
-            crate::process::proc_events::unwatch(exit.pid);
+        if let Some(f) = &child.forker {
             // Children the parent left behind (it only signals them on
-            // SIGTERM) must not serve anything any more.
+            // SIGTERM) must not serve anything any more; nobody reports
+            // their exits now: they end here.
             let _ = signal::send(&self.pool.name, Pid::from_raw(-exit.pid), Signal::SIGKILL);
-            self.count_orphaned(exit.pid, child.gen, why);
+            for pid in self.children.forked_by(exit.pid) {
+                let kind = ExitKind::Signal {
+                    signal: libc::SIGKILL,
+                    core_dumped: false,
+                };
+                let _ = self.exits_tx.send(Exit { pid, kind });
+            }
+            for endpoint in &f.ordered {
+                let _ = std::fs::remove_file(endpoint.as_path());
+            }
         } else {
             self.pool.stats.stopped(why);
+        }
+        if let Some(parent) = child.parent.and_then(|p| self.forker_mut(p)) {
+            parent.childless_since = Instant::now();
         }
         let _ = std::fs::remove_file(child.endpoint.as_path());
         let lived = child.started.elapsed();
@@ -452,6 +483,7 @@ impl Supervisor {
             }
         }
         self.collect_drained();
+        self.stop_idle_parents();
         if self.stopping.is_some() {
             return;
         }
@@ -538,6 +570,10 @@ impl Supervisor {
         t.unstartable = Some(why.into());
     }
 
+    /// Starts one php-cgi for the target generation: an exec'd child, or,
+    /// when the pool's children are forked
+    /// ([`crate::process::spec::child_spec`] gave it the fork server), the
+    /// generation's parent.
     pub(super) async fn spawn_one(&mut self) -> std::io::Result<()> {
         self.serial += 1;
         let gen = self.gens.target();
@@ -550,32 +586,61 @@ impl Supervisor {
         if let Some(cg) = &self.cgroup {
             spec.cgroup_procs = cg.procs_files();
         }
-        let Spawned { pid, output } = self.spawner.spawn(spec, self.exits_tx.clone()).await?;
-        self.gens.note_spawn(gen);
+        let Spawned {
+            pid,
+            output,
+            orders,
+        } = self.spawner.spawn(spec, self.exits_tx.clone()).await?;
         if gen == self.current() {
             // A php-cgi is starting: requests wait for it again (see
             // `cannot_start`) rather than get a 503 meant for the back-off.
             self.pool.table.lock().unwrap().unstartable = None;
         }
-        let strategy = Strategy::from(config.pm.spawn);
-        let prefork = strategy == Strategy::Prefork;
-        if !prefork {
-            self.pool.stats.count_spawned(1);
-        } else if !crate::process::proc_events::available() {
-            // The parent forks pm.max_children at once; with process
-            // events each fork is counted as it is reported.
-            self.pool.stats.count_spawned(config.pm.max_children.into());
-        }
-        if prefork {
-            debug!(pool = %self.name(), pid, "php-cgi parent started (generation {gen}), pre-forking {} children", config.pm.max_children);
-        } else if self.replacing > 0 {
-            self.replacing -= 1;
-            info!(pool = %self.name(), pid, php_fpm = %format_args!("child {pid} started"), "child started (generation {gen}) in place of one that exited");
-        } else {
-            debug!(pool = %self.name(), pid, "child started (generation {gen})");
-        }
         let startup = crate::process::output::StartupWindow::new();
         crate::process::output::forward(&config, pid, output, startup.clone());
+        let forker = match orders {
+            Some(fd) => {
+                debug!(pool = %self.name(), pid, "php-cgi parent started (generation {gen}): it forks children on order");
+                let orders = Arc::new(crate::process::fork_server::Orders::new(fd)?);
+                let reports = orders.clone();
+                let events = self.pool.events.clone();
+                tokio::spawn(async move {
+                    while let Some(report) = reports.next().await {
+                        if events
+                            .send(crate::pool::Event::Parent {
+                                parent: pid,
+                                report,
+                            })
+                            .is_err()
+                        {
+                            return;
+                        }
+                    }
+                });
+                Some(Forker {
+                    orders,
+                    ready: false,
+                    ordered: Default::default(),
+                    childless_since: Instant::now(),
+                    startup: startup.clone(),
+                })
+            }
+            None => {
+                self.gens.note_spawn(gen);
+                self.pool.stats.count_spawned(1);
+                if self.replacing > 0 {
+                    self.replacing -= 1;
+                    info!(pool = %self.name(), pid, php_fpm = %format_args!("child {pid} started"), "child started (generation {gen}) in place of one that exited");
+                } else {
+                    debug!(pool = %self.name(), pid, "child started (generation {gen})");
+                }
+                None
+            }
+        };
+        let strategy = match forker {
+            Some(_) => Strategy::Prefork,
+            None => Strategy::Exec,
+        };
         let alive = Arc::new(AtomicBool::new(true));
         self.children.leaders.insert(
             pid,
@@ -586,11 +651,10 @@ impl Supervisor {
                 endpoint: endpoint.clone(),
                 stop: None,
                 strategy,
+                parent: None,
+                forker,
             },
         );
-        if prefork {
-            crate::process::proc_events::watch(pid, self.forked_tx.clone());
-        }
         self.children.pending.push(Pending {
             strategy,
             leader: pid,
@@ -600,7 +664,6 @@ impl Supervisor {
             startup,
             since: Instant::now(),
             warned: false,
-            permit: self.warm_permit.take(),
         });
         self.check_pending();
         Ok(())
@@ -608,41 +671,25 @@ impl Supervisor {
 
     /// Retires an idle worker taken out of the idle stack (scale-down):
     /// SIGTERM (the child is idle and exits at once), then its connection
-    /// is closed. Under prefork the slot stays and reconnects to a fresh
-    /// fork.
-    pub(super) fn retire_idle(&mut self, mut w: Worker) {
-        let pid = match w.strategy {
-            // A slot never connected has no child of its own to stop.
-            Strategy::Prefork if w.conn.is_none() => None,
-            Strategy::Prefork => w.child_pid(),
-            Strategy::Exec => Some(w.child.leader()),
-        };
-        if let Some(pid) = pid {
-            let leader = w.child.leader().as_raw();
-            self.stop_child(leader, pid.as_raw(), Signal::SIGTERM, StopReason::Idle);
-        }
+    /// is closed.
+    pub(super) fn retire_idle(&mut self, w: Worker) {
+        let pid = w.child.leader().as_raw();
+        self.stop_child(pid, pid, Signal::SIGTERM, StopReason::Idle);
         self.pool.child_gone(w);
     }
 
-    /// Slots out of dispatch for good: their children are stopped once
-    /// nothing of theirs is busy (a pre-fork parent only when none of its
-    /// slots is left, so that no busy child is ever signalled).
+    /// Slots out of dispatch for good (they are idle, or their request
+    /// ended): their children are stopped; a parent left with no child is
+    /// stopped once that child is gone ([`Supervisor::stop_idle_parents`]).
     pub(super) fn retire(&mut self, workers: Vec<Worker>) {
         for w in workers {
             self.pool.table.lock().unwrap().remove(w.slot);
-            let left = self.pool.table.lock().unwrap().slots_of(w.child.leader());
-            let leader = w.child.leader().as_raw();
-            if w.strategy == Strategy::Prefork {
-                if left == 0 {
-                    debug!(pool = %self.name(), pid = leader, "every slot of the php-cgi parent is retired: stopping it");
-                    self.stop_child(leader, leader, Signal::SIGTERM, StopReason::Retired);
-                }
-            } else {
-                self.stop_child(leader, leader, Signal::SIGTERM, StopReason::Retired);
-            }
+            let pid = w.child.leader().as_raw();
+            self.stop_child(pid, pid, Signal::SIGTERM, StopReason::Retired);
             drop(w);
         }
         self.collect_drained();
+        self.stop_idle_parents();
     }
 }
 
@@ -650,19 +697,33 @@ impl Supervisor {
 mod tests {
     use super::*;
 
-    fn child(gen: u32, stop: Option<StopReason>, prefork: bool) -> ChildState {
-        let strategy = if prefork {
-            Strategy::Prefork
-        } else {
-            Strategy::Exec
-        };
+    fn child(gen: u32, stop: Option<StopReason>, parent: Option<i32>) -> ChildState {
         ChildState {
             gen: GenId(gen),
             started: Instant::now(),
             alive: Arc::new(AtomicBool::new(true)),
             endpoint: Arc::new(PathBuf::from("/run/x.sock")),
             stop,
-            strategy,
+            strategy: Strategy::Exec,
+            parent,
+            forker: None,
+        }
+    }
+
+    fn parent(gen: u32, ordered: usize) -> ChildState {
+        let (ours, _theirs) = crate::process::fork_server::pair().unwrap();
+        ChildState {
+            strategy: Strategy::Prefork,
+            forker: Some(Forker {
+                orders: Arc::new(crate::process::fork_server::Orders::new(ours).unwrap()),
+                ready: true,
+                ordered: (0..ordered)
+                    .map(|i| Arc::new(PathBuf::from(format!("/run/{i}.sock"))))
+                    .collect(),
+                childless_since: Instant::now(),
+                startup: crate::process::output::StartupWindow::new(),
+            }),
+            ..child(gen, None, None)
         }
     }
 
@@ -670,40 +731,46 @@ mod tests {
     fn counts_per_generation_and_stop() {
         let mut c = Children::default();
         assert!(c.is_empty());
-        c.leaders.insert(10, child(1, None, false));
-        c.leaders
-            .insert(11, child(1, Some(StopReason::Idle), false));
-        c.leaders.insert(20, child(2, None, false));
+        c.leaders.insert(10, child(1, None, None));
+        c.leaders.insert(11, child(1, Some(StopReason::Idle), None));
+        c.leaders.insert(20, child(2, None, None));
         assert_eq!((c.of_gen(GenId(1)), c.active_of(GenId(1))), (2, 1));
         let mut l = c.leaders_of(GenId(1));
         l.sort();
         assert_eq!(l, [10, 11]);
-        assert_eq!(c.active_leaders_of(GenId(1)), [10]);
         assert!(c.has_gen(GenId(2)) && !c.has_gen(GenId(3)));
         c.get_mut(20).unwrap().stop = Some(StopReason::Retired);
         assert_eq!(c.active_of(GenId(2)), 0);
     }
 
-    #[test]
-    fn forked_children_are_counted_once_and_go_with_their_parent() {
+    #[tokio::test]
+    async fn a_parent_is_not_a_child_but_its_orders_are() {
         let mut c = Children::default();
-        c.leaders.insert(100, child(1, None, true));
-        let now = Instant::now();
-        assert!(c.note_forked(101, 100, now));
-        assert!(!c.note_forked(101, 100, now), "counted once");
-        assert!(c.note_forked(102, 100, now));
-        // Asked to go: the first reason counts; one not heard of yet is
-        // noted with its parent's start.
-        c.ask_forked(101, 100, StopReason::Idle);
-        c.ask_forked(101, 100, StopReason::Killed);
-        c.ask_forked(103, 100, StopReason::Terminated);
-        assert_eq!(c.forked[&101].stop, Some(StopReason::Idle));
-        assert_eq!(c.forked[&103].started, c.leaders[&100].started);
-        c.note_forked(201, 200, now);
-        let mut gone: Vec<Option<StopReason>> =
-            c.take_forked_of(100).into_iter().map(|f| f.stop).collect();
-        gone.sort_by_key(|s| format!("{s:?}"));
-        assert_eq!(gone.len(), 3);
-        assert_eq!(c.forked.keys().copied().collect::<Vec<_>>(), [201]);
+        c.leaders.insert(100, parent(1, 2));
+        c.leaders.insert(101, child(1, None, Some(100)));
+        c.leaders
+            .insert(102, child(1, Some(StopReason::Idle), Some(100)));
+        // Two forked (one stopping) and two ordered.
+        assert_eq!((c.of_gen(GenId(1)), c.active_of(GenId(1))), (4, 3));
+        assert_eq!(c.parent_of_gen(GenId(1)), Some(100));
+        assert_eq!(c.parent_of_gen(GenId(2)), None);
+        let mut forked = c.forked_by(100);
+        forked.sort();
+        assert_eq!(forked, [101, 102]);
+        assert!(c.childless_parents().is_empty());
+        c.leaders.remove(&101);
+        c.leaders.remove(&102);
+        assert!(c.childless_parents().is_empty(), "orders still out");
+        c.get_mut(100)
+            .unwrap()
+            .forker
+            .as_mut()
+            .unwrap()
+            .ordered
+            .clear();
+        let idle = c.childless_parents();
+        assert_eq!((idle.len(), idle[0].0, idle[0].3), (1, 100, false));
+        c.get_mut(100).unwrap().stop = Some(StopReason::Idle);
+        assert_eq!(c.parent_of_gen(GenId(1)), None, "a stopping parent");
     }
 }

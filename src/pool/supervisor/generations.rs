@@ -76,6 +76,7 @@ impl Generations {
     }
 
     /// `gen`'s configuration, if the supervisor still has it.
+    #[cfg(test)]
     pub fn config_of(&self, gen: GenId) -> Option<&Arc<PoolConfig>> {
         self.gens.get(&gen).map(|g| &g.config)
     }

@@ -35,11 +35,11 @@ use children::Children;
 use generations::Generations;
 use health::{pool_cgroup, HEALTH_CHECK};
 
-use super::slots::{GenId, Slot, SlotState, Table};
+use super::slots::{GenId, SlotState, Table};
 
 use super::stats::StopReason;
 
-use super::{Command, Event, Pool, PoolHandle, StopMode, Strategy, Worker};
+use super::{Command, Event, Pool, PoolHandle, StopMode};
 
 use crate::config::{PmMode, PoolConfig, Spawn};
 
@@ -49,7 +49,7 @@ use crate::process::signal;
 
 use crate::process::spawn::Spawner;
 
-/// How often a new pre-fork parent is checked for its first child.
+/// How often a new exec'd child is checked for its end of start-up.
 const FORK_POLL: Duration = Duration::from_millis(5);
 
 /// When, within `period`, the next periodic pass to start runs first (and
@@ -72,7 +72,6 @@ struct Supervisor {
     /// Every php-cgi of the pool.
     children: Children,
     exits_tx: mpsc::UnboundedSender<Exit>,
-    forked_tx: mpsc::UnboundedSender<crate::process::proc_events::ForkedEvent>,
     /// Counter for unique socket names.
     serial: u64,
     /// Children that died within [`QUICK_DEATH`] of start, in a row.
@@ -102,10 +101,6 @@ struct Supervisor {
     /// php-cgi processes seen stopped (`T`) at the last health check,
     /// with how many checks in a row.
     stopped: HashMap<i32, u32>,
-    /// A permit to start a warm parent is asked for ([`super::warm`]).
-    warm_wait: bool,
-    /// The permit, while [`Supervisor::fill`] uses it.
-    warm_permit: Option<tokio::sync::OwnedSemaphorePermit>,
     /// php-cgi's failure to start was logged, since the last child that
     /// started ([`Supervisor::cannot_start`]: once per episode).
     start_failure_said: bool,
@@ -138,15 +133,12 @@ pub fn start_pool(
         cgroup,
         oom_kills,
         stopped: HashMap::new(),
-        warm_wait: false,
-        warm_permit: None,
         start_failure_said: false,
         pool: pool.clone(),
         spawner,
         runtime_dir: runtime_dir.to_path_buf(),
         children: Children::default(),
-        exits_tx: relay(events_tx.clone(), Event::Exited),
-        forked_tx: relay(events_tx, Event::Forked),
+        exits_tx: relay(events_tx, Event::Exited),
         serial: 0,
         quick_deaths: 0,
         respawn_at: None,
@@ -265,13 +257,10 @@ impl Supervisor {
         }
     }
 
-    /// Under exec, `pm.max_children` lowered by a reload: idle children over
-    /// it are retired.
+    /// `pm.max_children` lowered by a reload: idle children over it are
+    /// retired.
     fn trim_excess(&mut self) {
         let config = self.config();
-        if config.pm.spawn != Spawn::Exec {
-            return;
-        }
         let gen = self.gens.target();
         let active = self.children.active_of(gen);
         let max = config.pm.max_children as usize;
@@ -293,14 +282,11 @@ impl Supervisor {
     /// Retires idle children the process manager no longer wants: under
     /// ondemand those idle longer than `pm.process_idle_timeout`, under
     /// dynamic the least recently used one while more than
-    /// `pm.max_spare_servers` are idle (one per tick, as php-fpm). Under
-    /// prefork a retired child is replaced by a fresh fork of the parent
-    /// (its memory comes back; the process count stays), and an ondemand
-    /// pool whose children are all idle past the timeout stops its parent.
+    /// `pm.max_spare_servers` are idle (one per tick, as php-fpm). A
+    /// php-cgi parent left with no child is stopped when it is not wanted
+    /// ([`Supervisor::stop_idle_parents`]).
     async fn scale_down(&mut self) {
         let config = self.config();
-        let prefork = config.pm.spawn == Spawn::Prefork;
-        let gen = self.current();
         let now = Instant::now();
         match config.pm.mode {
             PmMode::Static => {}
@@ -309,65 +295,30 @@ impl Supervisor {
                 ..
             } => {
                 let before = now.checked_sub(process_idle_timeout).unwrap_or(now);
-                if prefork {
-                    let slots = config.pm.max_children as usize;
-                    let leaders = self.children.active_leaders_of(gen);
-                    for leader in leaders {
-                        let of_leader = |s: &Slot| s.child.leader().as_raw() == leader;
-                        let all_idle = {
-                            let t = self.pool.table.lock().unwrap();
-                            policy::parent_idle(
-                                t.slots_of(Pid::from_raw(leader)),
-                                slots,
-                                t.count_idle(|s, _| of_leader(s)),
-                                t.count_idle(|s, _| of_leader(s) && s.idle_since > before),
-                                super::warm::allowed(),
-                            )
-                        };
-                        if all_idle {
-                            info!(pool = %self.name(), pid = leader, "every child idle for {:.1} s (pm.process_idle_timeout): stopping the php-cgi parent",
-                                process_idle_timeout.as_secs_f64());
-                            let workers = self
-                                .pool
-                                .table
-                                .lock()
-                                .unwrap()
-                                .take_idle(usize::MAX, |s, _| of_leader(s));
-                            for w in workers {
-                                self.pool.table.lock().unwrap().remove(w.slot);
-                            }
-                            self.stop_child(leader, leader, Signal::SIGTERM, StopReason::Idle);
-                        }
-                    }
-                }
                 let idle = self
                     .pool
                     .table
                     .lock()
                     .unwrap()
-                    .take_idle(usize::MAX, |s, w| {
-                        s.idle_since <= before && (w.strategy == Strategy::Exec || w.conn.is_some())
-                    });
+                    .take_idle(usize::MAX, |s, _| s.idle_since <= before);
                 for w in idle {
                     debug!(pool = %self.name(), pid = w.log_pid(), "child idle for {:.1} s (pm.process_idle_timeout): retiring it", process_idle_timeout.as_secs_f64());
                     self.retire_idle(w);
-                }
-                if prefork {
-                    // Memory allows a warm parent again.
-                    self.fill().await;
                 }
             }
             PmMode::Dynamic {
                 max_spare_servers, ..
             } => {
                 let max = max_spare_servers as usize;
-                // Under prefork only children that served requests count:
-                // a cold fork costs next to nothing and is not retired.
-                let warm = |_: &Slot, w: &Worker| w.strategy == Strategy::Exec || w.conn.is_some();
-                let idle = self.pool.table.lock().unwrap().count_idle(warm);
+                let idle = self.pool.table.lock().unwrap().count_idle(|_, _| true);
                 let retire = policy::spares_to_retire(idle, max_spare_servers);
                 if retire > 0 {
-                    let taken = self.pool.table.lock().unwrap().take_idle(retire, warm);
+                    let taken = self
+                        .pool
+                        .table
+                        .lock()
+                        .unwrap()
+                        .take_idle(retire, |_, _| true);
                     for w in taken {
                         // php-fpm logs its scaling at debug level too.
                         debug!(pool = %self.name(), pid = w.log_pid(), "{idle} idle children, over pm.max_spare_servers = {max}: retiring the least recently used");
@@ -377,6 +328,7 @@ impl Supervisor {
                 self.fill().await;
             }
         }
+        self.stop_idle_parents();
     }
 
     /// Counts an unexpected child death; past `emergency_restart_threshold`
@@ -408,12 +360,14 @@ impl Supervisor {
                     deadline: grace.map(|g| now + g),
                 });
                 self.retire(idle);
-                // Children with no slot at all (a parent still starting).
+                // Children with no slot at all (an exec'd child still
+                // starting); parents go once they have no child.
                 let orphans: Vec<i32> = self
                     .children
                     .leaders
-                    .keys()
-                    .copied()
+                    .iter()
+                    .filter(|(_, c)| c.forker.is_none())
+                    .map(|(pid, _)| *pid)
                     .filter(|leader| {
                         self.pool
                             .table
@@ -426,6 +380,7 @@ impl Supervisor {
                 for leader in orphans {
                     self.stop_child(leader, leader, Signal::SIGTERM, StopReason::Retired);
                 }
+                self.stop_idle_parents();
             }
             StopMode::Fast => {
                 self.stopping = Some(Stopping {
@@ -502,28 +457,15 @@ impl Supervisor {
             }
             Event::Retire(workers) => self.retire(workers),
             Event::Demand => self.fill().await,
-            Event::Crashed => {
-                // Without process events this is all fpmd learns of the
-                // child's end; the parent forks a replacement.
-                self.pool.stats.stopped(StopReason::Died);
-                self.pool.stats.count_spawned(1);
-                self.note_crash().await
-            }
-            Event::Forked(ev) => self.on_forked(ev).await,
-            Event::WarmPermit(permit) => {
-                self.warm_wait = false;
-                self.warm_permit = Some(permit);
-                self.fill().await;
-                // Not used (a request started the parent meanwhile, or the
-                // pool stops): the next pool's turn.
-                self.warm_permit = None;
-            }
+            Event::Parent { parent, report } => self.on_parent_report(parent, report).await,
         }
     }
 
-    /// Spawns children of the target generation until the process manager
-    /// has what it wants (exec: processes; prefork: one parent that keeps
-    /// `pm.max_children` forked).
+    /// Starts children of the target generation until the process manager
+    /// has what it wants: exec'd, or forked on order by the generation's
+    /// php-cgi parent, which is started first (and kept while static or
+    /// dynamic; ondemand: while it has children, then for
+    /// `warm_timeout`).
     async fn fill(&mut self) {
         if self.stopping.is_some()
             || self.respawn_at.is_some()
@@ -538,18 +480,26 @@ impl Supervisor {
         let mine = self.children.of_gen(gen);
         let active = self.children.active_of(gen);
         let first_round = self.gens.first_round(gen);
-        let (idle, mut waiting) = if gen == self.current() {
+        let (mut idle, mut waiting) = if gen == self.current() {
             self.pool.idle_and_waiting()
         } else {
             (0, 0)
         };
+        // An exec'd child still starting is idle as php-fpm counts it (a
+        // forked one has its slot at once): `pm.start_servers` children
+        // do not make the first tick start one more for the spares.
+        idle += self
+            .children
+            .pending
+            .iter()
+            .filter(|p| p.gen == gen && p.strategy == super::Strategy::Exec)
+            .count();
         // A pool whose php-cgi could not start answers 503 instead of
         // queueing: try one as if a request waited.
         if gen == self.current() && self.pool.table.lock().unwrap().unstartable.is_some() {
             waiting = waiting.max(1);
         }
-        let decision = policy::fill(&FillState {
-            spawn: pm.spawn,
+        let spawns = policy::fill(&FillState {
             mode: pm.mode,
             max_children: max,
             mine,
@@ -558,46 +508,68 @@ impl Supervisor {
             current: gen == self.current(),
             idle,
             waiting,
-            warm_permit: self.warm_permit.is_some(),
         });
-        // Prefork ondemand, nothing to serve: a warm parent ahead of any
-        // request while memory allows (`super::warm`), one start per CPU
-        // at a time.
-        if decision.warm && super::warm::allowed() && !self.warm_wait {
-            self.warm_wait = true;
-            let events = self.pool.events.clone();
-            let starts = super::warm::starts();
-            tokio::spawn(async move {
-                if let Ok(permit) = starts.acquire_owned().await {
-                    let _ = events.send(Event::WarmPermit(permit));
+        let forks =
+            pm.spawn == Spawn::Prefork && crate::process::fork_server::for_pool(&config).is_some();
+        if forks {
+            match self.children.parent_of_gen(gen) {
+                Some(parent) => {
+                    let ready = self
+                        .children
+                        .leaders
+                        .get(&parent)
+                        .and_then(|c| c.forker.as_ref())
+                        .is_some_and(|f| f.ready);
+                    if !ready {
+                        // It orders once ready (`on_parent_report`).
+                        return;
+                    }
+                    for _ in 0..spawns {
+                        if let Err(e) = self.order_child(parent, gen) {
+                            self.spawn_failed(e);
+                            return;
+                        }
+                    }
+                    return;
                 }
-            });
+                None if spawns == 0 && matches!(pm.mode, PmMode::Ondemand { .. }) => return,
+                // The parent first; its children once it is ready.
+                None => {}
+            }
         }
-        let spawns = decision.spawns;
+        let spawns = if forks { 1 } else { spawns };
         for _ in 0..spawns {
             if self.stopping.is_some() {
                 return;
             }
             if let Err(e) = self.spawn_one().await {
-                if self.gens.target() != self.current() {
-                    self.abandon_target(&format!("cannot start php-cgi: {e}"));
-                    return;
-                }
-                if e.raw_os_error() == Some(libc::E2BIG) {
-                    // The same arguments and environment fail the same way
-                    // every time: said once, not retried.
-                    error!(pool = %self.name(), "cannot start php-cgi: {e}: its arguments and environment (env.*, php_value.*, and fpmd's own environment without clear_env) are too large for execve; not retried until a reload changes the pool (fpmd -t names the key)");
-                    self.unstartable = Some(self.gens.target());
-                    self.cannot_start(format!("execve: {e}"));
-                    return;
-                }
-                self.quick_deaths += 1;
-                let delay = policy::backoff(self.quick_deaths);
-                error!(pool = %self.name(), "cannot start php-cgi: {e}; next try in {:.1} s", delay.as_secs_f64());
-                self.respawn_at = Some(tokio::time::Instant::now() + delay);
-                self.cannot_start(e.to_string());
+                self.spawn_failed(e);
                 return;
             }
         }
+    }
+
+    /// A php-cgi could not be started, or a parent could not be given an
+    /// order: a reload's generation is abandoned; else the next try waits
+    /// for the back-off, and the pool's waiting requests get 503 while it
+    /// has no child (`cannot_start`).
+    fn spawn_failed(&mut self, e: std::io::Error) {
+        if self.gens.target() != self.current() {
+            self.abandon_target(&format!("cannot start php-cgi: {e}"));
+            return;
+        }
+        if e.raw_os_error() == Some(libc::E2BIG) {
+            // The same arguments and environment fail the same way
+            // every time: said once, not retried.
+            error!(pool = %self.name(), "cannot start php-cgi: {e}: its arguments and environment (env.*, php_value.*, and fpmd's own environment without clear_env) are too large for execve; not retried until a reload changes the pool (fpmd -t names the key)");
+            self.unstartable = Some(self.gens.target());
+            self.cannot_start(format!("execve: {e}"));
+            return;
+        }
+        self.quick_deaths += 1;
+        let delay = policy::backoff(self.quick_deaths);
+        error!(pool = %self.name(), "cannot start php-cgi: {e}; next try in {:.1} s", delay.as_secs_f64());
+        self.respawn_at = Some(tokio::time::Instant::now() + delay);
+        self.cannot_start(e.to_string());
     }
 }

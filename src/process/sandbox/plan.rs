@@ -248,7 +248,8 @@ pub const RUNTIME_TOP: &[&str] = &["/bin", "/sbin", "/lib", "/lib32", "/libx32",
 
 /// The runtime as found on this host, plus the php-cgi binary `program`
 /// (canonical) when no runtime directory holds it, and fpmd's `sapi.php`
-/// once installed (at [`crate::process::sapi::IN_CHROOT`]).
+/// and fork server once installed (at [`crate::process::sapi::IN_CHROOT`]
+/// and [`crate::process::fork_server::IN_CHROOT`]).
 pub fn host_runtime(program: &Path) -> Vec<RuntimePath> {
     let mut out = Vec::new();
     for p in RUNTIME_TOP {
@@ -326,6 +327,15 @@ pub fn host_runtime(program: &Path) -> Vec<RuntimePath> {
         out.push(RuntimePath {
             path: PathBuf::from(crate::process::sapi::IN_CHROOT),
             source: sapi.path.clone(),
+            kind: Kind::File,
+            device: false,
+        });
+    }
+    // The fork server a pre-fork parent preloads, likewise.
+    if let Some(library) = crate::process::fork_server::installed() {
+        out.push(RuntimePath {
+            path: PathBuf::from(crate::process::fork_server::IN_CHROOT),
+            source: library.to_path_buf(),
             kind: Kind::File,
             device: false,
         });

@@ -892,9 +892,9 @@ pub struct PoolHandle {
 }
 
 impl PoolHandle {
-    /// Returns once the supervisor's first fill is done: the pool's first
-    /// children are spawned (none under ondemand), or their spawn failed and
-    /// is retried with back-off.
+    /// Returns once the pool is started: its first child is ready (none
+    /// under ondemand), or starting it failed and is retried with back-off
+    /// or takes over 10 s (see the supervisor's `say_started`).
     pub async fn started(&mut self) {
         if let Some(rx) = self.started.take() {
             let _ = rx.await;

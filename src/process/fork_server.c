@@ -21,7 +21,7 @@
  * Without FPMD_FORK_FD, or in a process that is not PHP (a php_cgi wrapper
  * script, a program a script runs), and in any process but the parent (a
  * pcntl_fork() in a child), it does nothing: fork() is libc's. fpmd's
- * closing its end makes the parent exit.
+ * closing its end makes the parent signal its children and exit.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -107,7 +107,7 @@ static void reap(void) {
 }
 
 /* Waits for one order; returns the listening socket it carries. fpmd gone
- * (end of file): the parent's work is over. */
+ * (end of file): the parent's work is over, and its children's. */
 static int next_order(void) {
     for (;;) {
         reap();
@@ -133,6 +133,10 @@ static int next_order(void) {
             continue;
         }
         if (n <= 0) {
+            /* fpmd is gone (its end closed, maybe before its death signal
+             * arrives): the children go too, as php-cgi's SIGTERM handler
+             * sends them (a busy one ends its request first). */
+            kill(-getpgrp(), SIGTERM);
             _exit(0);
         }
         struct cmsghdr *c = CMSG_FIRSTHDR(&m);

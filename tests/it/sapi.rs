@@ -303,7 +303,9 @@ fn figures_are_collected_once_the_rows_are_read() {
     assert_eq!(get(&nginx.url("/usage.php?cpu_ms=300")).status, 200);
     let (memory, cpu) = idle_usage_row(&nginx);
     assert!(memory < 48 << 20, "{memory} bytes: the previous request's");
-    assert!(cpu > 50.0, "{cpu} % for 300 ms of CPU");
+    // Not reported: 0. A loaded machine gives the spinning script less of
+    // a CPU than its wall time (45 % seen under the full suite in parallel).
+    assert!(cpu > 5.0, "{cpu} % for 300 ms of CPU");
 }
 
 /// A short request after one that held 48 MiB: its `%C` counts its own

@@ -365,6 +365,9 @@ impl Supervisor {
             }
             if !p.warned && p.since.elapsed() > Duration::from_secs(10) {
                 p.warned = true;
+                if let Some(tx) = self.started.take() {
+                    let _ = tx.send(());
+                }
                 match p.strategy {
                     Strategy::Prefork => {
                         warn!(pool = %name, pid = p.leader, "php-cgi parent has not finished starting after 10 s (or its fork server was not loaded: LD_PRELOAD is not honoured by a static or setuid php_cgi; use pm.spawn = \"exec\" for it)")
@@ -400,6 +403,7 @@ impl Supervisor {
     /// lock, see [`crate::pool::Pool::add_slots`]): the reload that asked
     /// for it is answered and the old generation drains.
     pub(super) fn add_slots(&mut self, leader: &Pending, n: u32) {
+        self.say_started();
         // A php-cgi came up: a later failure to start is a new episode.
         self.start_failure_said = false;
         // Exec: the slot's child is the leader; prefork: learned from the
@@ -552,6 +556,7 @@ impl Supervisor {
     /// instead of waiting for a child that may never come, until one
     /// starts. Said once per episode, at error level.
     pub(super) fn cannot_start(&mut self, why: String) {
+        self.say_started();
         let current = self.current();
         if self.gens.target() != current || self.children.pending.iter().any(|p| p.gen == current) {
             // A reload is under way, or another php-cgi is still starting.

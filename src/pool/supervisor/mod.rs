@@ -104,6 +104,8 @@ struct Supervisor {
     /// php-cgi's failure to start was logged, since the last child that
     /// started ([`Supervisor::cannot_start`]: once per episode).
     start_failure_said: bool,
+    /// Answered once the pool is started ([`Supervisor::say_started`]).
+    started: Option<oneshot::Sender<()>>,
 }
 
 /// Starts a pool's supervisor, which spawns the pool's first generation.
@@ -129,11 +131,13 @@ pub fn start_pool(
     let cgroup = pool_cgroup(&config);
     let gens = Generations::first(config);
     let oom_kills = cgroup.as_ref().and_then(|c| c.oom_kills()).unwrap_or(0);
+    let (started_tx, started_rx) = oneshot::channel();
     let sup = Supervisor {
         cgroup,
         oom_kills,
         stopped: HashMap::new(),
         start_failure_said: false,
+        started: Some(started_tx),
         pool: pool.clone(),
         spawner,
         runtime_dir: runtime_dir.to_path_buf(),
@@ -148,8 +152,7 @@ pub fn start_pool(
         crashes: emergency_restart.map(|(n, within)| CrashWindow::new(n, within)),
         gens,
     };
-    let (started_tx, started_rx) = oneshot::channel();
-    let done = tokio::spawn(sup.run(events_rx, commands_rx, started_tx));
+    let done = tokio::spawn(sup.run(events_rx, commands_rx));
     PoolHandle {
         pool,
         commands: commands_tx,
@@ -193,13 +196,14 @@ impl Supervisor {
         mut self,
         mut events: mpsc::UnboundedReceiver<Event>,
         mut commands: mpsc::UnboundedReceiver<Command>,
-        started: oneshot::Sender<()>,
     ) {
         let pm = self.config().pm.clone();
         info!(pool = %self.name(), "starting (pm.mode = {}, pm.max_children = {}, pm.spawn = {})",
             pm.mode.as_str(), pm.max_children, pm.spawn.as_str());
         self.fill().await;
-        let _ = started.send(());
+        if matches!(pm.mode, PmMode::Ondemand { .. }) || self.respawn_at.is_some() {
+            self.say_started();
+        }
         // The process manager's scale-down pass (dynamic, ondemand); scale-up
         // is driven by queued requests (Event::Demand), not by this tick.
         let now = tokio::time::Instant::now();
@@ -349,6 +353,7 @@ impl Supervisor {
     }
 
     fn begin_stop(&mut self, mode: StopMode, grace: Option<Duration>) {
+        self.say_started();
         let idle = self.pool.table.lock().unwrap().close();
         self.gens.fail_all("the pool is stopping");
         self.children.pending.clear();
@@ -549,11 +554,23 @@ impl Supervisor {
         }
     }
 
+    /// The pool is started, as php-fpm's is when it says it is ready to
+    /// handle connections: its first child is ready (static, dynamic), or
+    /// it has none to start (ondemand), or starting one failed and is
+    /// retried with back-off, or is slow (10 s), or the pool stops. The
+    /// daemon waits for every pool's before it says it is ready.
+    fn say_started(&mut self) {
+        if let Some(tx) = self.started.take() {
+            let _ = tx.send(());
+        }
+    }
+
     /// A php-cgi could not be started, or a parent could not be given an
     /// order: a reload's generation is abandoned; else the next try waits
     /// for the back-off, and the pool's waiting requests get 503 while it
     /// has no child (`cannot_start`).
     fn spawn_failed(&mut self, e: std::io::Error) {
+        self.say_started();
         if self.gens.target() != self.current() {
             self.abandon_target(&format!("cannot start php-cgi: {e}"));
             return;

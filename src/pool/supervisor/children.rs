@@ -411,7 +411,6 @@ impl Supervisor {
             .add_slots(leader.gen, leader_pid, pid, n, |slot, child| Worker {
                 slot,
                 child,
-                strategy: leader.strategy,
                 endpoint: leader.endpoint.clone(),
                 conn: None,
                 last_usage: None,

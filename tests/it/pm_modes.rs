@@ -156,7 +156,7 @@ fn ondemand_holds_no_process_before_its_first_request_nor_once_idle() {
     let config = |warm: &str| {
         FpmdConfig::new()
             .log_level("debug")
-            .global(&format!("warm_timeout = \"{warm}\""))
+            .global(format!("warm_timeout = \"{warm}\""))
             .pool(pool.clone())
     };
     let mut s = Stack::start_with(config("4s"), NginxOpts::default());

@@ -2,9 +2,9 @@
 //! generation and its state, with the idle stack and the queue of waiting
 //! requests, all under one lock ([`super::Pool`] holds it).
 //!
-//! A *slot* is one child as dispatch sees it: under `pm.spawn = "exec"` one
-//! php-cgi process, under `"prefork"` one of the `pm.max_children`
-//! connections to a php-cgi parent's children. A *generation* is one
+//! A *slot* is one child as dispatch sees it: one php-cgi process in
+//! accept() on its own socket, exec'd by fpmd or (`pm.spawn = "prefork"`)
+//! forked on fpmd's order by a php-cgi parent. A *generation* is one
 //! configuration of the pool: a reload that changes what children are
 //! started with makes a new one, and the old one drains.
 //!
@@ -12,7 +12,7 @@
 //! and the proxy act on what it says).
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -87,8 +87,7 @@ impl RequestInfo {
 /// The state of a slot (Horust-style: each state carries its data).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SlotState {
-    /// Idle, never connected (prefork: no child has taken a connection of
-    /// it yet).
+    /// Idle, never connected.
     Cold,
     /// Idle since then.
     Idle { since: Instant },
@@ -143,9 +142,8 @@ impl Slot {
 /// The child behind one slot: the one record of its pid and of the
 /// requests it served. The slot holds it and so does the slot's [`Worker`]
 /// (as a lease holds the slot's [`Death`]), so that the request on a leased
-/// slot reads it, and learns the pid, without the table's lock, and the
-/// table (status page, [`Table::child_died`], `graceful_timeout`) reads
-/// what the request learned the moment it learned it.
+/// slot counts what it served without the table's lock, and the table
+/// (status page, [`Table::child_died`], `graceful_timeout`) reads it.
 #[derive(Debug)]
 pub struct Child {
     /// The php-cgi fpmd spawned for the slot (the child itself, or the
@@ -158,9 +156,6 @@ pub struct Child {
     /// Requests the child has served (for `pm.max_requests`; php-fpm's
     /// per-process `requests`).
     served: AtomicU32,
-    /// The child was forgotten ([`Child::forget`]) while its pid was
-    /// known: what the slot shows of its last request was that child's.
-    replaced: AtomicBool,
 }
 
 impl Child {
@@ -171,7 +166,6 @@ impl Child {
             leader,
             pid: AtomicI32::new(pid.map_or(0, Pid::as_raw)),
             served: AtomicU32::new(0),
-            replaced: AtomicBool::new(false),
         }
     }
 
@@ -188,11 +182,6 @@ impl Child {
         }
     }
 
-    /// Records the pid of the child serving the slot, once learned.
-    pub fn learned(&self, pid: Pid) {
-        self.pid.store(pid.as_raw(), Ordering::Release);
-    }
-
     /// Requests the child has served.
     pub fn served(&self) -> u32 {
         self.served.load(Ordering::Relaxed)
@@ -201,22 +190,6 @@ impl Child {
     /// Counts one more request served; returns the count.
     pub fn served_one(&self) -> u32 {
         self.served.fetch_add(1, Ordering::Relaxed) + 1
-    }
-
-    /// Prefork: the slot's child is gone (its connection was closed): its
-    /// pid and count are forgotten, for the next child to take the slot's
-    /// connection.
-    pub fn forget(&self) {
-        if self.pid.swap(0, Ordering::AcqRel) != 0 {
-            self.replaced.store(true, Ordering::Relaxed);
-        }
-        self.served.store(0, Ordering::Relaxed);
-    }
-
-    /// Whether the child was forgotten while its pid was known, since the
-    /// last call.
-    fn take_replaced(&self) -> bool {
-        self.replaced.swap(false, Ordering::Relaxed)
     }
 }
 
@@ -379,15 +352,6 @@ impl Table {
         let Some(s) = self.slots.get_mut(&id) else {
             return;
         };
-        if s.child.take_replaced() {
-            // Another child behind the slot (prefork: a fresh connection,
-            // its child not known yet): nothing of the last one's is shown
-            // as its.
-            s.created = std::time::SystemTime::now();
-            s.request.clear();
-            s.last_duration = std::time::Duration::ZERO;
-            s.last_usage = None;
-        }
         if let SlotState::Busy { since } = s.state {
             s.last_duration = since.elapsed();
         }
@@ -440,9 +404,6 @@ impl Table {
     /// Marks `w`'s slot Busy: it is handed straight to a waiting request.
     pub fn lease(&mut self, w: &Worker, now: Instant) {
         if let Some(s) = self.slots.get_mut(&w.slot) {
-            // What it shows of its last request stays (the next request
-            // replaces it).
-            s.child.take_replaced();
             if let SlotState::Busy { since } = s.state {
                 // Straight from one request to the next.
                 s.last_duration = now.saturating_duration_since(since);
@@ -576,17 +537,11 @@ impl Table {
         self.slots.values().filter(|s| s.gen == gen).count()
     }
 
-    /// A child of `leader` died (`pid`: that child, under prefork; `None`:
-    /// the leader itself, with every child it had): the requests on its
-    /// busy slots hear of it ([`Death`]). Under prefork a busy slot whose
-    /// child is not known yet is left alone (its child is learned within
-    /// milliseconds of the request's start).
-    pub fn child_died(&self, leader: Pid, pid: Option<Pid>) {
+    /// The child `leader` died: the request on its slot, if busy, hears
+    /// of it ([`Death`]).
+    pub fn child_died(&self, leader: Pid) {
         for s in self.slots.values() {
-            if s.child.leader() == leader
-                && matches!(s.state, SlotState::Busy { .. })
-                && (pid.is_none() || s.child.pid() == pid)
-            {
+            if s.child.leader() == leader && matches!(s.state, SlotState::Busy { .. }) {
                 s.death.signal();
             }
         }
@@ -685,9 +640,8 @@ mod tests {
         assert_eq!(w.slot, b, "most recently used first");
         assert!(matches!(t.slot(b).unwrap().state, SlotState::Busy { .. }));
         t.set_request(b, |r| r.set(b"/srv/x.php", b"/x.php", b"GET", b"", 0));
-        w.child.learned(Pid::from_raw(99));
         assert_eq!(t.slot(b).unwrap().request.uri, "/x.php");
-        assert_eq!(t.slot(b).unwrap().child.pid(), Some(Pid::from_raw(99)));
+        assert_eq!(t.slot(b).unwrap().child.pid(), Some(Pid::from_raw(11)));
         assert_eq!(t.busy_of(GenId(1)).count(), 1);
         t.push_idle(w, false, Instant::now());
         assert_eq!(t.busy(), 0);

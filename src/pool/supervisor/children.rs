@@ -436,7 +436,7 @@ impl Supervisor {
         {
             let mut t = self.pool.table.lock().unwrap();
             let leader = Pid::from_raw(exit.pid);
-            t.child_died(leader, None);
+            t.child_died(leader);
             t.forget_leader(leader);
         }
         // Still starting: it died before its PHP start-up was over (before

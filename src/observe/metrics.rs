@@ -33,10 +33,9 @@
 //! Owns: the endpoint's socket (its file, for a unix path) and its HTTP
 //! connections; the text format. Must not touch: dispatch. A scrape runs
 //! on a blocking thread, not on the runtime that serves requests: it takes
-//! each pool's slot-table lock twice, briefly (the status page's sample,
-//! then the pre-fork parents' pids), reads the pools' atomics, and reads
-//! `/proc` (each pre-fork parent's children, each child's statm) with no
-//! lock held.
+//! each pool's slot-table lock once, briefly (the status page's sample),
+//! reads the pools' atomics, and reads `/proc` (each child's statm) with
+//! no lock held.
 
 use std::convert::Infallible;
 use std::fmt::Write as _;
@@ -99,28 +98,16 @@ pub struct ChildSample {
 }
 
 impl PoolSample {
-    /// Samples `pool` now: its status sample, then the pre-fork parents'
-    /// children no request has shown fpmd yet (each slot-table lock taken
-    /// once for each; `/proc` is read after releasing it).
+    /// Samples `pool` now: its status sample (the slot-table lock taken
+    /// once; `/proc` is read after releasing it).
     pub fn of(pool: &Pool) -> PoolSample {
         let status = pool.status(true);
-        let mut pids: std::collections::BTreeMap<i32, u32> = status
+        let pids: std::collections::BTreeMap<i32, u32> = status
             .processes
             .iter()
             .filter(|p| p.pid > 0)
             .map(|p| (p.pid, p.generation))
             .collect();
-        let parents: std::collections::BTreeMap<i32, u32> = pool.with_table(|t| {
-            t.slots()
-                .filter(|(_, s)| s.child.pid() != Some(s.child.leader()))
-                .map(|(_, s)| (s.child.leader().as_raw(), s.gen.0))
-                .collect()
-        });
-        for (parent, generation) in parents {
-            for pid in crate::sys::peer::children_of(parent) {
-                pids.entry(pid).or_insert(generation);
-            }
-        }
         let children = pids
             .into_iter()
             .map(|(pid, generation)| ChildSample {
@@ -588,7 +575,6 @@ mod tests {
                     request: RequestInfo::default(),
                     generation: 2,
                     slot: 0,
-                    leader: *pid,
                     last_request_memory: 2 << 20,
                     last_request_cpu: 12.5,
                 })

@@ -113,7 +113,7 @@ pub(super) async fn page_out_parent(
     alive: Arc<AtomicBool>,
 ) {
     let since = Instant::now();
-    while crate::sys::peer::children_of(leader).len() < children
+    while crate::sys::procfs::children_of(leader).len() < children
         && since.elapsed() < FORKS_DONE_WAIT
     {
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -276,8 +276,8 @@ impl Supervisor {
     /// The processes looked at: the pool's cgroup, or without one the
     /// php-cgi fpmd started, their children and grandchildren.
     pub(super) fn health_check(&mut self) {
-        use crate::sys::peer::children_of;
         use crate::sys::procfs;
+        use crate::sys::procfs::children_of;
         let leaders: Vec<(i32, bool)> = self
             .children
             .leaders

@@ -385,7 +385,6 @@ impl Supervisor {
                 tokio::spawn(page_out_parent(
                     self.pool.name.clone(),
                     p.leader,
-                    0,
                     p.alive.clone(),
                 ));
             } else {

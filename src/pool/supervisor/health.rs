@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
@@ -90,34 +90,20 @@ pub(super) fn shorthand(bytes: u64) -> String {
     bytes.to_string()
 }
 
-/// How long a pre-fork parent may take to fork all its children before its
-/// start-up pages are given back anyway ([`page_out_parent`]).
-pub(super) const FORKS_DONE_WAIT: Duration = Duration::from_secs(2);
-
 /// How often a pre-fork parent's pages are given back again: pages it
 /// shared with another process when last advised (another pool's parent
 /// mapping the same libraries, a child that exited since) are its alone
 /// once that process is gone.
 pub(super) const PAGE_OUT_AGAIN: Duration = Duration::from_secs(30);
 
-/// Once the php-cgi parent `leader` has forked its `children`, gives back
-/// the file pages it touched while starting and no other process maps
-/// ([`crate::sys::pageout`]), then again every [`PAGE_OUT_AGAIN`] while it
-/// lives: its PSS goes from 17.0 to 3.5 MiB with Debian's extensions. It
-/// only waits for its children from then on; a page it needs again (to
-/// fork a replacement) is read back from the page cache.
-pub(super) async fn page_out_parent(
-    pool: String,
-    leader: i32,
-    children: usize,
-    alive: Arc<AtomicBool>,
-) {
-    let since = Instant::now();
-    while crate::sys::procfs::children_of(leader).len() < children
-        && since.elapsed() < FORKS_DONE_WAIT
-    {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+/// Once the php-cgi parent `leader` is ready (PHP loaded, waiting for
+/// fpmd's orders), gives back the file pages it touched while starting
+/// and no other process maps ([`crate::sys::pageout`]), then again every
+/// [`PAGE_OUT_AGAIN`] while it lives: its PSS goes from 17.0 to 3.5 MiB
+/// with Debian's extensions. It only forks children and waits for them
+/// from then on; a page it needs again (to fork a child) is read back from
+/// the page cache.
+pub(super) async fn page_out_parent(pool: String, leader: i32, alive: Arc<AtomicBool>) {
     // One page-out at a time over all pools: it is kernel work of a few
     // milliseconds per parent, and hundreds of parents started together
     // would otherwise take both CPUs from the requests at once.

@@ -105,7 +105,6 @@ impl PoolSample {
         let pids: std::collections::BTreeMap<i32, u32> = status
             .processes
             .iter()
-            .filter(|p| p.pid > 0)
             .map(|p| (p.pid, p.generation))
             .collect();
         let children = pids

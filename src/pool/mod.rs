@@ -166,9 +166,9 @@ impl Worker {
         self.alive.load(Ordering::Acquire)
     }
 
-    /// For logs: the child's pid, or the parent's while it is unknown.
+    /// For logs: the child's pid.
     pub fn log_pid(&self) -> i32 {
-        self.child.pid().unwrap_or(self.child.leader()).as_raw()
+        self.child.pid().as_raw()
     }
 }
 
@@ -266,11 +266,7 @@ impl Lease<'_> {
         }
         let pool = &self.pool.name;
         let w = self.worker();
-        let copies = w
-            .child
-            .pid()
-            .and_then(|pid| crate::sys::procfs::children(pid.as_raw()))
-            .unwrap_or_default();
+        let copies = crate::sys::procfs::children(w.child.pid().as_raw()).unwrap_or_default();
         if copies.is_empty() {
             return Fate::Keep;
         }
@@ -324,10 +320,10 @@ impl Lease<'_> {
     }
 
     /// The child's resident memory in bytes, read on a blocking thread;
-    /// `None`: its pid is not known, or `/proc` could not tell.
+    /// `None`: `/proc` could not tell.
     async fn resident_bytes(&mut self) -> Option<u64> {
-        let pid = self.worker().child.pid()?;
-        tokio::task::spawn_blocking(move || crate::sys::procfs::resident_bytes(pid.as_raw()))
+        let pid = self.worker().child.pid().as_raw();
+        tokio::task::spawn_blocking(move || crate::sys::procfs::resident_bytes(pid))
             .await
             .ok()
             .flatten()
@@ -389,7 +385,6 @@ enum Event {
     /// over pm.max_memory, or broke the protocol; with the signal. Its
     /// connection is closed only after the signal.
     StopChild {
-        leader: Pid,
         pid: Pid,
         signal: Signal,
         /// For `fpmd_children_stopped_total`.
@@ -398,7 +393,6 @@ enum Event {
     },
     /// `request_terminate_timeout`: SIGKILL now (see [`Fate::Terminate`]).
     Terminate {
-        leader: Pid,
         pid: Pid,
         conn: Option<ChildConn>,
     },
@@ -608,28 +602,20 @@ impl Pool {
             if !over_memory {
                 debug!(pool = %self.name, pid = w.log_pid(), "child served {served} requests (pm.max_requests): retiring it");
             }
-            match w.child.pid() {
-                Some(pid) => {
-                    // Over the memory limit: SIGKILL (the child is idle, its
-                    // request is complete), so it does not grow further on
-                    // its way out; otherwise a graceful SIGTERM.
-                    let (signal, why) = if over_memory {
-                        (Signal::SIGKILL, stats::StopReason::MaxMemory)
-                    } else {
-                        (Signal::SIGTERM, stats::StopReason::MaxRequests)
-                    };
-                    let _ = self.events.send(Event::StopChild {
-                        leader: w.child.leader(),
-                        pid,
-                        signal,
-                        why,
-                        conn: w.conn.take(),
-                    });
-                }
-                None => {
-                    warn!(pool = %self.name, "cannot tell which child served the last {served} requests: not retiring it")
-                }
-            }
+            // Over the memory limit: SIGKILL (the child is idle, its request
+            // is complete), so it does not grow further on its way out;
+            // otherwise a graceful SIGTERM.
+            let (signal, why) = if over_memory {
+                (Signal::SIGKILL, stats::StopReason::MaxMemory)
+            } else {
+                (Signal::SIGTERM, stats::StopReason::MaxRequests)
+            };
+            let _ = self.events.send(Event::StopChild {
+                pid: w.child.pid(),
+                signal,
+                why,
+                conn: w.conn.take(),
+            });
             self.child_gone(w);
             return;
         }
@@ -640,18 +626,10 @@ impl Pool {
     /// the child is SIGKILLed, so that no PHP runs after the 504 (see
     /// [`Fate::Terminate`]); its connection is never reused.
     fn terminate(&self, mut w: Worker) {
-        match w.child.pid() {
-            Some(pid) => {
-                let _ = self.events.send(Event::Terminate {
-                    leader: w.child.leader(),
-                    pid,
-                    conn: w.conn.take(),
-                });
-            }
-            None => {
-                warn!(pool = %self.name, "cannot tell which child runs the request to terminate; closing its connection only")
-            }
-        }
+        let _ = self.events.send(Event::Terminate {
+            pid: w.child.pid(),
+            conn: w.conn.take(),
+        });
         self.child_gone(w);
     }
 
@@ -662,15 +640,12 @@ impl Pool {
             self.table.lock().unwrap().remove(w.slot);
             return;
         }
-        if let Some(pid) = w.child.pid() {
-            let _ = self.events.send(Event::StopChild {
-                leader: w.child.leader(),
-                pid,
-                signal: Signal::SIGKILL,
-                why: stats::StopReason::Killed,
-                conn: w.conn.take(),
-            });
-        }
+        let _ = self.events.send(Event::StopChild {
+            pid: w.child.pid(),
+            signal: Signal::SIGKILL,
+            why: stats::StopReason::Killed,
+            conn: w.conn.take(),
+        });
         self.child_gone(w);
     }
 
@@ -723,33 +698,23 @@ impl Pool {
         None
     }
 
-    /// Puts `n` new slots of the php-cgi `leader` (generation `gen`; `pid`:
-    /// the child behind each, when known) into dispatch, cold, each with
-    /// the worker `make` builds for its id and its [`Child`]. When `gen` is newer than the
-    /// current generation (the first php-cgi of a reload to be ready), it
-    /// becomes current under the same lock, so that every request from
-    /// then on goes to it. Called by the supervisor, which carries out
-    /// what [`Added`] says.
-    pub(crate) fn add_slots(
+    /// Puts the slot of the new php-cgi child `pid` (generation `gen`) into
+    /// dispatch, cold, with the worker `make` builds for its id and its
+    /// [`Child`]. When `gen` is newer than the current generation (the
+    /// first child of a reload to be ready), it becomes current under the
+    /// same lock, so that every request from then on goes to it. Called by
+    /// the supervisor, which carries out what [`Added`] says.
+    pub(crate) fn add_slot(
         &self,
         gen: GenId,
-        leader: Pid,
-        pid: Option<Pid>,
-        n: u32,
-        mut make: impl FnMut(SlotId, Arc<Child>) -> Worker,
+        pid: Pid,
+        make: impl FnOnce(SlotId, Arc<Child>) -> Worker,
     ) -> Added {
         let mut t = self.table.lock().unwrap();
-        let workers: Vec<Worker> = (0..n)
-            .map(|_| {
-                let (slot, child) = t.new_slot(gen, leader, pid);
-                make(slot, child)
-            })
-            .collect();
+        let (slot, child) = t.new_slot(gen, pid);
+        let w = make(slot, child);
         let switched = (gen > t.current && t.configs.contains_key(&gen)).then(|| t.switch_to(gen));
-        let retire = workers
-            .into_iter()
-            .filter_map(|w| self.put_back_in(&mut t, w, true))
-            .collect();
+        let retire = self.put_back_in(&mut t, w, true);
         Added { switched, retire }
     }
 
@@ -780,16 +745,16 @@ impl Drop for Waiting<'_> {
     }
 }
 
-/// What [`Pool::add_slots`] leaves the supervisor to do.
+/// What [`Pool::add_slot`] leaves the supervisor to do.
 pub(crate) struct Added {
-    /// The new slots' generation became current; these idle workers of
+    /// The new slot's generation became current; these idle workers of
     /// older generations left dispatch (their slots are Retiring), to
     /// retire.
     pub switched: Option<Vec<Worker>>,
-    /// New workers that did not enter dispatch (the pool is stopping, or
-    /// their generation was abandoned; their slots are Retiring), to
-    /// retire.
-    pub retire: Vec<Worker>,
+    /// The new worker, when it did not enter dispatch (the pool is
+    /// stopping, or its generation was abandoned; its slot is Retiring),
+    /// to retire.
+    pub retire: Option<Worker>,
 }
 
 /// Handle used by the daemon to reconfigure and stop a pool.

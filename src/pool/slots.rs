@@ -12,7 +12,7 @@
 //! and the proxy act on what it says).
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -105,8 +105,8 @@ pub struct Slot {
     /// ([`Table::child_died`]).
     pub death: Arc<Death>,
     pub gen: GenId,
-    /// The child behind the slot: its leader, its pid and the requests it
-    /// served, kept here once and shared with the slot's [`Worker`].
+    /// The child behind the slot: its pid and the requests it served, kept
+    /// here once and shared with the slot's [`Worker`].
     pub child: Arc<Child>,
     pub state: SlotState,
     /// When it last became idle (for the process manager's scale-down);
@@ -146,40 +146,26 @@ impl Slot {
 /// (status page, [`Table::child_died`], `graceful_timeout`) reads it.
 #[derive(Debug)]
 pub struct Child {
-    /// The php-cgi fpmd spawned for the slot (the child itself, or the
-    /// pre-fork parent); the slot's for its life.
-    leader: Pid,
-    /// The child serving the slot, 0 while not known (exec: the leader,
-    /// always; prefork: learned from each connection of the slot, see
-    /// [`crate::sys::peer`]).
-    pid: AtomicI32,
+    /// The php-cgi process (exec'd by fpmd, or forked on its order by a
+    /// php-cgi parent); the slot's for its life.
+    pid: Pid,
     /// Requests the child has served (for `pm.max_requests`; php-fpm's
     /// per-process `requests`).
     served: AtomicU32,
 }
 
 impl Child {
-    /// The child behind a new slot of the php-cgi `leader`; `pid`: the
-    /// child, when known.
-    pub fn new(leader: Pid, pid: Option<Pid>) -> Child {
+    /// The child behind a new slot: the php-cgi `pid`.
+    pub fn new(pid: Pid) -> Child {
         Child {
-            leader,
-            pid: AtomicI32::new(pid.map_or(0, Pid::as_raw)),
+            pid,
             served: AtomicU32::new(0),
         }
     }
 
-    /// The php-cgi fpmd spawned for the slot.
-    pub fn leader(&self) -> Pid {
-        self.leader
-    }
-
-    /// The child serving the slot, when known.
-    pub fn pid(&self) -> Option<Pid> {
-        match self.pid.load(Ordering::Acquire) {
-            0 => None,
-            pid => Some(Pid::from_raw(pid)),
-        }
+    /// The child's pid.
+    pub fn pid(&self) -> Pid {
+        self.pid
     }
 
     /// Requests the child has served.
@@ -302,14 +288,14 @@ impl Table {
         &self.configs[&self.current]
     }
 
-    /// A new slot of the php-cgi `leader` (`pid`: the child behind it, when
-    /// known): its id and its [`Child`], for its worker.
-    pub fn new_slot(&mut self, gen: GenId, leader: Pid, pid: Option<Pid>) -> (SlotId, Arc<Child>) {
+    /// A new slot of the php-cgi child `pid`: its id and its [`Child`], for
+    /// its worker.
+    pub fn new_slot(&mut self, gen: GenId, pid: Pid) -> (SlotId, Arc<Child>) {
         // A php-cgi came up: the pool can start children again.
         self.unstartable = None;
         let id = SlotId(self.next);
         self.next += 1;
-        let child = Arc::new(Child::new(leader, pid));
+        let child = Arc::new(Child::new(pid));
         self.slots.insert(
             id,
             Slot {
@@ -498,12 +484,9 @@ impl Table {
         self.idle.len()
     }
 
-    /// Slots of `leader` still in the table (in any state).
-    pub fn slots_of(&self, leader: Pid) -> usize {
-        self.slots
-            .values()
-            .filter(|s| s.child.leader() == leader)
-            .count()
+    /// Slots of the child `pid` still in the table (in any state): 0 or 1.
+    pub fn slots_of(&self, pid: Pid) -> usize {
+        self.slots.values().filter(|s| s.child.pid() == pid).count()
     }
 
     /// Busy slots of `gen`.
@@ -537,23 +520,22 @@ impl Table {
         self.slots.values().filter(|s| s.gen == gen).count()
     }
 
-    /// The child `leader` died: the request on its slot, if busy, hears
-    /// of it ([`Death`]).
-    pub fn child_died(&self, leader: Pid) {
+    /// The child `pid` died: the request on its slot, if busy, hears of it
+    /// ([`Death`]).
+    pub fn child_died(&self, pid: Pid) {
         for s in self.slots.values() {
-            if s.child.leader() == leader && matches!(s.state, SlotState::Busy { .. }) {
+            if s.child.pid() == pid && matches!(s.state, SlotState::Busy { .. }) {
                 s.death.signal();
             }
         }
     }
 
-    /// Removes every slot of `leader` (it exited); returns the workers that
-    /// were idle.
-    pub fn forget_leader(&mut self, leader: Pid) {
+    /// Removes the slot of the child `pid` (it exited).
+    pub fn forget_child(&mut self, pid: Pid) {
         let gone: Vec<SlotId> = self
             .slots
             .iter()
-            .filter(|(_, s)| s.child.leader() == leader)
+            .filter(|(_, s)| s.child.pid() == pid)
             .map(|(id, _)| *id)
             .collect();
         for id in gone {
@@ -624,7 +606,7 @@ mod tests {
 
     fn add(t: &mut Table, gen: u32, leader: i32) -> SlotId {
         let leader = Pid::from_raw(leader);
-        let (id, child) = t.new_slot(GenId(gen), leader, Some(leader));
+        let (id, child) = t.new_slot(GenId(gen), leader);
         t.push_idle(test_worker(id, child), false, Instant::now());
         id
     }
@@ -641,7 +623,7 @@ mod tests {
         assert!(matches!(t.slot(b).unwrap().state, SlotState::Busy { .. }));
         t.set_request(b, |r| r.set(b"/srv/x.php", b"/x.php", b"GET", b"", 0));
         assert_eq!(t.slot(b).unwrap().request.uri, "/x.php");
-        assert_eq!(t.slot(b).unwrap().child.pid(), Some(Pid::from_raw(11)));
+        assert_eq!(t.slot(b).unwrap().child.pid(), Pid::from_raw(11));
         assert_eq!(t.busy_of(GenId(1)).count(), 1);
         t.push_idle(w, false, Instant::now());
         assert_eq!(t.busy(), 0);
@@ -704,7 +686,7 @@ mod tests {
         assert_eq!(closed.len(), 1);
         assert!(t.closed);
         assert_eq!(t.idle_len(), 0);
-        t.forget_leader(Pid::from_raw(10));
+        t.forget_child(Pid::from_raw(10));
         assert_eq!(t.slots_of(Pid::from_raw(10)), 0);
         assert_eq!(t.slots_of(Pid::from_raw(11)), 1);
     }

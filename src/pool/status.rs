@@ -90,7 +90,7 @@ impl Pool {
                     last_request_cpu: usage
                         .and_then(|u| u.cpu_percent(s.last_duration, None))
                         .unwrap_or(0.0),
-                    pid: s.child.pid().map_or(0, nix::unistd::Pid::as_raw),
+                    pid: s.child.pid().as_raw(),
                     state,
                     start_time: s.created,
                     requests: s.requests(),

@@ -315,12 +315,11 @@ impl Supervisor {
                     } else {
                         warn!(pool = %self.name(), pid, "child {pid} is stopped (SIGSTOP): SIGKILL");
                     }
-                    self.stop_child(pid, pid, Signal::SIGKILL, StopReason::Killed);
-                } else if let Some(leader) =
-                    leaders.iter().find(|l| l.1 && parent == l.0).map(|l| l.0)
-                {
-                    warn!(pool = %self.name(), pid, "child {pid} is stopped (SIGSTOP): SIGKILL");
-                    self.stop_child(leader, pid, Signal::SIGKILL, StopReason::Killed);
+                    self.stop_child(pid, Signal::SIGKILL, StopReason::Killed);
+                } else if leaders.iter().any(|l| l.1 && parent == l.0) {
+                    // Forked by a php-cgi parent, its fork not reported
+                    // yet: left alone until it is (then it is a child
+                    // above; a fork fpmd did not order is SIGKILLed then).
                 } else {
                     warn!(pool = %self.name(), pid, "php-cgi {pid} forked by a script is stopped (SIGSTOP): SIGKILL");
                     let _ = signal::send(&self.pool.name, Pid::from_raw(pid), Signal::SIGKILL);

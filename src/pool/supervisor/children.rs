@@ -1,9 +1,9 @@
 //! The pool's php-cgi processes as the supervisor tracks them:
-//! [`Children`] holds those fpmd spawned (exec'd children and pre-fork
-//! parents, by pid), the children the parents forked (from the kernel's
-//! process events) and those still starting; it answers what the process
-//! manager asks of them without a process (tested below). The
-//! supervisor's methods that start, stop and reap them follow it.
+//! [`Children`] holds every one by pid (exec'd children, pre-fork parents
+//! and the children the parents forked on fpmd's order) and those still
+//! starting; it answers what the process manager asks of them without a
+//! process (tested below). The supervisor's methods that start, stop and
+//! reap them follow it.
 
 use std::collections::HashMap;
 use std::path::PathBuf;

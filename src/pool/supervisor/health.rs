@@ -187,12 +187,13 @@ impl Supervisor {
         let Some(cg) = self.cgroup.take() else {
             return;
         };
-        // A pre-fork parent's workers are still exiting when the parent is
-        // gone (its SIGTERM reached them as it exited, and the ones it had
-        // just forked anew): give them CGROUP_GRACE to go on their own, so
-        // that only what a script left behind is killed and named. While
-        // they keep going (hundreds of pools stopping at once exit slowly
-        // on a busy machine) the grace starts again, up to CGROUP_GRACE_MAX.
+        // A pre-fork parent's children are still exiting when the parent is
+        // gone (its SIGTERM reached them as it exited, fpmd's SIGKILL of its
+        // process group after it): give them CGROUP_GRACE to go on their
+        // own, so that only what a script left behind is killed and named.
+        // While they keep going (hundreds of pools stopping at once exit
+        // slowly on a busy machine) the grace starts again, up to
+        // CGROUP_GRACE_MAX.
         let start = tokio::time::Instant::now();
         let mut deadline = start + CGROUP_GRACE;
         let mut left = cg.pids();
@@ -250,8 +251,8 @@ impl Supervisor {
     ///
     /// - a php-cgi of the pool stopped by a signal (`SIGSTOP`: state `T`;
     ///   a tracer's stop, `t`, is left alone) on two checks in a row is
-    ///   killed: a stopped pre-fork parent replaces no child and accepts
-    ///   nothing, a stopped child holds its request for ever (php-fpm
+    ///   killed: a stopped pre-fork parent forks no child and reports no
+    ///   exit, a stopped child holds its request for ever (php-fpm
     ///   leaves both to `request_terminate_timeout`, or for ever);
     /// - a php-cgi forked by a script (`pcntl_fork`) whose copy of the
     ///   script ended goes back to serving FastCGI: blocked in `accept()`
@@ -311,7 +312,7 @@ impl Supervisor {
                 }
                 if let Some(c) = self.children.leaders.get(&pid) {
                     if c.strategy == Strategy::Prefork {
-                        warn!(pool = %self.name(), pid, "php-cgi parent {pid} is stopped (SIGSTOP), so it replaces no child: SIGKILL, a new one is started");
+                        warn!(pool = %self.name(), pid, "php-cgi parent {pid} is stopped (SIGSTOP), so it forks no child: SIGKILL, a new one is started");
                     } else {
                         warn!(pool = %self.name(), pid, "child {pid} is stopped (SIGSTOP): SIGKILL");
                     }

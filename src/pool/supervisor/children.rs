@@ -267,7 +267,7 @@ impl Supervisor {
                 forker: None,
             },
         );
-        self.pool.stats.count_spawned(1);
+        self.pool.stats.count_spawned();
         if self.replacing > 0 {
             self.replacing -= 1;
             info!(pool = %self.name(), pid, php_fpm = %format_args!("child {pid} started"), "child forked by php-cgi parent {parent} in place of one that exited");
@@ -618,7 +618,7 @@ impl Supervisor {
             }
             None => {
                 self.gens.note_spawn(gen);
-                self.pool.stats.count_spawned(1);
+                self.pool.stats.count_spawned();
                 if self.replacing > 0 {
                     self.replacing -= 1;
                     info!(pool = %self.name(), pid, php_fpm = %format_args!("child {pid} started"), "child started (generation {gen}) in place of one that exited");

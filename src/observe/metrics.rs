@@ -217,7 +217,7 @@ impl Scrape {
     ) -> Result<(), std::fmt::Error> {
         let mut family = e.encode_descriptor(name, help, None, MetricType::Gauge)?;
         for s in &self.samples {
-            for p in s.status.processes.iter().filter(|p| p.pid > 0) {
+            for p in &s.status.processes {
                 let pid = p.pid.to_string();
                 let labels = [("pool", s.status.pool.as_str()), ("pid", pid.as_str())];
                 family.encode_family(&labels)?.encode_gauge(&value(p))?;

@@ -42,10 +42,8 @@
 #   --heavy        also the resource-heavy tests (RUN_RESOURCE_HEAVY_TESTS)
 #   --netns        run in a network namespace of its own, with only
 #                  loopback (unshare -n, as root), so that nothing else on
-#                  the machine can hold the tests' fixed ports. Not the
-#                  default: the kernel's process events (which fpmd reads to
-#                  learn how a pre-forked child died) exist only in the
-#                  initial network namespace, so fpmd runs with less there
+#                  the machine can hold the tests' fixed ports (not the
+#                  default)
 #   --timeout N    per-test timeout of run-tests.php (default 60 s; a test
 #                  still running 30 s later is killed and reported KILLED)
 #   TEST...        test file names (bug68420-ipv4-all-addresses.phpt) or

@@ -12,12 +12,12 @@
 //! | layer | module | what it holds |
 //! | --- | --- | --- |
 //! | 1 | [`fastcgi`] | FastCGI records, name-value pairs and CGI response heads as bytes: decoding, encoding, validation; no I/O |
-//! | 1 | [`sys`] | what fpmd reads of the kernel and of other processes: `/proc`, the child on a socket (sock_diag) and the netlink plumbing it shares, page-out, the Landlock probe |
+//! | 1 | [`sys`] | what fpmd reads of the kernel and of other processes: `/proc`, page-out, the Landlock probe, a deadline that may not be set |
 //! | 1 | [`control`] | the daemon's ports to its operators: Unix signals become intents, the control socket of `fpmd reload\|stop\|status`, systemd's notifications |
 //! | 2 | [`config`] | the configuration: fpmd's TOML and php-fpm's `.conf` read, validated into one model, diffed for a reload, printed by `-t` |
 //! | 3 | [`log`] | fpmd's own log (its formats, levels, reopening) and the escaping of text a client or a child controls |
 //! | 3 | [`listen`] | the listening sockets: the table keyed by address, bind with `listen.*`, the hand-over to a new binary, systemd's sockets |
-//! | 4 | [`process`] | a php-cgi from its spec to its reaping: sandbox, spawn, the pool's cgroup, the children's output, the reaper, process events |
+//! | 4 | [`process`] | a php-cgi from its spec to its reaping: sandbox, spawn, the pool's cgroup, the children's output, the reaper, the fork server of php-cgi parents |
 //! | 5 | [`pool`] | one pool: the slot table and its queue, generations, the supervisor that runs its process manager |
 //! | 6 | [`observe`] | what fpmd shows of itself: the access log, the status page, metrics, `fpmd status`, the writer thread of log files |
 //! | 7 | [`proxy`] | the FastCGI path: a web server's connection, each request to a child and the answer back, under the pool's limits |

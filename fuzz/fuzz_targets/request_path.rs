@@ -157,7 +157,7 @@ async fn drive(mode: u8, web: Vec<u8>) {
             break;
         }
         let timers = Timers { slowlog: Some(Duration::from_millis(500)), terminate: Some(Duration::from_secs(2)), php_messages: true, track_finished: false };
-        let report = exchange::run(&mut conn, None, None, timers, &mut client, &mut req, None, |_| {}).await;
+        let report = exchange::run(&mut conn, None, timers, &mut client, &mut req, None, |_| {}).await;
         let v = verdict(&report.outcome);
         drop(conn);
         let seen = kid.await.expect("the fake child's checks hold");

@@ -211,9 +211,6 @@ pub(super) async fn start(
     let reaper = Reaper::new();
     tokio::spawn(reaper.clone().run(sigchld));
     let spawner = Spawner::start(reaper).map_err(DaemonError::Spawner)?;
-    if let Err(e) = crate::process::proc_events::start() {
-        info!("no process events ({e}): the exit status of pre-forked children will not be known");
-    }
     // 0700: only fpmd reaches the children's sockets (php-cgi never opens
     // the path: its socket is its fd 0) and the pools' private /tmp (bind
     // mounted by the child while still root).

@@ -109,14 +109,7 @@ impl Board {
                 found
             }
         };
-        let samples: Vec<PoolStatus> = chosen
-            .iter()
-            .map(|p| {
-                let mut s = p.status(true);
-                s.name_unknown_children();
-                s
-            })
-            .collect();
+        let samples: Vec<PoolStatus> = chosen.iter().map(|p| p.status(true)).collect();
         Answer::Ok(document(&info, &samples, SystemTime::now()).to_string())
     }
 }

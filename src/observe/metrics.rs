@@ -33,10 +33,9 @@
 //! Owns: the endpoint's socket (its file, for a unix path) and its HTTP
 //! connections; the text format. Must not touch: dispatch. A scrape runs
 //! on a blocking thread, not on the runtime that serves requests: it takes
-//! each pool's slot-table lock twice, briefly (the status page's sample,
-//! then the pre-fork parents' pids), reads the pools' atomics, and reads
-//! `/proc` (each pre-fork parent's children, each child's statm) with no
-//! lock held.
+//! each pool's slot-table lock once, briefly (the status page's sample),
+//! reads the pools' atomics, and reads `/proc` (each child's statm) with
+//! no lock held.
 
 use std::convert::Infallible;
 use std::fmt::Write as _;
@@ -99,28 +98,15 @@ pub struct ChildSample {
 }
 
 impl PoolSample {
-    /// Samples `pool` now: its status sample, then the pre-fork parents'
-    /// children no request has shown fpmd yet (each slot-table lock taken
-    /// once for each; `/proc` is read after releasing it).
+    /// Samples `pool` now: its status sample (the slot-table lock taken
+    /// once; `/proc` is read after releasing it).
     pub fn of(pool: &Pool) -> PoolSample {
         let status = pool.status(true);
-        let mut pids: std::collections::BTreeMap<i32, u32> = status
+        let pids: std::collections::BTreeMap<i32, u32> = status
             .processes
             .iter()
-            .filter(|p| p.pid > 0)
             .map(|p| (p.pid, p.generation))
             .collect();
-        let parents: std::collections::BTreeMap<i32, u32> = pool.with_table(|t| {
-            t.slots()
-                .filter(|(_, s)| s.child.pid() != Some(s.child.leader()))
-                .map(|(_, s)| (s.child.leader().as_raw(), s.gen.0))
-                .collect()
-        });
-        for (parent, generation) in parents {
-            for pid in crate::sys::peer::children_of(parent) {
-                pids.entry(pid).or_insert(generation);
-            }
-        }
         let children = pids
             .into_iter()
             .map(|(pid, generation)| ChildSample {
@@ -231,7 +217,7 @@ impl Scrape {
     ) -> Result<(), std::fmt::Error> {
         let mut family = e.encode_descriptor(name, help, None, MetricType::Gauge)?;
         for s in &self.samples {
-            for p in s.status.processes.iter().filter(|p| p.pid > 0) {
+            for p in &s.status.processes {
                 let pid = p.pid.to_string();
                 let labels = [("pool", s.status.pool.as_str()), ("pid", pid.as_str())];
                 family.encode_family(&labels)?.encode_gauge(&value(p))?;
@@ -588,7 +574,6 @@ mod tests {
                     request: RequestInfo::default(),
                     generation: 2,
                     slot: 0,
-                    leader: *pid,
                     last_request_memory: 2 << 20,
                     last_request_cpu: 12.5,
                 })
@@ -638,7 +623,7 @@ mod tests {
     #[test]
     fn php_fpm_names_kept_with_a_pool_label() {
         let now = UNIX_EPOCH + Duration::from_secs(1_700_000_010);
-        let t = encode(&[sample("www", &[41, 42]), sample("api", &[43, 0])], now);
+        let t = encode(&[sample("www", &[41, 42]), sample("api", &[43])], now);
         assert!(t.ends_with("\n# EOF\n"), "{t}");
         let lines = samples_of(&t);
         for want in [
@@ -679,7 +664,6 @@ mod tests {
             .filter(|l| l.starts_with("fpmd_children_stopped_total{"))
             .count();
         assert_eq!(stopped, 2 * StopReason::ALL.len(), "{t}");
-        assert!(!t.contains(r#"pid="0""#), "{t}");
     }
 
     #[test]

@@ -126,20 +126,12 @@ fn serve(path: &Path, slot: PoolSlot) -> std::io::Result<JoinHandle<()>> {
             let pool = slot.lock().unwrap_or_else(|e| e.into_inner()).clone();
             let Some(pool) = pool else { continue };
             tokio::spawn(async move {
-                // The sample names pre-forked children from /proc: off the
-                // runtime threads.
-                let text = tokio::task::spawn_blocking(move || {
-                    let mut s = pool.status(true);
-                    s.name_unknown_children();
-                    crate::observe::status::render(
-                        &s,
-                        crate::observe::status::Format::Json,
-                        true,
-                        SystemTime::now(),
-                    )
-                })
-                .await
-                .unwrap_or_default();
+                let text = crate::observe::status::render(
+                    &pool.status(true),
+                    crate::observe::status::Format::Json,
+                    true,
+                    SystemTime::now(),
+                );
                 let _ = conn.write_all(text.as_bytes()).await;
                 let _ = conn.shutdown().await;
             });

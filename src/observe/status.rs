@@ -431,7 +431,6 @@ pub(crate) mod tests {
                 },
                 generation: 1,
                 slot: 0,
-                leader: 42,
                 last_request_memory: 0,
                 last_request_cpu: 0.0,
             }],

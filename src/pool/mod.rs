@@ -92,27 +92,18 @@ pub fn return_buffer(buf: &mut BytesMut) {
     }
 }
 
-/// How the pool's children are started (`pm.spawn`, as the pool carries it
-/// out), and what that means for a slot whose child goes.
+/// What a php-cgi the supervisor spawned is: a child, which serves, or
+/// (`pm.spawn = "prefork"`) a php-cgi parent, which forks children on
+/// fpmd's order ([`crate::process::fork_server`]) and serves nothing
+/// itself. A child, exec'd or forked, is one slot of the slot table: one
+/// process with its own socket, its pid known from its start, and the slot
+/// goes with it (the process manager starts a replacement).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Strategy {
-    /// One exec'd php-cgi per slot: the slot is the child, and goes with
-    /// it (the process manager starts a replacement).
+    /// A child: exec'd by fpmd, or forked on order by a php-cgi parent.
     Exec,
-    /// One php-cgi parent pre-forks `pm.max_children` children, one per
-    /// slot: a slot outlives its child (the parent forks a replacement, in
-    /// accept() on the same socket, which the slot's next connection
-    /// reaches).
+    /// A php-cgi parent: its process group holds the children it forked.
     Prefork,
-}
-
-impl From<crate::config::Spawn> for Strategy {
-    fn from(s: crate::config::Spawn) -> Strategy {
-        match s {
-            crate::config::Spawn::Exec => Strategy::Exec,
-            crate::config::Spawn::Prefork => Strategy::Prefork,
-        }
-    }
 }
 
 impl Strategy {
@@ -130,23 +121,16 @@ impl Strategy {
 /// What moves with a slot between the idle stack and a lease: its
 /// connection, and a handle on the slot's record of its child. The slot's
 /// generation and when it last became idle are the slot's alone
-/// ([`slots::Slot`]); the child's leader, pid and requests served are kept
-/// once, in the [`Child`] the slot and its worker share.
+/// ([`slots::Slot`]); the child's pid and requests served are kept once,
+/// in the [`Child`] the slot and its worker share.
 ///
-/// Under `pm.spawn = "exec"` a slot is one exec'd php-cgi. Under
-/// `"prefork"` it is one of the N connection slots of a php-cgi parent
-/// that pre-forked N children: each idle child accepts exactly one
-/// connection and then serves only it, so a connected slot *is* a child;
-/// its pid is learned from the connection (see [`crate::sys::peer`]).
+/// A slot is one php-cgi child (exec'd, or forked on order by a php-cgi
+/// parent under `pm.spawn = "prefork"`), in accept() on its own socket.
 pub struct Worker {
     pub slot: SlotId,
-    /// The slot's child: the process fpmd spawned (the child itself under
-    /// exec, the php-cgi parent under prefork), the child behind this slot
-    /// when known (exec: always; prefork: from the first exchange of each
-    /// connection on), and the requests it served.
+    /// The slot's child: its pid and the requests it served.
     pub child: Arc<Child>,
-    strategy: Strategy,
-    /// The private listening socket (of the child, or of the parent).
+    /// The child's private listening socket.
     endpoint: Arc<PathBuf>,
     /// Connected lazily, when the first request is ready: php-cgi drops a
     /// new connection that brings no request within 5 s (design.md).
@@ -182,46 +166,9 @@ impl Worker {
         self.alive.load(Ordering::Acquire)
     }
 
-    /// Prefork: finds which child of the parent holds this connection,
-    /// if not yet known ([`Worker::pid_probe`] is the same lookup, made
-    /// while a request runs).
-    pub fn learn_pid(&mut self) {
-        if let Some((fd, parent)) = self.pid_probe() {
-            if let Some(pid) = crate::sys::peer::child_on_connection(fd, parent.as_raw()) {
-                self.child.learned(Pid::from_raw(pid));
-            }
-        }
-    }
-
-    /// The child's pid, learned now if not yet known
-    /// ([`Worker::learn_pid`]); `None`: it cannot be told.
-    pub fn child_pid(&mut self) -> Option<Pid> {
-        self.learn_pid();
-        self.child.pid()
-    }
-
-    /// Prefork: forgets the connection and its child; the slot connects
-    /// again (to whichever child is in accept()) when next used.
-    fn reset_slot(&mut self) {
-        self.conn = None;
-        self.child.forget();
-    }
-
-    /// Prefork, pid not yet known: the connection's fd and the parent's pid
-    /// to look the child up with [`crate::sys::peer::child_on_connection`].
-    pub fn pid_probe(&self) -> Option<(std::os::fd::RawFd, Pid)> {
-        use std::os::fd::AsRawFd;
-        if self.strategy != Strategy::Prefork || self.child.pid().is_some() {
-            return None;
-        }
-        self.conn
-            .as_ref()
-            .map(|c| (c.writer.as_ref().as_raw_fd(), self.child.leader()))
-    }
-
-    /// For logs: the child's pid, or the parent's while it is unknown.
+    /// For logs: the child's pid.
     pub fn log_pid(&self) -> i32 {
-        self.child.pid().unwrap_or(self.child.leader()).as_raw()
+        self.child.pid().as_raw()
     }
 }
 
@@ -251,10 +198,8 @@ pub enum Fate {
     /// connects anew. The request counts as served.
     Reconnect,
     /// The child closed its connection without ending the request: it is
-    /// dead (its exit is reported by the reaper or the process events) or
-    /// back in accept(). Nothing is signalled; the slot connects anew.
-    /// Under prefork without process events this counts as a crash for
-    /// `emergency_restart_threshold`.
+    /// on its way out. Nothing is signalled; its slot goes, and its exit
+    /// (reaped, or reported by its php-cgi parent) is logged.
     Lost,
     /// The child broke the protocol: SIGKILL.
     Kill,
@@ -321,10 +266,7 @@ impl Lease<'_> {
         }
         let pool = &self.pool.name;
         let w = self.worker();
-        let copies = w
-            .child_pid()
-            .and_then(|pid| crate::sys::procfs::children(pid.as_raw()))
-            .unwrap_or_default();
+        let copies = crate::sys::procfs::children(w.child.pid().as_raw()).unwrap_or_default();
         if copies.is_empty() {
             return Fate::Keep;
         }
@@ -378,10 +320,10 @@ impl Lease<'_> {
     }
 
     /// The child's resident memory in bytes, read on a blocking thread;
-    /// `None`: its pid is not known, or `/proc` could not tell.
+    /// `None`: `/proc` could not tell.
     async fn resident_bytes(&mut self) -> Option<u64> {
-        let pid = self.worker().child_pid()?;
-        tokio::task::spawn_blocking(move || crate::sys::procfs::resident_bytes(pid.as_raw()))
+        let pid = self.worker().child.pid().as_raw();
+        tokio::task::spawn_blocking(move || crate::sys::procfs::resident_bytes(pid))
             .await
             .ok()
             .flatten()
@@ -435,17 +377,14 @@ pub enum StopMode {
     Fast,
 }
 
-/// Messages from the pool (and the reaper, the process events, timers) to
-/// its supervisor.
+/// Messages from the pool (and the reaper, the php-cgi parents' fork
+/// servers, timers) to its supervisor.
 enum Event {
     Exited(crate::process::reap::Exit),
     /// Stop this child: it answered its last request (max_requests) or is
     /// over pm.max_memory, or broke the protocol; with the signal. Its
-    /// connection is closed only after the signal, so that a pre-forked
-    /// child never goes back to accept() and takes a new connection on its
-    /// way out.
+    /// connection is closed only after the signal.
     StopChild {
-        leader: Pid,
         pid: Pid,
         signal: Signal,
         /// For `fpmd_children_stopped_total`.
@@ -454,12 +393,11 @@ enum Event {
     },
     /// `request_terminate_timeout`: SIGKILL now (see [`Fate::Terminate`]).
     Terminate {
-        leader: Pid,
         pid: Pid,
         conn: Option<ChildConn>,
     },
-    /// Slots out of dispatch for good (old generation, stopping pool):
-    /// stop their children once nothing of theirs is busy.
+    /// Slots out of dispatch for good (old generation, stopping pool),
+    /// idle or done with their request: stop their children.
     Retire(Vec<Worker>),
     /// A request found no idle child (dynamic, ondemand): spawn now.
     Demand,
@@ -627,18 +565,16 @@ impl Pool {
         match fate {
             Fate::Keep => self.release(w, config, rss),
             Fate::Reconnect => {
-                w.learn_pid();
                 drop(w.conn.take());
                 self.release(w, config, rss);
             }
             Fate::Lost => {
-                self.died_mid_request(&w);
-                // Prefork: the parent forks a replacement; the slot
-                // reconnects. Exec: php-cgi closes its connection
-                // mid-request only on its way out (it may still be dumping
-                // core, its listening socket still open): never offer it
-                // again. Its exit is reaped and logged as a crash (fpmd did
-                // not ask for it), and the process manager replaces it.
+                // php-cgi closes its connection mid-request only on its way
+                // out (it may still be dumping core, its listening socket
+                // still open): never offer it again. Its exit is reaped (or
+                // reported by its php-cgi parent) and logged as a crash
+                // (fpmd did not ask for it), and the process manager
+                // replaces it.
                 drop(w.conn.take());
                 self.child_gone(w);
             }
@@ -653,7 +589,6 @@ impl Pool {
     /// [`Lease::give_back`]) is over `pm.max_memory` (its generation's).
     fn release(&self, mut w: Worker, config: &PoolConfig, rss: Option<u64>) {
         let served = w.child.served_one();
-        w.learn_pid();
         let max = config.pm.max_requests;
         let over_memory = match (config.pm.max_memory, rss) {
             (Some(limit), Some(rss)) if rss > limit => {
@@ -667,35 +602,22 @@ impl Pool {
             if !over_memory {
                 debug!(pool = %self.name, pid = w.log_pid(), "child served {served} requests (pm.max_requests): retiring it");
             }
-            match w.child.pid() {
-                Some(pid) => {
-                    // Over the memory limit: SIGKILL (the child is idle, its
-                    // request is complete), so it does not grow further on
-                    // its way out; otherwise a graceful SIGTERM.
-                    let (signal, why) = if over_memory {
-                        (Signal::SIGKILL, stats::StopReason::MaxMemory)
-                    } else {
-                        (Signal::SIGTERM, stats::StopReason::MaxRequests)
-                    };
-                    let _ = self.events.send(Event::StopChild {
-                        leader: w.child.leader(),
-                        pid,
-                        signal,
-                        why,
-                        conn: w.conn.take(),
-                    });
-                }
-                None => {
-                    warn!(pool = %self.name, "cannot tell which child served the last {served} requests: not retiring it")
-                }
-            }
+            // Over the memory limit: SIGKILL (the child is idle, its request
+            // is complete), so it does not grow further on its way out;
+            // otherwise a graceful SIGTERM.
+            let (signal, why) = if over_memory {
+                (Signal::SIGKILL, stats::StopReason::MaxMemory)
+            } else {
+                (Signal::SIGTERM, stats::StopReason::MaxRequests)
+            };
+            let _ = self.events.send(Event::StopChild {
+                pid: w.child.pid(),
+                signal,
+                why,
+                conn: w.conn.take(),
+            });
             self.child_gone(w);
             return;
-        }
-        if w.strategy == Strategy::Prefork && w.conn.is_none() {
-            // Its connection was closed: the next one lands on whichever
-            // child of the parent is in accept().
-            w.reset_slot();
         }
         self.offer(w);
     }
@@ -704,90 +626,52 @@ impl Pool {
     /// the child is SIGKILLed, so that no PHP runs after the 504 (see
     /// [`Fate::Terminate`]); its connection is never reused.
     fn terminate(&self, mut w: Worker) {
-        match w.child_pid() {
-            Some(pid) => {
-                let _ = self.events.send(Event::Terminate {
-                    leader: w.child.leader(),
-                    pid,
-                    conn: w.conn.take(),
-                });
-            }
-            None => {
-                warn!(pool = %self.name, "cannot tell which child runs the request to terminate; closing its connection only")
-            }
-        }
+        let _ = self.events.send(Event::Terminate {
+            pid: w.child.pid(),
+            conn: w.conn.take(),
+        });
         self.child_gone(w);
     }
 
-    /// A child died in the middle of a request. Under prefork without
-    /// process events this is the only sign fpmd gets of a crash (the
-    /// php-cgi parent reaps it); otherwise the exit status is counted.
-    fn died_mid_request(&self, _w: &Worker) {}
-
     /// Drops a child whose connection can no longer be trusted; the
-    /// supervisor kills it (exec: and starts a replacement; prefork: the
-    /// php-cgi parent forks one, and the slot reconnects).
+    /// supervisor kills it and starts a replacement.
     fn discard(&self, mut w: Worker) {
         if !w.is_alive() {
             self.table.lock().unwrap().remove(w.slot);
             return;
         }
-        if let Some(pid) = w.child.pid() {
-            let _ = self.events.send(Event::StopChild {
-                leader: w.child.leader(),
-                pid,
-                signal: Signal::SIGKILL,
-                why: stats::StopReason::Killed,
-                conn: w.conn.take(),
-            });
-        }
+        let _ = self.events.send(Event::StopChild {
+            pid: w.child.pid(),
+            signal: Signal::SIGKILL,
+            why: stats::StopReason::Killed,
+            conn: w.conn.take(),
+        });
         self.child_gone(w);
     }
 
     /// The child behind `w` is gone or on its way out (retired, killed,
     /// lost); its connection, if any, was closed or handed to the
-    /// supervisor. Prefork: the slot stays, its connection and child
-    /// forgotten, and is offered cold (its next connection lands on
-    /// whichever child of the parent is in accept()). Exec: the slot was
-    /// the child, and is removed.
-    pub(crate) fn child_gone(&self, mut w: Worker) {
-        match w.strategy {
-            Strategy::Prefork => {
-                w.reset_slot();
-                self.offer_cold(w);
-            }
-            Strategy::Exec => {
-                self.table.lock().unwrap().remove(w.slot);
-            }
-        }
+    /// supervisor. The slot was the child, and is removed.
+    pub(crate) fn child_gone(&self, w: Worker) {
+        self.table.lock().unwrap().remove(w.slot);
     }
 
     /// Puts a worker back into dispatch: to the oldest waiter, else on the
     /// idle stack. A worker of a generation that is no longer current (or
     /// of a stopping pool) is retired instead.
     fn offer(&self, w: Worker) {
-        self.put_back(w, false)
-    }
-
-    /// [`Pool::offer`] for a slot with no warm child behind it (a new
-    /// child, or a pre-fork slot whose child was replaced): it goes to the
-    /// least recently used end of the idle stack, so that the children
-    /// already serving keep the work and their warm caches (as php-fpm's
-    /// children, which the kernel wakes most recently waiting first).
-    pub(crate) fn offer_cold(&self, w: Worker) {
-        self.put_back(w, true)
-    }
-
-    /// [`Pool::offer`], or onto the least recently used end with `lru`.
-    fn put_back(&self, w: Worker, lru: bool) {
         let mut t = self.table.lock().unwrap();
-        if let Some(w) = self.put_back_in(&mut t, w, lru) {
+        if let Some(w) = self.put_back_in(&mut t, w, false) {
             drop(t);
             let _ = self.events.send(Event::Retire(vec![w]));
         }
     }
 
-    /// [`Pool::put_back`] under the table's lock, held by the caller.
+    /// [`Pool::offer`] under the table's lock, held by the caller. With
+    /// `lru` (a new child, no warm cache behind it) the worker goes to the
+    /// least recently used end of the idle stack, so that the children
+    /// already serving keep the work and their warm caches (as php-fpm's
+    /// children, which the kernel wakes most recently waiting first).
     /// Returns the worker if it is to be retired (its slot is Retiring):
     /// its generation is not current, or the pool is stopping.
     fn put_back_in(&self, t: &mut Table, mut w: Worker, lru: bool) -> Option<Worker> {
@@ -814,33 +698,23 @@ impl Pool {
         None
     }
 
-    /// Puts `n` new slots of the php-cgi `leader` (generation `gen`; `pid`:
-    /// the child behind each, when known) into dispatch, cold, each with
-    /// the worker `make` builds for its id and its [`Child`]. When `gen` is newer than the
-    /// current generation (the first php-cgi of a reload to be ready), it
-    /// becomes current under the same lock, so that every request from
-    /// then on goes to it. Called by the supervisor, which carries out
-    /// what [`Added`] says.
-    pub(crate) fn add_slots(
+    /// Puts the slot of the new php-cgi child `pid` (generation `gen`) into
+    /// dispatch, cold, with the worker `make` builds for its id and its
+    /// [`Child`]. When `gen` is newer than the current generation (the
+    /// first child of a reload to be ready), it becomes current under the
+    /// same lock, so that every request from then on goes to it. Called by
+    /// the supervisor, which carries out what [`Added`] says.
+    pub(crate) fn add_slot(
         &self,
         gen: GenId,
-        leader: Pid,
-        pid: Option<Pid>,
-        n: u32,
-        mut make: impl FnMut(SlotId, Arc<Child>) -> Worker,
+        pid: Pid,
+        make: impl FnOnce(SlotId, Arc<Child>) -> Worker,
     ) -> Added {
         let mut t = self.table.lock().unwrap();
-        let workers: Vec<Worker> = (0..n)
-            .map(|_| {
-                let (slot, child) = t.new_slot(gen, leader, pid);
-                make(slot, child)
-            })
-            .collect();
+        let (slot, child) = t.new_slot(gen, pid);
+        let w = make(slot, child);
         let switched = (gen > t.current && t.configs.contains_key(&gen)).then(|| t.switch_to(gen));
-        let retire = workers
-            .into_iter()
-            .filter_map(|w| self.put_back_in(&mut t, w, true))
-            .collect();
+        let retire = self.put_back_in(&mut t, w, true);
         Added { switched, retire }
     }
 
@@ -871,16 +745,16 @@ impl Drop for Waiting<'_> {
     }
 }
 
-/// What [`Pool::add_slots`] leaves the supervisor to do.
+/// What [`Pool::add_slot`] leaves the supervisor to do.
 pub(crate) struct Added {
-    /// The new slots' generation became current; these idle workers of
+    /// The new slot's generation became current; these idle workers of
     /// older generations left dispatch (their slots are Retiring), to
     /// retire.
     pub switched: Option<Vec<Worker>>,
-    /// New workers that did not enter dispatch (the pool is stopping, or
-    /// their generation was abandoned; their slots are Retiring), to
-    /// retire.
-    pub retire: Vec<Worker>,
+    /// The new worker, when it did not enter dispatch (the pool is
+    /// stopping, or its generation was abandoned; its slot is Retiring),
+    /// to retire.
+    pub retire: Option<Worker>,
 }
 
 /// Handle used by the daemon to reconfigure and stop a pool.
@@ -929,11 +803,6 @@ pub(crate) mod tests {
     fn a_strategy_ends_a_child_or_a_parent_with_its_group() {
         assert_eq!(Strategy::Exec.everything_of(42), Pid::from_raw(42));
         assert_eq!(Strategy::Prefork.everything_of(42), Pid::from_raw(-42));
-        assert_eq!(
-            Strategy::from(crate::config::Spawn::Prefork),
-            Strategy::Prefork
-        );
-        assert_eq!(Strategy::from(crate::config::Spawn::Exec), Strategy::Exec);
     }
 
     #[test]
@@ -985,7 +854,6 @@ pub(crate) mod tests {
         Worker {
             slot,
             child,
-            strategy: Strategy::Exec,
             endpoint: Arc::new(PathBuf::from("/nonexistent")),
             conn: None,
             last_usage: None,

@@ -2,9 +2,9 @@
 //! generation and its state, with the idle stack and the queue of waiting
 //! requests, all under one lock ([`super::Pool`] holds it).
 //!
-//! A *slot* is one child as dispatch sees it: under `pm.spawn = "exec"` one
-//! php-cgi process, under `"prefork"` one of the `pm.max_children`
-//! connections to a php-cgi parent's children. A *generation* is one
+//! A *slot* is one child as dispatch sees it: one php-cgi process in
+//! accept() on its own socket, exec'd by fpmd or (`pm.spawn = "prefork"`)
+//! forked on fpmd's order by a php-cgi parent. A *generation* is one
 //! configuration of the pool: a reload that changes what children are
 //! started with makes a new one, and the old one drains.
 //!
@@ -12,7 +12,7 @@
 //! and the proxy act on what it says).
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -87,8 +87,7 @@ impl RequestInfo {
 /// The state of a slot (Horust-style: each state carries its data).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SlotState {
-    /// Idle, never connected (prefork: no child has taken a connection of
-    /// it yet).
+    /// Idle, never connected.
     Cold,
     /// Idle since then.
     Idle { since: Instant },
@@ -106,8 +105,8 @@ pub struct Slot {
     /// ([`Table::child_died`]).
     pub death: Arc<Death>,
     pub gen: GenId,
-    /// The child behind the slot: its leader, its pid and the requests it
-    /// served, kept here once and shared with the slot's [`Worker`].
+    /// The child behind the slot: its pid and the requests it served, kept
+    /// here once and shared with the slot's [`Worker`].
     pub child: Arc<Child>,
     pub state: SlotState,
     /// When it last became idle (for the process manager's scale-down);
@@ -143,54 +142,30 @@ impl Slot {
 /// The child behind one slot: the one record of its pid and of the
 /// requests it served. The slot holds it and so does the slot's [`Worker`]
 /// (as a lease holds the slot's [`Death`]), so that the request on a leased
-/// slot reads it, and learns the pid, without the table's lock, and the
-/// table (status page, [`Table::child_died`], `graceful_timeout`) reads
-/// what the request learned the moment it learned it.
+/// slot counts what it served without the table's lock, and the table
+/// (status page, [`Table::child_died`], `graceful_timeout`) reads it.
 #[derive(Debug)]
 pub struct Child {
-    /// The php-cgi fpmd spawned for the slot (the child itself, or the
-    /// pre-fork parent); the slot's for its life.
-    leader: Pid,
-    /// The child serving the slot, 0 while not known (exec: the leader,
-    /// always; prefork: learned from each connection of the slot, see
-    /// [`crate::sys::peer`]).
-    pid: AtomicI32,
+    /// The php-cgi process (exec'd by fpmd, or forked on its order by a
+    /// php-cgi parent); the slot's for its life.
+    pid: Pid,
     /// Requests the child has served (for `pm.max_requests`; php-fpm's
     /// per-process `requests`).
     served: AtomicU32,
-    /// The child was forgotten ([`Child::forget`]) while its pid was
-    /// known: what the slot shows of its last request was that child's.
-    replaced: AtomicBool,
 }
 
 impl Child {
-    /// The child behind a new slot of the php-cgi `leader`; `pid`: the
-    /// child, when known.
-    pub fn new(leader: Pid, pid: Option<Pid>) -> Child {
+    /// The child behind a new slot: the php-cgi `pid`.
+    pub fn new(pid: Pid) -> Child {
         Child {
-            leader,
-            pid: AtomicI32::new(pid.map_or(0, Pid::as_raw)),
+            pid,
             served: AtomicU32::new(0),
-            replaced: AtomicBool::new(false),
         }
     }
 
-    /// The php-cgi fpmd spawned for the slot.
-    pub fn leader(&self) -> Pid {
-        self.leader
-    }
-
-    /// The child serving the slot, when known.
-    pub fn pid(&self) -> Option<Pid> {
-        match self.pid.load(Ordering::Acquire) {
-            0 => None,
-            pid => Some(Pid::from_raw(pid)),
-        }
-    }
-
-    /// Records the pid of the child serving the slot, once learned.
-    pub fn learned(&self, pid: Pid) {
-        self.pid.store(pid.as_raw(), Ordering::Release);
+    /// The child's pid.
+    pub fn pid(&self) -> Pid {
+        self.pid
     }
 
     /// Requests the child has served.
@@ -201,22 +176,6 @@ impl Child {
     /// Counts one more request served; returns the count.
     pub fn served_one(&self) -> u32 {
         self.served.fetch_add(1, Ordering::Relaxed) + 1
-    }
-
-    /// Prefork: the slot's child is gone (its connection was closed): its
-    /// pid and count are forgotten, for the next child to take the slot's
-    /// connection.
-    pub fn forget(&self) {
-        if self.pid.swap(0, Ordering::AcqRel) != 0 {
-            self.replaced.store(true, Ordering::Relaxed);
-        }
-        self.served.store(0, Ordering::Relaxed);
-    }
-
-    /// Whether the child was forgotten while its pid was known, since the
-    /// last call.
-    fn take_replaced(&self) -> bool {
-        self.replaced.swap(false, Ordering::Relaxed)
     }
 }
 
@@ -329,14 +288,14 @@ impl Table {
         &self.configs[&self.current]
     }
 
-    /// A new slot of the php-cgi `leader` (`pid`: the child behind it, when
-    /// known): its id and its [`Child`], for its worker.
-    pub fn new_slot(&mut self, gen: GenId, leader: Pid, pid: Option<Pid>) -> (SlotId, Arc<Child>) {
+    /// A new slot of the php-cgi child `pid`: its id and its [`Child`], for
+    /// its worker.
+    pub fn new_slot(&mut self, gen: GenId, pid: Pid) -> (SlotId, Arc<Child>) {
         // A php-cgi came up: the pool can start children again.
         self.unstartable = None;
         let id = SlotId(self.next);
         self.next += 1;
-        let child = Arc::new(Child::new(leader, pid));
+        let child = Arc::new(Child::new(pid));
         self.slots.insert(
             id,
             Slot {
@@ -379,15 +338,6 @@ impl Table {
         let Some(s) = self.slots.get_mut(&id) else {
             return;
         };
-        if s.child.take_replaced() {
-            // Another child behind the slot (prefork: a fresh connection,
-            // its child not known yet): nothing of the last one's is shown
-            // as its.
-            s.created = std::time::SystemTime::now();
-            s.request.clear();
-            s.last_duration = std::time::Duration::ZERO;
-            s.last_usage = None;
-        }
         if let SlotState::Busy { since } = s.state {
             s.last_duration = since.elapsed();
         }
@@ -440,9 +390,6 @@ impl Table {
     /// Marks `w`'s slot Busy: it is handed straight to a waiting request.
     pub fn lease(&mut self, w: &Worker, now: Instant) {
         if let Some(s) = self.slots.get_mut(&w.slot) {
-            // What it shows of its last request stays (the next request
-            // replaces it).
-            s.child.take_replaced();
             if let SlotState::Busy { since } = s.state {
                 // Straight from one request to the next.
                 s.last_duration = now.saturating_duration_since(since);
@@ -537,12 +484,9 @@ impl Table {
         self.idle.len()
     }
 
-    /// Slots of `leader` still in the table (in any state).
-    pub fn slots_of(&self, leader: Pid) -> usize {
-        self.slots
-            .values()
-            .filter(|s| s.child.leader() == leader)
-            .count()
+    /// Slots of the child `pid` still in the table (in any state): 0 or 1.
+    pub fn slots_of(&self, pid: Pid) -> usize {
+        self.slots.values().filter(|s| s.child.pid() == pid).count()
     }
 
     /// Busy slots of `gen`.
@@ -576,29 +520,22 @@ impl Table {
         self.slots.values().filter(|s| s.gen == gen).count()
     }
 
-    /// A child of `leader` died (`pid`: that child, under prefork; `None`:
-    /// the leader itself, with every child it had): the requests on its
-    /// busy slots hear of it ([`Death`]). Under prefork a busy slot whose
-    /// child is not known yet is left alone (its child is learned within
-    /// milliseconds of the request's start).
-    pub fn child_died(&self, leader: Pid, pid: Option<Pid>) {
+    /// The child `pid` died: the request on its slot, if busy, hears of it
+    /// ([`Death`]).
+    pub fn child_died(&self, pid: Pid) {
         for s in self.slots.values() {
-            if s.child.leader() == leader
-                && matches!(s.state, SlotState::Busy { .. })
-                && (pid.is_none() || s.child.pid() == pid)
-            {
+            if s.child.pid() == pid && matches!(s.state, SlotState::Busy { .. }) {
                 s.death.signal();
             }
         }
     }
 
-    /// Removes every slot of `leader` (it exited); returns the workers that
-    /// were idle.
-    pub fn forget_leader(&mut self, leader: Pid) {
+    /// Removes the slot of the child `pid` (it exited).
+    pub fn forget_child(&mut self, pid: Pid) {
         let gone: Vec<SlotId> = self
             .slots
             .iter()
-            .filter(|(_, s)| s.child.leader() == leader)
+            .filter(|(_, s)| s.child.pid() == pid)
             .map(|(id, _)| *id)
             .collect();
         for id in gone {
@@ -669,7 +606,7 @@ mod tests {
 
     fn add(t: &mut Table, gen: u32, leader: i32) -> SlotId {
         let leader = Pid::from_raw(leader);
-        let (id, child) = t.new_slot(GenId(gen), leader, Some(leader));
+        let (id, child) = t.new_slot(GenId(gen), leader);
         t.push_idle(test_worker(id, child), false, Instant::now());
         id
     }
@@ -685,9 +622,8 @@ mod tests {
         assert_eq!(w.slot, b, "most recently used first");
         assert!(matches!(t.slot(b).unwrap().state, SlotState::Busy { .. }));
         t.set_request(b, |r| r.set(b"/srv/x.php", b"/x.php", b"GET", b"", 0));
-        w.child.learned(Pid::from_raw(99));
         assert_eq!(t.slot(b).unwrap().request.uri, "/x.php");
-        assert_eq!(t.slot(b).unwrap().child.pid(), Some(Pid::from_raw(99)));
+        assert_eq!(t.slot(b).unwrap().child.pid(), Pid::from_raw(11));
         assert_eq!(t.busy_of(GenId(1)).count(), 1);
         t.push_idle(w, false, Instant::now());
         assert_eq!(t.busy(), 0);
@@ -750,7 +686,7 @@ mod tests {
         assert_eq!(closed.len(), 1);
         assert!(t.closed);
         assert_eq!(t.idle_len(), 0);
-        t.forget_leader(Pid::from_raw(10));
+        t.forget_child(Pid::from_raw(10));
         assert_eq!(t.slots_of(Pid::from_raw(10)), 0);
         assert_eq!(t.slots_of(Pid::from_raw(11)), 1);
     }

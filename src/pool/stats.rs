@@ -131,12 +131,10 @@ pub struct PoolStats {
     pub queue_wait: Histogram,
     /// Time from the child taking the request to its END_REQUEST.
     pub service: Histogram,
-    /// php-cgi processes started to serve requests: under exec each
-    /// spawned child; under prefork each child a php-cgi parent forked, as
-    /// the process events report them (without process events:
-    /// `pm.max_children` per parent, plus one per child fpmd stopped or
-    /// saw crash, which the parent replaces). The parents themselves are
-    /// not counted. Written by the supervisor only.
+    /// php-cgi processes started to serve requests: each child, exec'd by
+    /// fpmd or forked on its order by a php-cgi parent (`pm.spawn =
+    /// "prefork"`). The parents themselves are not counted. Written by the
+    /// supervisor only.
     pub spawned: AtomicU64,
     /// Children stopped, by reason.
     stopped: Mutex<std::collections::BTreeMap<StopReason, u64>>,
@@ -174,15 +172,14 @@ impl PoolStats {
         self.at_max.store(false, Ordering::Relaxed);
     }
 
-    /// `n` children started (see [`PoolStats::spawned`]).
-    pub fn count_spawned(&self, n: u64) {
-        self.spawned.fetch_add(n, Ordering::Relaxed);
+    /// A child started (see [`PoolStats::spawned`]).
+    pub fn count_spawned(&self) {
+        self.spawned.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A child stopped for `why`: counted once per child, by the
-    /// supervisor, when its exit is seen (without process events, a
-    /// pre-forked child when fpmd signals it). Takes a lock: never called
-    /// on the request path.
+    /// supervisor, when its exit is seen (reaped, or reported by its
+    /// php-cgi parent). Takes a lock: never called on the request path.
     pub fn stopped(&self, why: StopReason) {
         *self.stopped.lock().unwrap().entry(why).or_default() += 1;
     }

@@ -3,8 +3,7 @@
 //! lock by [`Pool::status`].
 //!
 //! Must not touch: dispatch (it reads the slot table, and only drops
-//! from the queue the requests that already left) or processes
-//! ([`PoolStatus::name_unknown_children`] only reads `/proc`).
+//! from the queue the requests that already left) or processes.
 
 use std::time::Instant;
 
@@ -13,12 +12,11 @@ use super::{Pool, RequestInfo, SlotState};
 /// One child as the status page shows it (php-fpm's `&full` rows).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProcessStatus {
-    /// The child's pid (0 while a pre-fork slot's child is unknown).
+    /// The child's pid.
     pub pid: i32,
     /// php-fpm's stage name: `Idle` or `Running`.
     pub state: &'static str,
-    /// When the child started (exec: it was ready; prefork: its
-    /// connection was made).
+    /// When the child started (it was ready).
     pub start_time: std::time::SystemTime,
     /// Requests this child served, the running one included (as
     /// php-fpm counts them: [`super::slots::Slot::requests`]).
@@ -36,9 +34,6 @@ pub struct ProcessStatus {
     pub last_request_cpu: f64,
     /// Its slot id (stable while it lives).
     pub slot: u32,
-    /// The php-cgi fpmd spawned for it (the child itself under exec, the
-    /// pre-fork parent under prefork).
-    pub leader: i32,
 }
 
 /// A consistent sample of a pool, taken under the slot table's lock: idle
@@ -65,43 +60,6 @@ pub struct PoolStatus {
     /// The current generation.
     pub generation: u32,
     pub processes: Vec<ProcessStatus>,
-}
-
-impl PoolStatus {
-    /// Names the children of rows whose pid fpmd has not learned yet (a
-    /// pre-forked child learns it from its first request): each pre-fork
-    /// parent's children (from `/proc`) that no row names are given to its
-    /// unnamed rows, in order. Reads `/proc`: call it outside the table's
-    /// lock, for a `full` sample.
-    pub fn name_unknown_children(&mut self) {
-        let known: std::collections::BTreeSet<i32> = self
-            .processes
-            .iter()
-            .map(|p| p.pid)
-            .filter(|p| *p > 0)
-            .collect();
-        let leaders: std::collections::BTreeSet<i32> = self
-            .processes
-            .iter()
-            .filter(|p| p.pid == 0)
-            .map(|p| p.leader)
-            .collect();
-        for leader in leaders {
-            let mut free = crate::sys::peer::children_of(leader)
-                .into_iter()
-                .filter(|pid| !known.contains(pid));
-            for p in self
-                .processes
-                .iter_mut()
-                .filter(|p| p.pid == 0 && p.leader == leader)
-            {
-                match free.next() {
-                    Some(pid) => p.pid = pid,
-                    None => break,
-                }
-            }
-        }
-    }
 }
 
 impl Pool {
@@ -132,7 +90,7 @@ impl Pool {
                     last_request_cpu: usage
                         .and_then(|u| u.cpu_percent(s.last_duration, None))
                         .unwrap_or(0.0),
-                    pid: s.child.pid().map_or(0, nix::unistd::Pid::as_raw),
+                    pid: s.child.pid().as_raw(),
                     state,
                     start_time: s.created,
                     requests: s.requests(),
@@ -140,7 +98,6 @@ impl Pool {
                     request: s.request.clone(),
                     generation: s.gen.0,
                     slot: id.0,
-                    leader: s.child.leader().as_raw(),
                 });
             }
         }

@@ -2,9 +2,8 @@
 //! pool's configuration ([`spec`]), the confinement applied between fork and
 //! exec ([`sandbox`]), the one fork/exec on the spawner thread ([`spawn`]),
 //! the pool's cgroup ([`cgroup`]), what children write outside FastCGI
-//! ([`output`]), the reaper of every exit ([`reap`]), the kernel's
-//! reports of the forks and exits of pre-forked children ([`proc_events`])
-//! and the one way to signal them ([`signal`]).
+//! ([`output`]), the reaper of every exit ([`reap`]) and the one way to
+//! signal them ([`signal`]).
 //!
 //! Must not touch: when to start or stop a child (the pool's supervisor
 //! decides), FastCGI or connections.
@@ -12,7 +11,6 @@
 pub mod cgroup;
 pub mod fork_server;
 pub mod output;
-pub mod proc_events;
 pub mod reap;
 pub mod sandbox;
 pub mod sapi;

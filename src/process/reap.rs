@@ -23,8 +23,8 @@ pub enum ExitKind {
 }
 
 impl ExitKind {
-    /// The exit of a wait status (`waitpid`'s, or the `exit_code` of the
-    /// kernel's process events); `None` for a stop or continue status.
+    /// The exit of a wait status (`waitpid`'s, or one a php-cgi parent's
+    /// fork server reports); `None` for a stop or continue status.
     pub fn from_wait_status(status: i32) -> Option<ExitKind> {
         if libc::WIFEXITED(status) {
             Some(ExitKind::Code(libc::WEXITSTATUS(status)))

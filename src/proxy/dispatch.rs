@@ -74,9 +74,7 @@ where
             continue;
         };
         d.log_exchange(req, &ran);
-        return d
-            .carry_out(lease, ran.report, client, req, head.is_some(), answered)
-            .await;
+        return d.carry_out(lease, ran.report, client, req, answered).await;
     }
     d.give_up(client, req, answered).await
 }
@@ -103,8 +101,7 @@ struct Ran {
     report: exchange::Report,
     /// The limits of the child's generation.
     limits: Arc<crate::config::PoolConfig>,
-    /// For logs: the pid known of the child before the exchange (the
-    /// php-cgi parent's while the child's is unknown).
+    /// For logs: the child's pid.
     known: i32,
 }
 
@@ -249,27 +246,22 @@ impl<'a> Dispatch<'a, '_> {
             track_finished: limits.track_finished,
         };
         let (w, death) = lease.worker_and_death();
-        let probe = w.pid_probe().map(|(fd, parent)| (fd, parent.as_raw()));
         let known = w.log_pid();
         let Some(conn) = w.conn.as_mut() else {
             // connect() above left a connection; nothing takes it away.
             lease.give_back(Fate::Unreachable).await;
             return None;
         };
-        let child = &w.child;
         let on = |notice| match notice {
-            // The slot's record names the child (status page,
-            // graceful_timeout, the verdict's signals, logs).
-            exchange::Notice::Learned(pid) => child.learned(nix::unistd::Pid::from_raw(pid)),
-            exchange::Notice::Slow { pid, elapsed } => {
+            exchange::Notice::Slow { elapsed } => {
                 pool.stats.slow_requests.fetch_add(1, Ordering::Relaxed);
                 if let Some(info) = &slow {
-                    crate::observe::slowlog::write(&limits, pid.unwrap_or(known), info, elapsed);
+                    crate::observe::slowlog::write(&limits, known, info, elapsed);
                 }
             }
         };
         let started = std::time::Instant::now();
-        let report = exchange::run(conn, probe, death, timers, client, req, head, on).await;
+        let report = exchange::run(conn, death, timers, client, req, head, on).await;
         pool.stats.service.observe(started.elapsed());
         Some((
             lease,
@@ -286,7 +278,7 @@ impl<'a> Dispatch<'a, '_> {
     /// not open.
     fn log_exchange(&self, req: &Request, ran: &Ran) {
         let (ctx, report) = (self.ctx, &ran.report);
-        let pid = report.learned.unwrap_or(ran.known);
+        let pid = ran.known;
         let (messages, dropped) = &report.php_messages;
         if !messages.is_empty() || *dropped > 0 {
             php_message::log_php_messages(&ran.limits, pid, messages, *dropped);
@@ -312,15 +304,13 @@ impl<'a> Dispatch<'a, '_> {
 
     /// Carries out the verdict on the exchange's `report`: the child given
     /// back to its fate, fpmd's 502 or 504 when the child gave no answer,
-    /// and what becomes of the connection. `access_log`: the child's pid
-    /// is wanted for `%p`.
+    /// and what becomes of the connection.
     async fn carry_out<R, W>(
         &self,
         mut lease: Lease<'a>,
         report: exchange::Report,
         client: &mut ClientConn<R, W>,
         req: &mut Request,
-        access_log: bool,
         answered: &mut Answered,
     ) -> io::Result<Then>
     where
@@ -328,11 +318,6 @@ impl<'a> Dispatch<'a, '_> {
         W: AsyncWrite + Unpin,
     {
         let v = verdict::verdict(&report.outcome);
-        if access_log {
-            // Prefork, a request too short for the probe: `%p` names the
-            // child, not its parent (looked up once per connection).
-            lease.worker().learn_pid();
-        }
         let fate = match v.child {
             Fate::Keep => lease.keep_unless_forked(req.param(b"REQUEST_URI").unwrap_or_default()),
             f => f,

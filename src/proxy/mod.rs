@@ -381,10 +381,7 @@ where
             let (format, full) =
                 status::parse_query(req.param(b"QUERY_STRING").unwrap_or_default());
             let full = full || format == status::Format::Live;
-            let mut sample = pool.status(full);
-            if full {
-                sample.name_unknown_children();
-            }
+            let sample = pool.status(full);
             rendered = status::render(&sample, format, full, std::time::SystemTime::now());
             (status::content_type(format), rendered.as_bytes())
         }

@@ -1,17 +1,13 @@
 //! What fpmd reads of the kernel and of other processes, and the few
 //! calls it makes on them outside process management: `/proc` reads
-//! ([`procfs`]), the child on a connection ([`peer`], sock_diag), the
-//! pages a process gives back ([`pageout`]) and the Landlock probe
-//! ([`landlock`]), and the netlink plumbing of sock_diag and of the
-//! process events connector ([`netlink`]), and a deadline that may not be
-//! set ([`timer`]). Each is a thin, stateless layer over a syscall or a
+//! ([`procfs`]), the pages a process gives back ([`pageout`]), the
+//! Landlock probe ([`landlock`]), and a deadline that may not be set
+//! ([`timer`]). Each is a thin, stateless layer over a syscall or a
 //! `/proc` file.
 //!
 //! Must not touch: fpmd's own state (pools, children, configuration).
 
 pub mod landlock;
-pub mod netlink;
 pub mod pageout;
-pub mod peer;
 pub mod procfs;
 pub mod timer;

@@ -3,17 +3,17 @@
 //!
 //! Owns: reading a process's `/proc/PID/maps` for its file-backed mappings,
 //! and the `madvise(2)` / `process_madvise(2)` calls. Must not touch: when
-//! to do it (the daemon at start, the pool supervisor once a parent has
-//! forked its children).
+//! to do it (the daemon at start, the pool supervisor once a parent is
+//! ready to fork).
 //!
 //! Why the pre-fork parent: php-cgi loads every extension (libcrypto,
-//! libstdc++, ICU, …) and touches their pages while starting, then forks
-//! its children and only waits for them. The pages it alone maps stay
-//! resident for nothing: 13.5 of its 17 MiB PSS with Debian's extensions,
-//! where php-fpm's master holds 2.1 MiB per pool. `MADV_PAGEOUT` reclaims a
-//! page only where this process is its one mapper (pages the children use
-//! stay), and only clean file pages without swap: nothing is lost, a page
-//! used again is read back from the page cache.
+//! libstdc++, ICU, …) and touches their pages while starting, then only
+//! forks children on fpmd's order and waits for them. The pages it alone
+//! maps stay resident for nothing: 13.5 of its 17 MiB PSS with Debian's
+//! extensions, where php-fpm's master holds 2.1 MiB per pool.
+//! `MADV_PAGEOUT` reclaims a page only where this process is its one mapper
+//! (pages the children use stay), and only clean file pages without swap:
+//! nothing is lost, a page used again is read back from the page cache.
 
 use std::io;
 use std::os::fd::AsRawFd;

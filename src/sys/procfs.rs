@@ -24,6 +24,21 @@ pub fn children(pid: i32) -> Option<Vec<i32>> {
     )
 }
 
+/// The child processes of `pid`, forked by any of its threads
+/// (`/proc/PID/task/*/children`); none when it cannot tell.
+pub fn children_of(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for task in tasks.flatten() {
+        if let Ok(s) = std::fs::read_to_string(task.path().join("children")) {
+            out.extend(s.split_whitespace().filter_map(|p| p.parse::<i32>().ok()));
+        }
+    }
+    out
+}
+
 /// The session id of `pid`, from `/proc/PID/stat` (equal to `pid` for a
 /// process that called `setsid()`).
 pub fn session_of(pid: i32) -> Option<i32> {

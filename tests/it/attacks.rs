@@ -513,7 +513,7 @@ fn script_stops_its_parent() {
     let mut s = Arena::start(&[]);
     let offset = s.fpmd.log_len();
     assert_eq!(s.get_a("/stop_parent.php"), (200, "stopped".into()));
-    // A stopped parent replaces no child: the siblings die too.
+    // A stopped parent forks no child: the siblings die too.
     let (status, body) = s.get_a("/kill_siblings.php");
     assert_eq!(status, 200, "{body}");
     wait_for(LONGER, "the stopped parent to be found and killed", || {

@@ -741,8 +741,8 @@ fn reload_changing_process_priority_of_a_chrooted_pool() {
         Duration::from_secs(60),
         "children of the new generation",
         || {
-            // A worker the old parent re-forked while it drained is not in
-            // `old` either, and goes with its generation: wait for it to.
+            // The old generation's children go as it drains: wait for only
+            // the new generation's to be left.
             new = fpmd.workers();
             new.len() == 2
                 && new.iter().all(|p| !old.contains(p))

@@ -1181,7 +1181,8 @@ fn kill_busy_child(s: &Stack) -> i32 {
 }
 
 /// Under `pm.spawn = "prefork"` the child's parent is php-cgi's own
-/// manager, which reaps it: fpmd has to learn the signal some other way.
+/// manager, which reaps it: fpmd learns the signal from the parent's fork
+/// server.
 #[test]
 fn killed_child_is_logged_with_its_signal_name() {
     let s = Stack::start(Pool::www().max_children(2));

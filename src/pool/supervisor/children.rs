@@ -1,9 +1,9 @@
 //! The pool's php-cgi processes as the supervisor tracks them:
-//! [`Children`] holds those fpmd spawned (exec'd children and pre-fork
-//! parents, by pid), the children the parents forked (from the kernel's
-//! process events) and those still starting; it answers what the process
-//! manager asks of them without a process (tested below). The
-//! supervisor's methods that start, stop and reap them follow it.
+//! [`Children`] holds every one by pid (exec'd children, pre-fork parents
+//! and the children the parents forked on fpmd's order) and those still
+//! starting; it answers what the process manager asks of them without a
+//! process (tested below). The supervisor's methods that start, stop and
+//! reap them follow it.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -192,16 +192,13 @@ impl Children {
 
 impl Supervisor {
     /// Signals one php-cgi fpmd knows (a child, exec'd or forked, or a
-    /// parent: `leader` is its pid, as `pid`), which is to stop for `why`
-    /// (the first reason given counts; see
-    /// [`super::stats::PoolStats::stopped`]).
-    pub(super) fn stop_child(&mut self, leader: i32, pid: i32, sig: Signal, why: StopReason) {
-        let Some(c) = self.children.get_mut(leader) else {
+    /// parent), which is to stop for `why` (the first reason given counts;
+    /// see [`super::stats::PoolStats::stopped`]). One fpmd does not know
+    /// (gone already) is not signalled.
+    pub(super) fn stop_child(&mut self, pid: i32, sig: Signal, why: StopReason) {
+        let Some(c) = self.children.get_mut(pid) else {
             return;
         };
-        if leader != pid {
-            return;
-        }
         c.stop.get_or_insert(why);
         let _ = signal::send(&self.pool.name, Pid::from_raw(pid), sig);
     }
@@ -270,7 +267,7 @@ impl Supervisor {
                 forker: None,
             },
         );
-        self.pool.stats.count_spawned(1);
+        self.pool.stats.count_spawned();
         if self.replacing > 0 {
             self.replacing -= 1;
             info!(pool = %self.name(), pid, php_fpm = %format_args!("child {pid} started"), "child forked by php-cgi parent {parent} in place of one that exited");
@@ -287,7 +284,7 @@ impl Supervisor {
             since: Instant::now(),
             warned: false,
         };
-        self.add_slots(&child, 1);
+        self.add_slot(&child);
     }
 
     /// Orders one child of generation `gen` from its ready `parent`: a
@@ -335,7 +332,7 @@ impl Supervisor {
                 continue;
             };
             debug!(pool = %self.name(), pid, "php-cgi parent has no child and {why}: stopping it");
-            self.stop_child(pid, pid, Signal::SIGTERM, StopReason::Idle);
+            self.stop_child(pid, Signal::SIGTERM, StopReason::Idle);
         }
     }
 
@@ -388,48 +385,42 @@ impl Supervisor {
                 tokio::spawn(page_out_parent(
                     self.pool.name.clone(),
                     p.leader,
-                    0,
                     p.alive.clone(),
                 ));
             } else {
                 debug!(pool = %self.name(), pid = p.leader, "php-cgi started: it serves");
-                self.add_slots(&p, 1);
+                self.add_slot(&p);
             }
         }
     }
 
-    /// Puts `n` slots of `leader` into dispatch. The first php-cgi of a
-    /// new generation to be ready makes it current (under the slot table's
-    /// lock, see [`crate::pool::Pool::add_slots`]): the reload that asked
-    /// for it is answered and the old generation drains.
-    pub(super) fn add_slots(&mut self, leader: &Pending, n: u32) {
+    /// Puts the slot of the ready child `child` into dispatch. The first
+    /// child of a new generation to be ready makes it current (under the
+    /// slot table's lock, see [`crate::pool::Pool::add_slot`]): the reload
+    /// that asked for it is answered and the old generation drains.
+    pub(super) fn add_slot(&mut self, child: &Pending) {
         self.say_started();
         // A php-cgi came up: a later failure to start is a new episode.
         self.start_failure_said = false;
-        // Exec: the slot's child is the leader; prefork: learned from the
-        // slot's connection.
-        let leader_pid = Pid::from_raw(leader.leader);
-        let pid = (leader.strategy == Strategy::Exec).then_some(leader_pid);
         let added = self
             .pool
-            .add_slots(leader.gen, leader_pid, pid, n, |slot, child| Worker {
+            .add_slot(child.gen, Pid::from_raw(child.leader), |slot, c| Worker {
                 slot,
-                child,
-                strategy: leader.strategy,
-                endpoint: leader.endpoint.clone(),
+                child: c,
+                endpoint: child.endpoint.clone(),
                 conn: None,
                 last_usage: None,
-                alive: leader.alive.clone(),
-                startup: leader.startup.clone(),
+                alive: child.alive.clone(),
+                startup: child.startup.clone(),
             });
         if let Some(old) = added.switched {
-            self.switched(leader.gen);
+            self.switched(child.gen);
             if !old.is_empty() {
                 self.retire(old);
             }
         }
-        if !added.retire.is_empty() {
-            self.retire(added.retire);
+        if let Some(w) = added.retire {
+            self.retire(vec![w]);
         }
     }
 
@@ -441,8 +432,8 @@ impl Supervisor {
         {
             let mut t = self.pool.table.lock().unwrap();
             let leader = Pid::from_raw(exit.pid);
-            t.child_died(leader, None);
-            t.forget_leader(leader);
+            t.child_died(leader);
+            t.forget_child(leader);
         }
         // Still starting: it died before its PHP start-up was over (before
         // it waited in accept(), or before a pre-fork parent forked).
@@ -632,7 +623,7 @@ impl Supervisor {
             }
             None => {
                 self.gens.note_spawn(gen);
-                self.pool.stats.count_spawned(1);
+                self.pool.stats.count_spawned();
                 if self.replacing > 0 {
                     self.replacing -= 1;
                     info!(pool = %self.name(), pid, php_fpm = %format_args!("child {pid} started"), "child started (generation {gen}) in place of one that exited");
@@ -678,8 +669,7 @@ impl Supervisor {
     /// SIGTERM (the child is idle and exits at once), then its connection
     /// is closed.
     pub(super) fn retire_idle(&mut self, w: Worker) {
-        let pid = w.child.leader().as_raw();
-        self.stop_child(pid, pid, Signal::SIGTERM, StopReason::Idle);
+        self.stop_child(w.child.pid().as_raw(), Signal::SIGTERM, StopReason::Idle);
         self.pool.child_gone(w);
     }
 
@@ -689,8 +679,7 @@ impl Supervisor {
     pub(super) fn retire(&mut self, workers: Vec<Worker>) {
         for w in workers {
             self.pool.table.lock().unwrap().remove(w.slot);
-            let pid = w.child.leader().as_raw();
-            self.stop_child(pid, pid, Signal::SIGTERM, StopReason::Retired);
+            self.stop_child(w.child.pid().as_raw(), Signal::SIGTERM, StopReason::Retired);
             drop(w);
         }
         self.collect_drained();

@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use nix::sys::signal::Signal;
-use nix::unistd::Pid;
 use tokio::sync::oneshot;
 use tracing::{debug, info, warn};
 
@@ -20,7 +19,6 @@ use crate::config::PoolConfig;
 use crate::pool::slots::{GenId, SlotState};
 use crate::pool::stats::StopReason;
 use crate::pool::Reconfigured;
-use crate::process::signal;
 use crate::process::spec::template;
 
 /// Where a reload waits for its answer.
@@ -242,7 +240,7 @@ impl Supervisor {
         self.pool.table.lock().unwrap().configs.remove(&gen);
         self.children.forget_pending_of(gen);
         for leader in self.children.leaders_of(gen) {
-            self.stop_child(leader, leader, Signal::SIGTERM, StopReason::Retired);
+            self.stop_child(leader, Signal::SIGTERM, StopReason::Retired);
         }
         warn!(pool = %self.name(), "generation {gen} abandoned ({why}); generation {current} serves on");
     }
@@ -276,46 +274,23 @@ impl Supervisor {
         let due = self.gens.take_due(tokio::time::Instant::now());
         for gen in due {
             let grace = self.config().graceful_timeout.unwrap_or_default();
-            let busy: Vec<(i32, Option<i32>, Instant, Option<crate::pool::RequestInfo>)> = {
+            let busy: Vec<(i32, Instant, Option<crate::pool::RequestInfo>)> = {
                 let t = self.pool.table.lock().unwrap();
                 t.busy_of(gen)
                     .map(|(_, s)| match &s.state {
-                        SlotState::Busy { since } => (
-                            s.child.leader().as_raw(),
-                            s.child.pid().map(Pid::as_raw),
-                            *since,
-                            Some(s.request.clone()),
-                        ),
-                        _ => (
-                            s.child.leader().as_raw(),
-                            s.child.pid().map(Pid::as_raw),
-                            Instant::now(),
-                            None,
-                        ),
+                        SlotState::Busy { since } => {
+                            (s.child.pid().as_raw(), *since, Some(s.request.clone()))
+                        }
+                        _ => (s.child.pid().as_raw(), Instant::now(), None),
                     })
                     .collect()
             };
-            for (leader, pid, since, request) in busy {
+            for (pid, since, request) in busy {
                 let r = request.unwrap_or_default();
-                let target = pid.unwrap_or(leader);
-                warn!(pool = %self.name(), pid = target, script = %r.script, uri = %r.uri,
+                warn!(pool = %self.name(), pid, script = %r.script, uri = %r.uri,
                     "child of generation {gen} still busy {:.1} s after the reload, past graceful_timeout = {:.1} s: killing it",
                     since.elapsed().as_secs_f64(), grace.as_secs_f64());
-                match pid {
-                    Some(pid) => self.stop_child(leader, pid, Signal::SIGKILL, StopReason::Retired),
-                    // A pre-forked child fpmd could not name: its whole
-                    // (old) group goes.
-                    None => {
-                        if let Some(c) = self.children.get_mut(leader) {
-                            c.stop.get_or_insert(StopReason::Retired);
-                            let _ = signal::send(
-                                &self.pool.name,
-                                Pid::from_raw(-leader),
-                                Signal::SIGKILL,
-                            );
-                        }
-                    }
-                }
+                self.stop_child(pid, Signal::SIGKILL, StopReason::Retired);
             }
         }
     }

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
@@ -90,34 +90,20 @@ pub(super) fn shorthand(bytes: u64) -> String {
     bytes.to_string()
 }
 
-/// How long a pre-fork parent may take to fork all its children before its
-/// start-up pages are given back anyway ([`page_out_parent`]).
-pub(super) const FORKS_DONE_WAIT: Duration = Duration::from_secs(2);
-
 /// How often a pre-fork parent's pages are given back again: pages it
 /// shared with another process when last advised (another pool's parent
 /// mapping the same libraries, a child that exited since) are its alone
 /// once that process is gone.
 pub(super) const PAGE_OUT_AGAIN: Duration = Duration::from_secs(30);
 
-/// Once the php-cgi parent `leader` has forked its `children`, gives back
-/// the file pages it touched while starting and no other process maps
-/// ([`crate::sys::pageout`]), then again every [`PAGE_OUT_AGAIN`] while it
-/// lives: its PSS goes from 17.0 to 3.5 MiB with Debian's extensions. It
-/// only waits for its children from then on; a page it needs again (to
-/// fork a replacement) is read back from the page cache.
-pub(super) async fn page_out_parent(
-    pool: String,
-    leader: i32,
-    children: usize,
-    alive: Arc<AtomicBool>,
-) {
-    let since = Instant::now();
-    while crate::sys::peer::children_of(leader).len() < children
-        && since.elapsed() < FORKS_DONE_WAIT
-    {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+/// Once the php-cgi parent `leader` is ready (PHP loaded, waiting for
+/// fpmd's orders), gives back the file pages it touched while starting
+/// and no other process maps ([`crate::sys::pageout`]), then again every
+/// [`PAGE_OUT_AGAIN`] while it lives: its PSS goes from 17.0 to 3.5 MiB
+/// with Debian's extensions. It only forks children and waits for them
+/// from then on; a page it needs again (to fork a child) is read back from
+/// the page cache.
+pub(super) async fn page_out_parent(pool: String, leader: i32, alive: Arc<AtomicBool>) {
     // One page-out at a time over all pools: it is kernel work of a few
     // milliseconds per parent, and hundreds of parents started together
     // would otherwise take both CPUs from the requests at once.
@@ -201,12 +187,13 @@ impl Supervisor {
         let Some(cg) = self.cgroup.take() else {
             return;
         };
-        // A pre-fork parent's workers are still exiting when the parent is
-        // gone (its SIGTERM reached them as it exited, and the ones it had
-        // just forked anew): give them CGROUP_GRACE to go on their own, so
-        // that only what a script left behind is killed and named. While
-        // they keep going (hundreds of pools stopping at once exit slowly
-        // on a busy machine) the grace starts again, up to CGROUP_GRACE_MAX.
+        // A pre-fork parent's children are still exiting when the parent is
+        // gone (its SIGTERM reached them as it exited, fpmd's SIGKILL of its
+        // process group after it): give them CGROUP_GRACE to go on their
+        // own, so that only what a script left behind is killed and named.
+        // While they keep going (hundreds of pools stopping at once exit
+        // slowly on a busy machine) the grace starts again, up to
+        // CGROUP_GRACE_MAX.
         let start = tokio::time::Instant::now();
         let mut deadline = start + CGROUP_GRACE;
         let mut left = cg.pids();
@@ -264,8 +251,8 @@ impl Supervisor {
     ///
     /// - a php-cgi of the pool stopped by a signal (`SIGSTOP`: state `T`;
     ///   a tracer's stop, `t`, is left alone) on two checks in a row is
-    ///   killed: a stopped pre-fork parent replaces no child and accepts
-    ///   nothing, a stopped child holds its request for ever (php-fpm
+    ///   killed: a stopped pre-fork parent forks no child and reports no
+    ///   exit, a stopped child holds its request for ever (php-fpm
     ///   leaves both to `request_terminate_timeout`, or for ever);
     /// - a php-cgi forked by a script (`pcntl_fork`) whose copy of the
     ///   script ended goes back to serving FastCGI: blocked in `accept()`
@@ -276,8 +263,8 @@ impl Supervisor {
     /// The processes looked at: the pool's cgroup, or without one the
     /// php-cgi fpmd started, their children and grandchildren.
     pub(super) fn health_check(&mut self) {
-        use crate::sys::peer::children_of;
         use crate::sys::procfs;
+        use crate::sys::procfs::children_of;
         let leaders: Vec<(i32, bool)> = self
             .children
             .leaders
@@ -325,16 +312,15 @@ impl Supervisor {
                 }
                 if let Some(c) = self.children.leaders.get(&pid) {
                     if c.strategy == Strategy::Prefork {
-                        warn!(pool = %self.name(), pid, "php-cgi parent {pid} is stopped (SIGSTOP), so it replaces no child: SIGKILL, a new one is started");
+                        warn!(pool = %self.name(), pid, "php-cgi parent {pid} is stopped (SIGSTOP), so it forks no child: SIGKILL, a new one is started");
                     } else {
                         warn!(pool = %self.name(), pid, "child {pid} is stopped (SIGSTOP): SIGKILL");
                     }
-                    self.stop_child(pid, pid, Signal::SIGKILL, StopReason::Killed);
-                } else if let Some(leader) =
-                    leaders.iter().find(|l| l.1 && parent == l.0).map(|l| l.0)
-                {
-                    warn!(pool = %self.name(), pid, "child {pid} is stopped (SIGSTOP): SIGKILL");
-                    self.stop_child(leader, pid, Signal::SIGKILL, StopReason::Killed);
+                    self.stop_child(pid, Signal::SIGKILL, StopReason::Killed);
+                } else if leaders.iter().any(|l| l.1 && parent == l.0) {
+                    // Forked by a php-cgi parent, its fork not reported
+                    // yet: left alone until it is (then it is a child
+                    // above; a fork fpmd did not order is SIGKILLed then).
                 } else {
                     warn!(pool = %self.name(), pid, "php-cgi {pid} forked by a script is stopped (SIGSTOP): SIGKILL");
                     let _ = signal::send(&self.pool.name, Pid::from_raw(pid), Signal::SIGKILL);

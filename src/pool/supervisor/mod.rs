@@ -383,7 +383,7 @@ impl Supervisor {
                     })
                     .collect();
                 for leader in orphans {
-                    self.stop_child(leader, leader, Signal::SIGTERM, StopReason::Retired);
+                    self.stop_child(leader, Signal::SIGTERM, StopReason::Retired);
                 }
                 self.stop_idle_parents();
             }
@@ -414,10 +414,9 @@ impl Supervisor {
             let t = self.pool.table.lock().unwrap();
             t.slots()
                 .filter_map(|(_, s)| match &s.state {
-                    SlotState::Busy { .. } => Some((
-                        s.child.pid().unwrap_or(s.child.leader()).as_raw(),
-                        Some(s.request.clone()),
-                    )),
+                    SlotState::Busy { .. } => {
+                        Some((s.child.pid().as_raw(), Some(s.request.clone())))
+                    }
                     _ => None,
                 })
                 .collect()
@@ -442,22 +441,20 @@ impl Supervisor {
         match ev {
             Event::Exited(exit) => self.on_exit(exit).await,
             Event::StopChild {
-                leader,
                 pid,
                 signal,
                 why,
                 conn,
             } => {
-                self.stop_child(leader.as_raw(), pid.as_raw(), signal, why);
+                self.stop_child(pid.as_raw(), signal, why);
                 drop(conn);
             }
-            Event::Terminate { leader, pid, conn } => {
+            Event::Terminate { pid, conn } => {
                 // SIGKILL, not SIGTERM: php-cgi runs the script on to its
                 // end after a SIGTERM (`fcgi_signal_handler` only marks the
                 // shutdown), and what it wrote after the 504 is what the
                 // timeout is set to prevent.
-                let (leader, pid) = (leader.as_raw(), pid.as_raw());
-                self.stop_child(leader, pid, Signal::SIGKILL, StopReason::Terminated);
+                self.stop_child(pid.as_raw(), Signal::SIGKILL, StopReason::Terminated);
                 drop(conn);
             }
             Event::Retire(workers) => self.retire(workers),

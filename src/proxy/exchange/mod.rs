@@ -52,8 +52,6 @@ pub struct Report {
     pub child_error: Option<String>,
     /// When the exchange started (for the elapsed times in log lines).
     pub started: Instant,
-    /// Prefork: the pid of the child that took the connection, if learned.
-    pub learned: Option<i32>,
     /// With [`Timers::php_messages`]: the messages PHP logged on STDERR
     /// (at most [`super::php_message::MESSAGES_KEPT`]), and how many more.
     pub php_messages: (Vec<Vec<u8>>, usize),
@@ -93,10 +91,8 @@ pub async fn write_all_vectored<W: AsyncWrite + Unpin>(
 /// What the exchange tells its caller while the request runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Notice {
-    /// Prefork: the child that took the connection is this pid.
-    Learned(i32),
     /// `request_slowlog_timeout` passed (once per request).
-    Slow { pid: Option<i32>, elapsed: Duration },
+    Slow { elapsed: Duration },
 }
 
 /// The request's timers, from its pool's configuration.
@@ -114,15 +110,14 @@ pub struct Timers {
 }
 
 /// Runs the exchange for `req`, whose head was written on `conn`.
-/// `probe` (prefork) is the connection's fd and the php-cgi parent's pid,
-/// to learn which child took the connection; `death` is the slot's
+/// `death` is the slot's
 /// [`crate::pool::slots::Death`] and its epoch when leased: once the child
 /// died, fpmd shuts down its own reading side of the connection, so what
 /// the child wrote before it died is still read, then the end comes even
 /// when a process the script left behind holds the child's side open;
 /// `head` (for the access log) collects the head of the child's response
-/// as it is forwarded; `on` hears of the child's pid (and of the slowlog
-/// timeout passing) while the request runs.
+/// as it is forwarded; `on` hears of the slowlog timeout passing while the
+/// request runs.
 ///
 /// In three steps: the two pumps (`Upstream::pump`, web server to
 /// child; `Downstream::pump`, child to web server) run concurrently
@@ -131,7 +126,6 @@ pub struct Timers {
 #[allow(clippy::too_many_arguments)]
 pub async fn run<R, W>(
     conn: &mut ChildConn,
-    probe: Option<(RawFd, i32)>,
     death: Option<(&Death, u64)>,
     timers: Timers,
     client: &mut ClientConn<R, W>,
@@ -154,7 +148,6 @@ where
         id: req.id,
         started,
         timers,
-        probe,
         death,
         child_fd: child_r.as_ref().as_raw_fd(),
         until_end: req.owed == Owed::UntilEnd,
@@ -211,8 +204,6 @@ struct ExchangeCtx<'d> {
     id: u16,
     started: Instant,
     timers: Timers,
-    /// Prefork: the child connection's fd and the php-cgi parent's pid.
-    probe: Option<(RawFd, i32)>,
     /// The slot's [`Death`] and its epoch when leased.
     death: Option<(&'d Death, u64)>,
     /// The connection the child's reader reads, open for the whole
@@ -231,8 +222,6 @@ struct Relayed {
     child_error: Option<String>,
     /// Why the web server's pump stopped, if it did.
     up_end: Option<UpEnd>,
-    /// Prefork: the pid of the child that took the connection, if learned.
-    learned: Option<i32>,
 }
 
 impl ExchangeCtx<'_> {
@@ -240,8 +229,7 @@ impl ExchangeCtx<'_> {
     /// answer ends (`down`), it times out (`request_terminate_timeout`), or
     /// it breaks the protocol. On the way: the web server's pump may end
     /// first (its end is kept); the child's death shuts down fpmd's reading
-    /// side; the slowlog timeout and (prefork) the pid probe, backing off
-    /// from 1 to 200 ms, tell `on`.
+    /// side; the slowlog timeout tells `on`.
     async fn relay<U, D>(
         &self,
         up: U,
@@ -256,10 +244,6 @@ impl ExchangeCtx<'_> {
         tokio::pin!(up);
         tokio::pin!(down);
         let mut up_end: Option<UpEnd> = None;
-        let mut learned = None;
-        let mut probe_delay = Duration::from_millis(1);
-        let probe_timer = tokio::time::sleep(probe_delay);
-        tokio::pin!(probe_timer);
         let now = tokio::time::Instant::now();
         let slow_at = self.timers.slowlog.map(|d| now + d);
         let slow_timer = crate::sys::timer::sleep_until_opt(slow_at);
@@ -307,15 +291,7 @@ impl ExchangeCtx<'_> {
                 }
                 _ = &mut slow_timer, if slow_at.is_some() && !slow_logged => {
                     slow_logged = true;
-                    if learned.is_none() {
-                        learn_pid(self.probe, &mut learned, on);
-                    }
-                    on(Notice::Slow { pid: learned, elapsed: self.started.elapsed() });
-                }
-                _ = &mut probe_timer, if self.probe.is_some() && learned.is_none() => {
-                    learn_pid(self.probe, &mut learned, on);
-                    probe_delay = (probe_delay * 2).min(Duration::from_millis(200));
-                    probe_timer.as_mut().reset(tokio::time::Instant::now() + probe_delay);
+                    on(Notice::Slow { elapsed: self.started.elapsed() });
                 }
             }
         };
@@ -323,7 +299,6 @@ impl ExchangeCtx<'_> {
             child,
             child_error,
             up_end,
-            learned,
         }
     }
 
@@ -364,24 +339,11 @@ impl ExchangeCtx<'_> {
             client_error,
             child_error: relayed.child_error,
             started: self.started,
-            learned: relayed.learned,
             php_messages,
             finish_request_missing: down.messages.finish_request_missing,
             no_input_file,
             finished,
             end: down.messages.end,
-        }
-    }
-}
-
-/// Prefork: learns which child took the connection (`sock_diag`, see
-/// [`crate::sys::peer::child_on_connection`]) into `learned`, and tells
-/// `on` when it did.
-fn learn_pid(probe: Option<(RawFd, i32)>, learned: &mut Option<i32>, on: &mut impl FnMut(Notice)) {
-    if let Some((fd, parent)) = probe {
-        *learned = crate::sys::peer::child_on_connection(fd, parent);
-        if let Some(pid) = *learned {
-            on(Notice::Learned(pid));
         }
     }
 }

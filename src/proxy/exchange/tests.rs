@@ -141,7 +141,6 @@ async fn one_request(
     run(
         conn,
         None,
-        None,
         Timers::default(),
         client,
         &mut req,

@@ -291,7 +291,7 @@ fn load_document(
     Ok(Config {
         file: path.to_path_buf(),
         global,
-        pools,
+        pools: pools.into_iter().map(std::sync::Arc::new).collect(),
         sources,
         origins,
         options: options.clone(),

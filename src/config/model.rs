@@ -18,7 +18,9 @@ pub struct Config {
     pub global: Global,
     /// Every pool: those of the main file first, then those of the included
     /// files (sorted by file name), each file's pools in document order.
-    pub pools: Vec<PoolConfig>,
+    /// Shared: the daemon hands each pool the same `Arc` it keeps here, so
+    /// a running pool's settings are held once (a reload replaces them).
+    pub pools: Vec<std::sync::Arc<PoolConfig>>,
     /// Where the configuration came from (for `watch`).
     pub sources: Sources,
     /// Where each key was set (for `fpmd -t`).
@@ -72,7 +74,7 @@ pub struct Sources {
 impl Config {
     /// The pool called `name`.
     pub fn pool(&self, name: &str) -> Option<&PoolConfig> {
-        self.pools.iter().find(|p| p.name == name)
+        self.pools.iter().find(|p| p.name == name).map(|p| &**p)
     }
 }
 

@@ -621,9 +621,9 @@ mod tests {
             assert_eq!(
                 PoolConfig {
                     file: p2.file.clone(),
-                    ..p1.clone()
+                    ..(**p1).clone()
                 },
-                *p2
+                **p2
             );
         }
         assert_eq!(
@@ -690,9 +690,9 @@ mod tests {
         assert_eq!(
             PoolConfig {
                 file: c.pools[0].file.clone(),
-                ..c2.pools[0].clone()
+                ..(*c2.pools[0]).clone()
             },
-            c.pools[0]
+            *c.pools[0]
         );
         // Printed again, every value is set in that one file.
         let text2 = c2.to_toml_with_origins();

@@ -193,12 +193,13 @@ impl Daemon {
         });
     }
 
-    fn start_pool(&mut self, p: &PoolConfig) {
+    /// Starts pool `p`, which shares `p` with the running configuration.
+    fn start_pool(&mut self, p: &Arc<PoolConfig>) {
         // Its fpm_get_status() socket first: its children (chrooted ones
         // mount it) find it from the start.
         self.status_sockets.open(&p.name, (p.user.uid, p.user.gid));
         let handle = pool::start_pool(
-            Arc::new(p.clone()),
+            p.clone(),
             self.spawner.clone(),
             self.runtime_dir.path(),
             self.config.global.emergency_restart,

@@ -981,10 +981,12 @@ pub(crate) mod tests {
             .join(format!("t{}.toml", N.fetch_add(1, Ordering::Relaxed)));
         let text = format!("[t]\nuser = {user:?}\nlisten.address = \"127.0.0.1:1\"\npm.max_children = 2\nphp_cgi = \"/bin/true\"\n");
         std::fs::write(&path, text).unwrap();
-        crate::config::load(&path)
-            .unwrap_or_else(|e| panic!("{e}"))
-            .pools
-            .remove(0)
+        Arc::unwrap_or_clone(
+            crate::config::load(&path)
+                .unwrap_or_else(|e| panic!("{e}"))
+                .pools
+                .remove(0),
+        )
     }
 
     pub fn test_worker(slot: SlotId, child: Arc<Child>) -> Worker {

@@ -283,7 +283,7 @@ php_admin_flag.display_errors = "off"
     assert_eq!(p.php_admin_values["memory_limit"], "128M");
     assert_eq!(p.php_admin_values["display_errors"], "0");
 
-    let mut p = p.clone();
+    let mut p = (**p).clone();
     p.pcntl = true;
     let args = p.ini_args();
     assert_eq!(
@@ -305,7 +305,7 @@ php_admin_flag.display_errors = "off"
 #[test]
 fn ini_args_admin_wins_even_if_plain_map_has_the_name() {
     let (_d, c) = load_ok(&pool("www", ""), &[]);
-    let mut p = c.pools[0].clone();
+    let mut p = (*c.pools[0]).clone();
     p.php_values.insert("memory_limit".into(), "64M".into());
     p.php_values.insert("a".into(), "b".into());
     p.php_admin_values

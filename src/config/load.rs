@@ -256,10 +256,11 @@ fn load_document(
 
     let mut pools = Vec::new();
     let mut origin = Vec::new();
+    let mut reads = super::php::ReadsCache::default();
     for (i, (src, raw_pools)) in files.iter_mut().enumerate() {
         for (name, raw) in std::mem::take(raw_pools) {
             pools.push(validate::validate_pool(
-                src, &name, raw, ids, &global, options,
+                src, &name, raw, ids, &global, options, &mut reads,
             )?);
             origin.push(i);
         }

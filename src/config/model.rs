@@ -378,8 +378,10 @@ pub struct PhpIni {
     /// The files PHP reads, in order: the php.ini, then every `*.ini` of
     /// the scan directories, as found on the file system when the
     /// configuration was loaded. `None`: fpmd cannot tell (php-cgi's
-    /// compiled-in paths of a binary it does not recognise).
-    pub reads: Option<Vec<PathBuf>>,
+    /// compiled-in paths of a binary it does not recognise). One list per
+    /// load for all the pools that read the same files (most read
+    /// Debian's ~30): see [`crate::config::php`]'s `ReadsCache`.
+    pub reads: Option<std::sync::Arc<[PathBuf]>>,
 }
 
 /// A pool's confinement keys. Every one of them is applied in the child

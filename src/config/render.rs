@@ -528,7 +528,7 @@ impl PoolConfig {
             Some(files) if files.is_empty() => out.push_str("# PHP reads no ini file\n"),
             Some(files) => {
                 out.push_str("# PHP reads, in this order:\n");
-                for f in files {
+                for f in files.iter() {
                     out.push_str(&format!("#   {}\n", f.display()));
                 }
             }

@@ -1854,3 +1854,29 @@ fn host_facts() {
     let me = Host::of(Ids::current());
     assert_eq!(me.groups[0], nix::unistd::getegid().as_raw());
 }
+
+/// Pools that read the same php.ini files share one list of them; a pool
+/// with other files has its own.
+#[test]
+fn pools_that_read_the_same_ini_files_share_their_list() {
+    let dir = tempfile::tempdir().unwrap();
+    let ini = write(dir.path(), "php.ini", "");
+    write(dir.path(), "conf.d/10-a.ini", "");
+    let same = format!(
+        "php_ini = {:?}\nphp_ini_scan_dir = {:?}\n",
+        ini.display().to_string(),
+        dir.path().join("conf.d").display().to_string()
+    );
+    let other = format!(
+        "php_ini = {:?}\nphp_ini_scan_dir = \"\"\n",
+        ini.display().to_string()
+    );
+    let (_d, c) = load_ok(
+        &(pool("a", &same) + &pool("b", &same) + &pool("c", &other)),
+        &[],
+    );
+    let reads = |i: usize| c.pools[i].php_ini.reads.clone().unwrap();
+    assert_eq!(reads(0).len(), 2);
+    assert!(std::sync::Arc::ptr_eq(&reads(0), &reads(1)));
+    assert_eq!(&reads(2)[..], [ini]);
+}

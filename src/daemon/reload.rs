@@ -84,6 +84,7 @@ impl Daemon {
         let loaded =
             crate::config::load_with(&self.config.file, &self.config.options).map(|mut c| {
                 self.activation.apply(&mut c);
+                super::to_run(&mut c);
                 c
             });
         if let Ok(c) = &loaded {

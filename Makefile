@@ -69,7 +69,7 @@ clean:
 #                     (more options: make bench BENCH_ARGS="--fpmd-variants exec,prefork")
 #   make bench-smoke  1 round of 1 s per workload into a temp dir, which is removed when it
 #                     passes: proves the bench still works (the test suite runs it); < 1 min
-.PHONY: bench-deps bench-smoke bench-pm bench-reload bench-scale bench-scale-smoke
+.PHONY: bench-deps bench-smoke bench-pm bench-reload bench-scale bench-scale-smoke bench-manager-mem
 BENCH_ARGS ?=
 
 bench-deps:
@@ -116,6 +116,15 @@ bench-scale: bench-deps build
 # (the test suite runs it, so that the scale bench cannot rot); < 1 min.
 bench-scale-smoke: bench-deps build
 	/usr/bin/python3 bench/scale.py --smoke $(BENCH_SCALE_ARGS)
+
+# The manager's own memory with N idle ondemand pools (issue 23): fpmd's
+# PSS against php-fpm's master for N in 1, 500, 2000, nothing started
+# before a request; a table on stdout; about 3 minutes.
+# BENCH_MEM_ARGS="--heaptrack DIR --backends fpmd": fpmd under heaptrack.
+BENCH_MEM_ARGS ?=
+
+bench-manager-mem: bench-deps build
+	/usr/bin/python3 bench/manager_mem.py $(BENCH_MEM_ARGS)
 
 # cargo fuzz targets (fuzz/): the codec, the proxy's request path against
 # a fake child, and the configuration parser (the path of fpmd -t). Needs the nightly toolchain and cargo-fuzz (both

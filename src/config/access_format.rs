@@ -7,22 +7,32 @@
 //!
 //! Must not touch: requests and files (a configuration value only).
 
+use std::sync::{Arc, LazyLock};
+
 use chrono::format::{Item, StrftimeItems};
 
 /// php-fpm's default `access.format` (`fpm_conf.c`).
 pub const DEFAULT_FORMAT: &str = "%R - %u %t \"%m %r\" %s";
 /// php-fpm's time format of `%t` and `%T` without `{…}` (`fpm_log.c`).
 pub const DEFAULT_TIME_FORMAT: &str = "%d/%b/%Y:%H:%M:%S %z";
-/// A parsed `access.format`. Compares (and displays) as its text.
+/// A parsed `access.format`. Compares (and displays) as its text. Shared:
+/// every pool with php-fpm's default holds the one parsed at first use.
 #[derive(Debug, Clone)]
-pub struct Format {
-    pub(crate) source: String,
-    pub(crate) pieces: Vec<Piece>,
+pub struct Format(Arc<Parsed>);
+
+#[derive(Debug)]
+struct Parsed {
+    source: String,
+    pieces: Vec<Piece>,
 }
+
+/// [`DEFAULT_FORMAT`], parsed once.
+static DEFAULT: LazyLock<Format> =
+    LazyLock::new(|| Format::parse_new(DEFAULT_FORMAT).expect("php-fpm's default format parses"));
 
 impl PartialEq for Format {
     fn eq(&self, other: &Format) -> bool {
-        self.source == other.source
+        self.0.source == other.0.source
     }
 }
 
@@ -31,13 +41,13 @@ impl Eq for Format {}
 impl Default for Format {
     /// php-fpm's default, [`DEFAULT_FORMAT`].
     fn default() -> Format {
-        Format::parse(DEFAULT_FORMAT).expect("php-fpm's default format parses")
+        DEFAULT.clone()
     }
 }
 
 impl std::fmt::Display for Format {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.source)
+        f.write_str(&self.0.source)
     }
 }
 
@@ -112,7 +122,7 @@ fn time_items(format: &str, spec: char) -> Result<Vec<Item<'static>>, FormatErro
 impl Format {
     /// The format shows a request's peak memory or CPU (`%M`, `%C`).
     pub fn shows_usage(&self) -> bool {
-        self.pieces
+        self.pieces()
             .iter()
             .any(|p| matches!(p, Piece::Memory(_) | Piece::Cpu(_)))
     }
@@ -126,6 +136,14 @@ impl Format {
     /// specifier that takes none or not that one, `%e`/`%o` without a
     /// name, a time format chrono cannot read.
     pub fn parse(format: &str) -> Result<Format, FormatError> {
+        if format == DEFAULT_FORMAT {
+            return Ok(Format::default());
+        }
+        Format::parse_new(format)
+    }
+
+    /// [`Format::parse`], into a format of its own.
+    fn parse_new(format: &str) -> Result<Format, FormatError> {
         let b = format.as_bytes();
         let mut pieces = Vec::new();
         let mut text = String::new();
@@ -231,14 +249,35 @@ impl Format {
         if !text.is_empty() {
             pieces.push(Piece::Text(text));
         }
-        Ok(Format {
+        Ok(Format(Arc::new(Parsed {
             source: format.to_string(),
             pieces,
-        })
+        })))
     }
 
     /// The format's text, as configured.
     pub fn as_str(&self) -> &str {
-        &self.source
+        &self.0.source
+    }
+
+    /// What a line is made of, in order.
+    pub(crate) fn pieces(&self) -> &[Piece] {
+        &self.0.pieces
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pools_with_the_default_format_share_one() {
+        let a = Format::default();
+        assert!(Arc::ptr_eq(&a.0, &Format::default().0));
+        assert!(Arc::ptr_eq(&a.0, &Format::parse(DEFAULT_FORMAT).unwrap().0));
+        let other = Format::parse("%m %r").unwrap();
+        assert!(!Arc::ptr_eq(&a.0, &other.0));
+        assert_eq!(other.as_str(), "%m %r");
+        assert_eq!(other.pieces().len(), 3);
     }
 }

@@ -533,7 +533,7 @@ mod tests {
         Config {
             file: "/etc/fpmd/fpmd.toml".into(),
             global: global(),
-            pools,
+            pools: pools.into_iter().map(std::sync::Arc::new).collect(),
             sources: Default::default(),
             origins: Default::default(),
             options: Default::default(),

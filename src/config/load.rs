@@ -254,17 +254,25 @@ fn load_document(
 
     validate::check_pool_names(&files)?;
 
+    // Each pool straight into its Arc: a Vec<PoolConfig> collected into
+    // Vec<Arc<PoolConfig>> would keep its buffer, ~1 KiB a pool.
     let mut pools = Vec::new();
     let mut origin = Vec::new();
+    let mut reads = super::php::ReadsCache::default();
     for (i, (src, raw_pools)) in files.iter_mut().enumerate() {
         for (name, raw) in std::mem::take(raw_pools) {
-            pools.push(validate::validate_pool(
-                src, &name, raw, ids, &global, options,
-            )?);
+            pools.push(std::sync::Arc::new(validate::validate_pool(
+                src, &name, raw, ids, &global, options, &mut reads,
+            )?));
             origin.push(i);
         }
     }
-    let located: Vec<_> = origin.iter().map(|&i| &files[i].0).zip(&pools).collect();
+    pools.shrink_to_fit();
+    let located: Vec<_> = origin
+        .iter()
+        .map(|&i| &files[i].0)
+        .zip(pools.iter().map(|p| &**p))
+        .collect();
     validate::check_listen_addresses(&files[0].0, &global, &located)?;
     validate::check_host_limits(&files[0].0, &global, &located, ids, host)?;
     let sources = Sources {

@@ -18,7 +18,9 @@ pub struct Config {
     pub global: Global,
     /// Every pool: those of the main file first, then those of the included
     /// files (sorted by file name), each file's pools in document order.
-    pub pools: Vec<PoolConfig>,
+    /// Shared: the daemon hands each pool the same `Arc` it keeps here, so
+    /// a running pool's settings are held once (a reload replaces them).
+    pub pools: Vec<std::sync::Arc<PoolConfig>>,
     /// Where the configuration came from (for `watch`).
     pub sources: Sources,
     /// Where each key was set (for `fpmd -t`).
@@ -72,7 +74,7 @@ pub struct Sources {
 impl Config {
     /// The pool called `name`.
     pub fn pool(&self, name: &str) -> Option<&PoolConfig> {
-        self.pools.iter().find(|p| p.name == name)
+        self.pools.iter().find(|p| p.name == name).map(|p| &**p)
     }
 }
 
@@ -387,8 +389,10 @@ pub struct PhpIni {
     /// The files PHP reads, in order: the php.ini, then every `*.ini` of
     /// the scan directories, as found on the file system when the
     /// configuration was loaded. `None`: fpmd cannot tell (php-cgi's
-    /// compiled-in paths of a binary it does not recognise).
-    pub reads: Option<Vec<PathBuf>>,
+    /// compiled-in paths of a binary it does not recognise). One list per
+    /// load for all the pools that read the same files (most read
+    /// Debian's ~30): see [`crate::config::php`]'s `ReadsCache`.
+    pub reads: Option<std::sync::Arc<[PathBuf]>>,
 }
 
 /// A pool's confinement keys. Every one of them is applied in the child

@@ -532,7 +532,7 @@ impl PoolConfig {
             Some(files) if files.is_empty() => out.push_str("# PHP reads no ini file\n"),
             Some(files) => {
                 out.push_str("# PHP reads, in this order:\n");
-                for f in files {
+                for f in files.iter() {
                     out.push_str(&format!("#   {}\n", f.display()));
                 }
             }
@@ -625,9 +625,9 @@ mod tests {
             assert_eq!(
                 PoolConfig {
                     file: p2.file.clone(),
-                    ..p1.clone()
+                    ..(**p1).clone()
                 },
-                *p2
+                **p2
             );
         }
         assert_eq!(
@@ -694,9 +694,9 @@ mod tests {
         assert_eq!(
             PoolConfig {
                 file: c.pools[0].file.clone(),
-                ..c2.pools[0].clone()
+                ..(*c2.pools[0]).clone()
             },
-            c.pools[0]
+            *c.pools[0]
         );
         // Printed again, every value is set in that one file.
         let text2 = c2.to_toml_with_origins();

@@ -89,11 +89,15 @@ impl Listener {
         &self.key
     }
 
+    /// The next connection. Polls the socket in place (`poll_accept`):
+    /// tokio's `accept()` futures are ~190 bytes, held by every accept
+    /// loop while it waits.
     async fn accept(&self) -> io::Result<Conn> {
-        match &self.inner {
-            Inner::Tcp(l) => l.accept().await.map(|(s, peer)| Conn::Tcp(s, peer)),
-            Inner::Unix(l) => l.accept().await.map(|(s, _)| Conn::Unix(s)),
-        }
+        std::future::poll_fn(|cx| match &self.inner {
+            Inner::Tcp(l) => l.poll_accept(cx).map_ok(|(s, peer)| Conn::Tcp(s, peer)),
+            Inner::Unix(l) => l.poll_accept(cx).map_ok(|(s, _)| Conn::Unix(s)),
+        })
+        .await
     }
 }
 
@@ -101,63 +105,95 @@ impl Listener {
 /// sender is dropped) or `shutdown` turns true, spawning a proxy task for
 /// each. Every task holds a clone of `in_flight`, and so does the loop, so
 /// the daemon knows when they have all finished.
-pub async fn accept_loop(
+///
+/// Every listening address holds this future for as long as it listens,
+/// so it is kept small (424 bytes, a task of 640; it was 800 and 1,024):
+/// an `async` block, whose arguments are not copied into locals of their
+/// own as an `async fn`'s are; the socket polled in place
+/// ([`Listener::accept`]); the wait at the connection cap boxed, held
+/// only while it waits.
+#[allow(clippy::manual_async_fn)] // on purpose: see above
+pub fn accept_loop(
     listener: Listener,
     mut route: RouteWatch,
     mut shutdown: watch::Receiver<bool>,
     in_flight: mpsc::Sender<()>,
-) {
-    let key = listener.key.clone();
-    let mut last_pool = String::new();
-    loop {
-        if *shutdown.borrow_and_update() {
-            break;
-        }
-        let Some(current) = route.borrow_and_update().clone() else {
-            break;
-        };
-        last_pool.clear();
-        last_pool.push_str(current.pool.name());
-        let name = current.pool.name();
-        // At the connection cap, leave new connections in the kernel's
-        // listen queue until one closes (accepting and closing would turn
-        // a wait into an error at the web server).
-        if OPEN.load(Ordering::Relaxed) >= crate::proxy::max_connections() {
-            let mut closed = pin!(CLOSED.notified());
-            closed.as_mut().enable();
+) -> impl std::future::Future<Output = ()> {
+    async move {
+        // The route last served, for the pool's name in the last log line.
+        let mut last: Option<Arc<Route>> = None;
+        loop {
+            if *shutdown.borrow_and_update() {
+                break;
+            }
+            let Some(current) = route.borrow_and_update().clone() else {
+                break;
+            };
+            last = Some(current.clone());
+            // At the connection cap, leave new connections in the kernel's
+            // listen queue until one closes (accepting and closing would
+            // turn a wait into an error at the web server).
             if OPEN.load(Ordering::Relaxed) >= crate::proxy::max_connections() {
-                if !CAP_WARNED.swap(true, Ordering::Relaxed) {
-                    warn!(pool = %name, "{} web server connections open, the limit (from RLIMIT_NOFILE): new connections wait in the listen queue",
-                        crate::proxy::max_connections());
+                match Box::pin(wait_for_room(&mut shutdown, &mut route, &current)).await {
+                    Room::Ended => break,
+                    Room::Changed | Room::Free => continue,
                 }
-                tokio::select! {
-                    r = shutdown.changed() => if r.is_err() { break },
-                    r = route.changed() => if r.is_err() { break },
-                    _ = closed => {}
-                }
-                continue;
             }
+            let accepted = tokio::select! {
+                r = shutdown.changed() => if r.is_err() { break } else { continue },
+                r = route.changed() => if r.is_err() { break } else { continue },
+                a = listener.accept() => a,
+            };
+            let conn = match accepted {
+                Ok(c) => c,
+                Err(e) => {
+                    // EMFILE and friends: wait a little instead of spinning.
+                    warn!(pool = %current.pool.name(), "accept on {} failed: {e}", listener.key);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            // The route as it is now; a connection accepted as the route
+            // was withdrawn still goes to the pool it was accepted for.
+            let current = route.borrow().clone().unwrap_or(current);
+            serve(conn, &current, &shutdown, &in_flight);
         }
-        let accepted = tokio::select! {
-            r = shutdown.changed() => if r.is_err() { break } else { continue },
-            r = route.changed() => if r.is_err() { break } else { continue },
-            a = listener.accept() => a,
-        };
-        let conn = match accepted {
-            Ok(c) => c,
-            Err(e) => {
-                // EMFILE and friends: wait a little instead of spinning.
-                warn!(pool = %name, "accept on {key} failed: {e}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        // The route as it is now; a connection accepted as the route was
-        // withdrawn still goes to the pool it was accepted for.
-        let current = route.borrow().clone().unwrap_or(current);
-        serve(conn, &current, &shutdown, &in_flight);
+        let pool = last.as_ref().map_or("", |r| r.pool.name());
+        debug!(pool = %pool, "stopped accepting on {}", listener.key);
     }
-    debug!(pool = %last_pool, "stopped accepting on {key}");
+}
+
+/// What [`wait_for_room`] saw.
+enum Room {
+    /// The shutdown or the route's sender is gone: the loop ends.
+    Ended,
+    /// The shutdown or the route changed: look again.
+    Changed,
+    /// A connection closed, or there was room after all.
+    Free,
+}
+
+/// At the connection cap: waits until a web server connection closes, or
+/// the shutdown or the route changes. Warns once, naming `current`'s pool.
+async fn wait_for_room(
+    shutdown: &mut watch::Receiver<bool>,
+    route: &mut RouteWatch,
+    current: &Route,
+) -> Room {
+    let mut closed = pin!(CLOSED.notified());
+    closed.as_mut().enable();
+    if OPEN.load(Ordering::Relaxed) < crate::proxy::max_connections() {
+        return Room::Free;
+    }
+    if !CAP_WARNED.swap(true, Ordering::Relaxed) {
+        warn!(pool = %current.pool.name(), "{} web server connections open, the limit (from RLIMIT_NOFILE): new connections wait in the listen queue",
+            crate::proxy::max_connections());
+    }
+    tokio::select! {
+        r = shutdown.changed() => if r.is_err() { Room::Ended } else { Room::Changed },
+        r = route.changed() => if r.is_err() { Room::Ended } else { Room::Changed },
+        _ = closed => Room::Free,
+    }
 }
 
 /// Before the daemon closes the socket of `key` (its accept loop has

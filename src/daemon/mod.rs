@@ -133,6 +133,13 @@ pub async fn run(
     Ok(())
 }
 
+/// Drops what the daemon does not use of a configuration it runs: where
+/// each key was set (`origins`, which only `fpmd -t` prints: a path and
+/// a key name for every key of every pool, ~1.4 KiB a pool).
+fn to_run(config: &mut Config) {
+    config.origins = Default::default();
+}
+
 impl Daemon {
     /// Acts on `orders`, one at a time, until one stops the daemon;
     /// returns how to stop, and whether this fpmd handed over to a new
@@ -193,12 +200,13 @@ impl Daemon {
         });
     }
 
-    fn start_pool(&mut self, p: &PoolConfig) {
+    /// Starts pool `p`, which shares `p` with the running configuration.
+    fn start_pool(&mut self, p: &Arc<PoolConfig>) {
         // Its fpm_get_status() socket first: its children (chrooted ones
         // mount it) find it from the start.
         self.status_sockets.open(&p.name, (p.user.uid, p.user.gid));
         let handle = pool::start_pool(
-            Arc::new(p.clone()),
+            p.clone(),
             self.spawner.clone(),
             self.runtime_dir.path(),
             self.config.global.emergency_restart,

@@ -84,6 +84,7 @@ impl Daemon {
         let loaded =
             crate::config::load_with(&self.config.file, &self.config.options).map(|mut c| {
                 self.activation.apply(&mut c);
+                super::to_run(&mut c);
                 c
             });
         if let Ok(c) = &loaded {
@@ -135,9 +136,13 @@ impl Daemon {
         self.apply_global(&diff.global, &new);
         let mut summary = Summary::new();
         self.remove_pools(&diff, &mut summary).await;
-        let failed = self.add_and_change_pools(&new, &diff, &mut summary).await;
+        let failed = self
+            .add_and_change_pools(&new, &old, &diff, &mut summary)
+            .await;
         self.reroute(&new, &diff.listeners, &obtained).await;
         retain_access_logs(&self.config);
+        drop(diff);
+        share_unchanged(&mut self.config, &old);
         if failed {
             Answer::Error(summary.join("\n"))
         } else {
@@ -232,20 +237,21 @@ impl Daemon {
     async fn add_and_change_pools(
         &mut self,
         new: &Config,
+        old_config: &Config,
         diff: &ConfigDiff<'_>,
         summary: &mut Summary,
     ) -> bool {
         let mut changes = Vec::new();
         for p in &new.pools {
             match diff.pools.get(p.name.as_str()) {
-                Some(PoolChange::Added(p)) => {
+                Some(PoolChange::Added(_)) => {
                     self.start_pool(p);
                     summary.push(format!("pool {}: added", p.name));
                 }
                 Some(PoolChange::Changed { old, new, .. }) => {
                     let fields = crate::config::changed_fields(old, new);
                     info!(pool = %new.name, "changed: {}", fields.join(", "));
-                    changes.push((*old, Arc::new((*new).clone())));
+                    changes.push((*old, p.clone()));
                 }
                 Some(PoolChange::Unchanged | PoolChange::Removed(_)) | None => {
                     summary.push(format!("pool {}: unchanged", p.name))
@@ -273,8 +279,10 @@ impl Daemon {
                     summary.push(format!(
                         "pool {name}: FAILED, its old children serve on: {e}"
                     ));
-                    if let Some(i) = self.config.pools.iter().position(|p| p.name == *name) {
-                        self.config.pools[i] = old.clone();
+                    let kept = old_config.pools.iter().find(|p| p.name == *name);
+                    let i = self.config.pools.iter().position(|p| p.name == *name);
+                    if let (Some(kept), Some(i)) = (kept, i) {
+                        self.config.pools[i] = kept.clone();
                     }
                 }
             }
@@ -311,6 +319,20 @@ impl Daemon {
     }
 }
 
+/// A pool whose settings a reload left as they were keeps running on the
+/// `Arc` of `old`, the configuration before it: `config`, the running one,
+/// takes that `Arc` back instead of the copy it loaded, so that the pool's
+/// settings stay in memory once.
+fn share_unchanged(config: &mut Config, old: &Config) {
+    for p in &mut config.pools {
+        if let Some(o) = old.pools.iter().find(|o| o.name == p.name) {
+            if !Arc::ptr_eq(o, p) && **o == **p {
+                *p = o.clone();
+            }
+        }
+    }
+}
+
 /// Closes the access logs that no pool of `config` writes (once the
 /// requests still holding them are done).
 fn retain_access_logs(config: &Config) {
@@ -320,4 +342,40 @@ fn retain_access_logs(config: &Config) {
         .filter_map(|p| p.access_log.as_deref())
         .collect();
     crate::observe::reopen::retain(&paths);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `[a]` and `[b]` on TCP ports of their own; `b_children`: b's
+    /// `pm.max_children`.
+    fn load(dir: &std::path::Path, b_children: u32) -> Config {
+        let user = if nix::unistd::Uid::effective().is_root() {
+            "nobody".to_string()
+        } else {
+            nix::unistd::User::from_uid(nix::unistd::Uid::effective())
+                .ok()
+                .flatten()
+                .map(|u| u.name)
+                .unwrap_or_default()
+        };
+        let pool = |name: &str, port: u16, children: u32| {
+            format!("[{name}]\nuser = {user:?}\nlisten.address = \"127.0.0.1:{port}\"\npm.max_children = {children}\nphp_cgi = \"/bin/true\"\n")
+        };
+        let path = dir.join("fpmd.toml");
+        std::fs::write(&path, pool("a", 1, 2) + &pool("b", 2, b_children)).unwrap();
+        crate::config::load(&path).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_pool_a_reload_left_as_it_was_keeps_one_copy_of_its_settings() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = load(dir.path(), 2);
+        let mut new = load(dir.path(), 3);
+        share_unchanged(&mut new, &old);
+        assert!(Arc::ptr_eq(&new.pools[0], &old.pools[0]), "a: unchanged");
+        assert!(!Arc::ptr_eq(&new.pools[1], &old.pools[1]), "b: changed");
+        assert_eq!(new.pools[1].pm.max_children, 3);
+    }
 }

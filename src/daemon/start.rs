@@ -191,10 +191,11 @@ pub(super) async fn start(
     log: LogWriter,
 ) -> Result<(Daemon, watch::Sender<bool>, mpsc::Receiver<()>), DaemonError> {
     let Prepared {
-        config,
+        mut config,
         listeners,
         activation,
     } = prepared;
+    super::to_run(&mut config);
     let pid = std::process::id();
     info!(
         php_fpm = %format_args!("fpm is running, pid {pid}"),

@@ -166,7 +166,7 @@ impl Activation {
             {
                 warn!(pool = %pool.name, "listen.allowed_clients does not apply to the unix socket systemd passed");
             }
-            pool.listen.address = s.key.address().clone();
+            std::sync::Arc::make_mut(pool).listen.address = s.key.address().clone();
         }
     }
 }

@@ -107,7 +107,7 @@ impl Format {
     pub fn write(&self, e: &Entry<'_>, out: &mut String) -> bool {
         out.clear();
         let param = |name: &[u8]| param(e.params, name);
-        for piece in &self.pieces {
+        for piece in self.pieces() {
             // Writing to a String cannot fail (a time format chrono
             // cannot render stops that piece short, nothing else).
             let _ = match piece {

@@ -122,7 +122,9 @@ fn serve(path: &Path, slot: PoolSlot) -> std::io::Result<JoinHandle<()>> {
     let listener = UnixListener::bind(path)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
     Ok(tokio::spawn(async move {
-        while let Ok((mut conn, _)) = listener.accept().await {
+        // poll_accept, not accept(): tokio's accept() future (184 bytes)
+        // would make every pool's task 384 bytes, not 256.
+        while let Ok((mut conn, _)) = std::future::poll_fn(|cx| listener.poll_accept(cx)).await {
             let pool = slot.lock().unwrap_or_else(|e| e.into_inner()).clone();
             let Some(pool) = pool else { continue };
             tokio::spawn(async move {

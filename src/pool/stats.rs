@@ -9,7 +9,7 @@
 //! [`super::slots`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
 /// Upper bounds of the latency histograms, in seconds (Prometheus'
@@ -19,9 +19,16 @@ pub const LATENCY_BUCKETS: [f64; 14] = [
 ];
 
 /// A cumulative latency histogram: counts per bucket of
-/// [`LATENCY_BUCKETS`] (plus +Inf), their sum and count.
+/// [`LATENCY_BUCKETS`] (plus +Inf), their sum and count. Its counts are
+/// allocated at the first observation: a pool that has not served holds
+/// 16 bytes, not 136.
 #[derive(Debug, Default)]
 pub struct Histogram {
+    counts: OnceLock<Box<Counts>>,
+}
+
+#[derive(Debug, Default)]
+struct Counts {
     buckets: [AtomicU64; LATENCY_BUCKETS.len() + 1],
     /// Sum of observations in microseconds.
     sum_us: AtomicU64,
@@ -45,21 +52,28 @@ impl Histogram {
             .iter()
             .position(|b| secs <= *b)
             .unwrap_or(LATENCY_BUCKETS.len());
-        self.buckets[i].fetch_add(1, Ordering::Relaxed);
-        self.sum_us
-            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
-        self.count.fetch_add(1, Ordering::Relaxed);
+        let c = self.counts.get_or_init(Box::default);
+        c.buckets[i].fetch_add(1, Ordering::Relaxed);
+        c.sum_us.fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+        c.count.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn snapshot(&self) -> HistogramSnapshot {
+        let Some(c) = self.counts.get() else {
+            return HistogramSnapshot {
+                buckets: vec![0; LATENCY_BUCKETS.len() + 1],
+                sum: 0.0,
+                count: 0,
+            };
+        };
         HistogramSnapshot {
-            buckets: self
+            buckets: c
                 .buckets
                 .iter()
                 .map(|b| b.load(Ordering::Relaxed))
                 .collect(),
-            sum: self.sum_us.load(Ordering::Relaxed) as f64 / 1e6,
-            count: self.count.load(Ordering::Relaxed),
+            sum: c.sum_us.load(Ordering::Relaxed) as f64 / 1e6,
+            count: c.count.load(Ordering::Relaxed),
         }
     }
 }
@@ -207,6 +221,10 @@ mod tests {
     #[test]
     fn histogram_buckets_and_sum() {
         let h = Histogram::default();
+        let empty = h.snapshot();
+        assert_eq!((empty.count, empty.sum), (0, 0.0));
+        assert_eq!(empty.buckets, vec![0; LATENCY_BUCKETS.len() + 1]);
+        assert!(h.counts.get().is_none(), "no counts before an observation");
         h.observe(Duration::from_micros(500));
         h.observe(Duration::from_millis(3));
         h.observe(Duration::from_secs(60));

@@ -531,12 +531,14 @@ fn php_ini_beside_the_configuration() {
         Some(dir.path().join("conf.d").to_str().unwrap())
     );
     assert_eq!(
-        ini.reads,
-        Some(vec![
-            dir.path().join("php.ini"),
-            dir.path().join("conf.d/10-a.ini"),
-            dir.path().join("conf.d/20-b.ini")
-        ])
+        ini.reads.as_deref(),
+        Some(
+            &[
+                dir.path().join("php.ini"),
+                dir.path().join("conf.d/10-a.ini"),
+                dir.path().join("conf.d/20-b.ini")
+            ][..]
+        )
     );
     let args = c.pools[0].ini_args();
     assert_eq!(

@@ -69,7 +69,7 @@ impl Translation {
     pub(in crate::config) fn fix_up(&self, config: &mut Config) {
         for pool in &mut config.pools {
             if let Some(at) = self.sections.get(&pool.name) {
-                pool.file = at.file.clone();
+                std::sync::Arc::make_mut(pool).file = at.file.clone();
             }
         }
         for keys in config.origins.0.values_mut() {

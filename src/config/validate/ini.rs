@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use super::PoolCtx;
 use crate::config::model::{ini_list, Global, PhpIni, PoolConfig, ADDITIVE_INI};
-use crate::config::php::php_ini_reads;
+use crate::config::php::ReadsCache;
 use crate::config::raw::{EnvValue, IniScalar, IniTable, RawPool};
 use crate::config::source::SourceFile;
 use crate::config::{ConfigError, LoadOptions};
@@ -202,12 +202,13 @@ pub(super) fn scan_dirs(src: &SourceFile, value: &str) -> String {
 }
 /// A pool's [`PhpIni`]: its keys or the global defaults, checked (the file
 /// or directory exists; a chroot pool's files are under `/etc/php`, the
-/// part of the host's `/etc` its children see), with the files PHP reads.
+/// part of the host's `/etc` its children see), with the files PHP reads
+/// (from `reads`, this load's).
 pub(super) fn resolve_php_ini(
     ctx: &PoolCtx<'_>,
     (raw_file, raw_scan): (Option<&str>, Option<&str>),
     global: &Global,
-    php_cgi: &Path,
+    (php_cgi, reads): (&Path, &mut ReadsCache),
     env: &BTreeMap<String, String>,
     chroot: Option<&Path>,
 ) -> Result<PhpIni, ConfigError> {
@@ -254,7 +255,7 @@ pub(super) fn resolve_php_ini(
             }
         }
     }
-    let reads = php_ini_reads(php_cgi, file.as_deref(), scan_dir.as_deref());
+    let reads = reads.reads(php_cgi, file.as_deref(), scan_dir.as_deref());
     Ok(PhpIni {
         file,
         scan_dir,

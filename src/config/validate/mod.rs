@@ -78,7 +78,7 @@ impl PoolCtx<'_> {
 
 /// A pool's table, validated section by section: the model [`PoolConfig`].
 /// Errors: the first key (in this order) that php-fpm or the kernel would
-/// refuse, with file, line and key.
+/// refuse, with file, line and key. `reads`: this load's files PHP reads.
 pub(super) fn validate_pool(
     src: &SourceFile,
     name: &str,
@@ -86,6 +86,7 @@ pub(super) fn validate_pool(
     ids: Ids,
     global: &Global,
     options: &super::LoadOptions,
+    reads: &mut crate::config::php::ReadsCache,
 ) -> Result<PoolConfig, ConfigError> {
     let ctx = PoolCtx { src, name };
     not_yet(&ctx)?;
@@ -118,7 +119,7 @@ pub(super) fn validate_pool(
         &ctx,
         (raw.php_ini.as_deref(), raw.php_ini_scan_dir.as_deref()),
         global,
-        &php_cgi,
+        (&php_cgi, reads),
         &env,
         isolation.chroot.as_deref(),
     )?;

@@ -283,7 +283,7 @@ php_admin_flag.display_errors = "off"
     assert_eq!(p.php_admin_values["memory_limit"], "128M");
     assert_eq!(p.php_admin_values["display_errors"], "0");
 
-    let mut p = p.clone();
+    let mut p = (**p).clone();
     p.pcntl = true;
     let args = p.ini_args();
     assert_eq!(
@@ -305,7 +305,7 @@ php_admin_flag.display_errors = "off"
 #[test]
 fn ini_args_admin_wins_even_if_plain_map_has_the_name() {
     let (_d, c) = load_ok(&pool("www", ""), &[]);
-    let mut p = c.pools[0].clone();
+    let mut p = (*c.pools[0]).clone();
     p.php_values.insert("memory_limit".into(), "64M".into());
     p.php_values.insert("a".into(), "b".into());
     p.php_admin_values
@@ -1894,4 +1894,30 @@ fn host_facts() {
     // The running process: its own groups.
     let me = Host::of(Ids::current());
     assert_eq!(me.groups[0], nix::unistd::getegid().as_raw());
+}
+
+/// Pools that read the same php.ini files share one list of them; a pool
+/// with other files has its own.
+#[test]
+fn pools_that_read_the_same_ini_files_share_their_list() {
+    let dir = tempfile::tempdir().unwrap();
+    let ini = write(dir.path(), "php.ini", "");
+    write(dir.path(), "conf.d/10-a.ini", "");
+    let same = format!(
+        "php_ini = {:?}\nphp_ini_scan_dir = {:?}\n",
+        ini.display().to_string(),
+        dir.path().join("conf.d").display().to_string()
+    );
+    let other = format!(
+        "php_ini = {:?}\nphp_ini_scan_dir = \"\"\n",
+        ini.display().to_string()
+    );
+    let (_d, c) = load_ok(
+        &(pool("a", &same) + &pool("b", &same) + &pool("c", &other)),
+        &[],
+    );
+    let reads = |i: usize| c.pools[i].php_ini.reads.clone().unwrap();
+    assert_eq!(reads(0).len(), 2);
+    assert!(std::sync::Arc::ptr_eq(&reads(0), &reads(1)));
+    assert_eq!(&reads(2)[..], [ini]);
 }

@@ -79,6 +79,7 @@ import shutil
 import signal
 import socket
 import struct
+import subprocess
 import sys
 import tempfile
 import time
@@ -91,7 +92,6 @@ MODES = ("ondemand", "dynamic")
 MAX_CHILDREN = 5
 START_SERVERS = 1
 REQUEST_TIMEOUT = 30.0
-CONFIG_TEST_TIMEOUT = 120.0
 ALL_POOLS_UP_TO = 500  # a round asks every pool up to this N, --sample pools above
 
 # The ini name is not a literal: opcache's optimizer folds ini_get('literal')
@@ -307,6 +307,14 @@ class ScaleBackend:
     def launch(self):
         self.proc = procs.Managed(self.name, self.argv(), self.log_path, signal.SIGQUIT)
 
+    reload_cmd = None  # fpmd's `fpmd reload` in the background
+
+    def reload_poll(self, ev):
+        pass
+
+    def reload_finish(self, ev, deadline):
+        pass
+
     def php_processes(self):
         """[(pid, ppid, cmdline)] of the live php processes under the manager."""
         out = []
@@ -491,17 +499,42 @@ class ScaleFpmd(servers.FpmdManager, ScaleBackend):
                              + ["pm.max_requests = 0", f'php_admin_value."user_agent" = {q(marker(i, gen))}'])
 
     def reload(self):
+        """SIGHUP, or `fpmd -c FILE reload` started in the background (it
+        returns once the reload is in force: the pool is polled meanwhile,
+        and reload_finish collects it)."""
         if self.args.fpmd_reload == "sighup":
             os.kill(self.proc.pid, signal.SIGHUP)
             return {"method": "SIGHUP"}
-        t0 = mono()
+        self.reload_out = os.path.join(self.dir, "reload.out")
+        with open(self.reload_out, "wb") as out:
+            self.reload_cmd = subprocess.Popen([self.binary, "-c", self.conf, "reload"],
+                                               stdin=subprocess.DEVNULL, stdout=out,
+                                               stderr=subprocess.STDOUT)
+        self.reload_t0 = mono()
+        return {"method": "fpmd reload"}
+
+    def reload_finish(self, ev, deadline):
+        """Waits for `fpmd reload` until the mono() deadline (killed then);
+        its time, exit status and last output into ev."""
+        if self.reload_cmd is None:
+            return
+        p, self.reload_cmd = self.reload_cmd, None
         try:
-            r = procs.run([self.binary, "-c", self.conf, "reload"], timeout=self.args.reload_timeout)
-            rc, out = r.returncode, r.stdout.strip()
-        except Exception as e:  # subprocess.TimeoutExpired: run() killed it
-            rc, out = "timeout", repr(e)
-        return {"method": "fpmd reload", "command_s": round(mono() - t0, 4), "rc": rc,
-                "output": out[-500:]}
+            p.wait(max(0.1, deadline - mono()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            ev["rc"] = "timeout"
+        else:
+            ev["rc"] = p.returncode
+            ev.setdefault("command_s", round(mono() - self.reload_t0, 4))
+        with open(self.reload_out, errors="replace") as f:
+            ev["output"] = f.read().strip()[-500:]
+
+    def reload_poll(self, ev):
+        """Notes when the background `fpmd reload` returned, if it has."""
+        if self.reload_cmd is not None and "command_s" not in ev and self.reload_cmd.poll() is not None:
+            ev["command_s"] = round(mono() - self.reload_t0, 4)
 
     # php_admin_value reaches php-cgi as `-d user_agent=pNNNN-genG`; a
     # prefork worker has its parent's command line.
@@ -659,8 +692,10 @@ def reload_one(b, i, args, out):
     manager exits or the new value is never seen."""
     before = b.pools_pids()
     b.write_pool(i, 1)
-    if isinstance(b, ScaleFpmd):
-        b.check_config(CONFIG_TEST_TIMEOUT)
+    if isinstance(b, ScaleFpmd) and args.fpmd_reload == "sighup":
+        # (`fpmd reload` checks it itself, exit 78; and fpmd -t of
+        # thousands of pools takes long.)
+        b.check_config(args.start_timeout)
     t0 = mono()
     ev = b.reload()
     old = failed = polls = 0
@@ -680,13 +715,17 @@ def reload_one(b, i, args, out):
             failed += 1
             if len(errors) < 5:
                 errors.append({"error": r["error"], "status": r["status"], "body": r["body"][:200]})
+        b.reload_poll(ev)
         if not b.proc.running():
             break
         time.sleep(0.005)
+    b.reload_finish(ev, t0 + args.reload_timeout)
     out.update({"pool": i, "trigger": ev, "seen_s": seen_s, "polls": polls,
                 "old_value_answers": old, "failed_polls": failed, "poll_errors": errors})
     if ev.get("rc") not in (None, 0):
-        b.fails.append(b.failure(f"`fpmd reload` exited {ev['rc']}: {ev.get('output')}"))
+        b.fails.append(b.failure("`fpmd reload` " + (
+            f"did not return within {args.reload_timeout:.0f} s (killed)" if ev["rc"] == "timeout"
+            else f"exited {ev['rc']}") + f": {ev.get('output')}"))
     if not b.proc.running():
         raise procs.BenchError(f"{b.name} exited with status {b.proc.proc.returncode} after the "
                                f"reload ({ev['method']}), "
@@ -727,7 +766,7 @@ def run_one(args, b, res):
     """Steps 1-6 for one backend, into res (run_all stops it)."""
     b.res = res
     b.step = "config test"
-    b.check_config(CONFIG_TEST_TIMEOUT)
+    b.check_config(args.start_timeout)
     b.step = "start"
     sockets_s, php_s = wait_started(b, args.start_timeout)
     res["start_sockets_s"] = round(sockets_s, 4)
@@ -855,7 +894,7 @@ def idle_stop_one(case):
     def body(args, b, res):
         b.res = res
         b.step = "config test"
-        b.check_config(CONFIG_TEST_TIMEOUT)
+        b.check_config(args.start_timeout)
         b.step = "start"
         sockets_s, _ = wait_started(b, args.start_timeout)
         res["start_sockets_s"] = round(sockets_s, 4)
@@ -954,6 +993,8 @@ def rows(mode):
     out += stop_rows()
     out += [
         ("the manager's open-file limit (soft/hard)", lambda r: r.get("manager_nofile"), False),
+        ("the machine's load average (1 min) when it started",
+         lambda r: None if not r.get("load_average") else f"{r['load_average'][0]:.1f}", False),
         ("warning lines in its log", lambda r: r.get("log_warnings"), False),
         ("failed at (step)", f_failed, False),
     ]
@@ -1222,13 +1263,14 @@ def parse_args(argv):
                    help="RLIMIT_NOFILE (soft and hard) raised to at least this in the bench's "
                         "process, which both managers inherit (default 65536)")
     p.add_argument("--start-timeout", type=float, default=180.0,
-                   help="seconds a backend may take to start its pools, and its php processes "
-                        "to settle (default 180)")
+                   help="seconds a backend's config test may take, and its start until its "
+                        "sockets listen and its php processes settle (default 180)")
     p.add_argument("--round-timeout", type=float, default=300.0,
                    help="seconds a round of requests may take (default 300; each request 30 s "
                         "at most)")
     p.add_argument("--reload-timeout", type=float, default=60.0,
-                   help="seconds until the reloaded pool must answer its new value (default 60)")
+                   help="seconds until the reloaded pool must answer its new value, and `fpmd "
+                        "reload` must return (default 60)")
     p.add_argument("--stop-timeout", type=float, default=60.0,
                    help="seconds after SIGQUIT until the process tree must be gone, before "
                         "SIGTERM (default 60)")
@@ -1382,7 +1424,7 @@ def main(argv):
                 "idle_stop_pools": args.idle_stop,
                 "timeouts_s": {"start": args.start_timeout, "round": args.round_timeout,
                                "request": REQUEST_TIMEOUT, "reload": args.reload_timeout,
-                               "stop": args.stop_timeout, "config_test": CONFIG_TEST_TIMEOUT},
+                               "stop": args.stop_timeout, "config_test": args.start_timeout},
                 "limits": limits, "rlimit_note": rlimit_note,
                 "socket_up": "the path listens in /proc/net/unix (no connection is made)",
                 "request": "FastCGI responder over the pool's unix socket, one connection per "

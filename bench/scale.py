@@ -29,18 +29,26 @@ same pools for both backends, --seed). Then, one backend at a time:
   5. round 2, the same pools (cold again for ondemand);
   6. the reload of one pool among N: its php_admin_value is changed
      (gen0 -> gen1) and the manager reloaded (php-fpm: SIGUSR2; fpmd:
-     SIGHUP, or `fpmd -c FILE reload` with --fpmd-reload command); the time
-     until that pool answers with the new value, polling its socket; whether
-     the other pools' php processes were replaced (their pids before the
-     reload and 1 s after the new value was seen); then round 3, the same
-     pools and the reloaded one;
+     SIGHUP, or `fpmd -c FILE reload` with --fpmd-reload command, run in
+     the background); the time until that pool answers with the new value,
+     polling its socket; whether the other pools' php processes were
+     replaced (their pids before the reload and 1 s after the new value was
+     seen; ondemand: of the pools asked recently enough that the idle
+     timeout cannot explain a pid gone, among them 20 watched pools, asked
+     once more before the reload and kept from idling during it, each by
+     its own thread); then round 3, the same pools and the reloaded one;
   7. graceful stop (SIGQUIT): until the manager has exited and until every
      process of its tree is gone; the exit status, nothing left behind.
 
 And (--idle-stop N, default 500; 0: not run) the graceful stop of N idle
 ondemand pools, each backend started twice: SIGQUIT once the php process
 count has settled after the start, with no request ever served; and SIGQUIT
-1 s after a round of requests (no request in flight, the children alive).
+1 s after one request to each of 100 random pools (no request in flight,
+the children alive).
+
+The config tests (php-fpm -t, fpmd -t) run before each start up to 500
+pools; above, the start itself checks the same (fpmd -t of 5,000 pools
+takes minutes).
 
 Every step has a bound (--start-timeout, --round-timeout, --reload-timeout,
 --stop-timeout, the config test's), so a hung backend cannot hang the
@@ -82,6 +90,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from lib import procs, report, servers, tree
@@ -685,19 +694,128 @@ def summarize_round(ms, bad, pools):
     }
 
 
+WATCHED_POOLS = 20
+
+
+class KeepAlive:
+    """Beside a reload, a thread per watched pool: one request every `every`
+    s after the previous answer (served by an idle child, so none is added
+    or retired), so that the pool's children outlive the idle timeout
+    however long the reload takes, and whether they are replaced says what
+    the reload did. `with KeepAlive(...)`: the threads run inside."""
+
+    def __init__(self, b, pools, every):
+        self.b, self.pools, self.every = b, pools, every
+        self.stop_ev = threading.Event()
+        self.lock = threading.Lock()
+        self.ok = self.failed = 0
+        self.max_ms = 0.0
+        self.errors = []
+        self.threads = [threading.Thread(target=self.run, args=(j,), daemon=True) for j in pools]
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop_ev.set()
+        deadline = mono() + REQUEST_TIMEOUT / 3 + 1
+        for t in self.threads:
+            t.join(max(0.0, deadline - mono()))
+
+    def run(self, j):
+        while not self.stop_ev.wait(self.every):
+            r = self.b.request(j, timeout=REQUEST_TIMEOUT / 3)
+            self.b.last_asked[j] = mono()
+            with self.lock:
+                self.max_ms = max(self.max_ms, r["ms"])
+                if r["status"] == 200 and r["body"].startswith(f"scale-ok {marker(j, 0)} "):
+                    self.ok += 1
+                else:
+                    self.failed += 1
+                    if len(self.errors) < 3:
+                        self.errors.append({"pool": j, "error": r["error"], "status": r["status"],
+                                            "body": r["body"][:120]})
+
+
 def reload_one(b, i, args, out):
     """Changes pool i's user_agent (gen0 -> gen1), reloads, polls pool i
     until it answers with gen1; then compares every other pool's php pids
     with those before the reload. Fills `out`; raises BenchError when the
     manager exits or the new value is never seen."""
+    # The pools asked last (their children are alive), asked once more
+    # and then kept busy enough during the reload.
+    recent = sorted((j for j in b.last_asked if j != i), key=lambda j: -b.last_asked[j])
+    watched = sorted(recent[:WATCHED_POOLS])
+    refresh = []
+    for j in watched:
+        r = b.request(j)
+        b.last_asked[j] = mono()
+        refresh.append(r["status"] == 200 and r["body"].startswith(f"scale-ok {marker(j, 0)} "))
     before = b.pools_pids()
+    out["watched"] = {pool_name(j): {"refreshed": ok, "pids_before": sorted(before.get(j, ()))}
+                      for j, ok in zip(watched, refresh)}
     b.write_pool(i, 1)
     if isinstance(b, ScaleFpmd) and args.fpmd_reload == "sighup":
         # (`fpmd reload` checks it itself, exit 78; and fpmd -t of
         # thousands of pools takes long.)
         b.check_config(args.start_timeout)
-    t0 = mono()
-    ev = b.reload()
+    keep = KeepAlive(b, watched, max(0.5, args.idle_timeout / 4))
+    with keep:
+        t0 = mono()
+        ev = b.reload()
+        seen_s = poll_reloaded(b, i, args, t0, ev, out)
+        if seen_s is not None and b.proc.running():
+            time.sleep(1.0)  # what the reload retires has gone by now
+            after = b.pools_pids()
+            t_after = mono()
+    out["watched_pools"] = len(watched)
+    out["watched_requests_ok"] = keep.ok
+    out["watched_requests_failed"] = keep.failed
+    out["watched_max_ms"] = round(keep.max_ms, 2)
+    out["watched_errors"] = keep.errors
+    if not b.proc.running():
+        raise procs.BenchError(f"{b.name} exited with status {b.proc.proc.returncode} after the "
+                               f"reload ({ev['method']}), "
+                               + ("after its new value was seen" if seen_s is not None else
+                                  f"its new value never seen ({out['polls']} polls, "
+                                  f"{out['failed_polls']} failed)"))
+    if seen_s is None:
+        raise procs.BenchError(f"pool {pool_name(i)} never answered with its new value within "
+                               f"{args.reload_timeout:.0f} s of the reload ({out['polls']} polls, "
+                               f"{out['failed_polls']} failed: {out['poll_errors'][:2]})")
+    for j in watched:
+        out["watched"][pool_name(j)]["pids_after"] = sorted(after.get(j, ()))
+    others = [j for j in range(b.n) if j != i]
+    with_pids = [j for j in others if before.get(j)]
+    # Ondemand: a child is retired process_idle_timeout after its last
+    # request, whatever the reload does, so only the pools whose last
+    # request is recent enough for their children to be alive still (2 s
+    # of margin: both managers check idleness once a second) are compared:
+    # the watched ones, and those asked last if the reload was quick.
+    if b.mode == "ondemand":
+        recent = t_after - args.idle_timeout + min(2.0, args.idle_timeout / 2)
+        checked = [j for j in with_pids if b.last_asked.get(j, float("-inf")) > recent]
+    else:
+        checked = with_pids
+    changed = [j for j in checked if not before[j] <= after.get(j, set())]
+    out["other_pools"] = len(others)
+    out["other_pools_with_php"] = len(with_pids)
+    out["other_pools_checked"] = len(checked)
+    out["other_pools_with_pids_replaced"] = len(changed)
+    out["other_pools_pids_before"] = sum(len(before[j]) for j in checked)
+    out["other_pools_pids_gone"] = sum(len(before[j] - after.get(j, set())) for j in checked)
+    out["other_pools_changed_sample"] = [pool_name(j) for j in changed[:10]]
+    out["reloaded_pool_pids_before"] = sorted(before.get(i, set()))
+    out["reloaded_pool_pids_after"] = sorted(after.get(i, set()))
+    out["unattributed_pids"] = len(b.unattributed)
+
+
+def poll_reloaded(b, i, args, t0, ev, out):
+    """Polls pool i every 5 ms from the reload at t0 until it answers its
+    new value, for at most --reload-timeout; returns the seconds it took
+    (None: never). What it saw, and `fpmd reload`'s outcome, go into out."""
     old = failed = polls = 0
     errors = []
     seen_s = None
@@ -726,47 +844,23 @@ def reload_one(b, i, args, out):
         b.fails.append(b.failure("`fpmd reload` " + (
             f"did not return within {args.reload_timeout:.0f} s (killed)" if ev["rc"] == "timeout"
             else f"exited {ev['rc']}") + f": {ev.get('output')}"))
-    if not b.proc.running():
-        raise procs.BenchError(f"{b.name} exited with status {b.proc.proc.returncode} after the "
-                               f"reload ({ev['method']}), "
-                               + ("after its new value was seen" if seen_s is not None else
-                                  f"its new value never seen ({polls} polls, {failed} failed)"))
-    if seen_s is None:
-        raise procs.BenchError(f"pool {pool_name(i)} never answered with its new value within "
-                               f"{args.reload_timeout:.0f} s of the reload ({polls} polls, {failed} "
-                               f"failed: {errors[:2]})")
-    time.sleep(1.0)  # what the reload retires has gone by now
-    after = b.pools_pids()
-    t_after = mono()
-    others = [j for j in range(b.n) if j != i]
-    with_pids = [j for j in others if before.get(j)]
-    # Ondemand: a child is retired process_idle_timeout after its last
-    # request, whatever the reload does, so only the pools whose last
-    # request is recent enough for their children to be alive still (2 s
-    # of margin: both managers check idleness once a second) are compared.
-    if b.mode == "ondemand":
-        recent = t_after - args.idle_timeout + 2.0
-        checked = [j for j in with_pids if b.last_asked.get(j, float("-inf")) > recent]
-    else:
-        checked = with_pids
-    changed = [j for j in checked if not before[j] <= after.get(j, set())]
-    out["other_pools"] = len(others)
-    out["other_pools_with_php"] = len(with_pids)
-    out["other_pools_checked"] = len(checked)
-    out["other_pools_with_pids_replaced"] = len(changed)
-    out["other_pools_pids_before"] = sum(len(before[j]) for j in checked)
-    out["other_pools_pids_gone"] = sum(len(before[j] - after.get(j, set())) for j in checked)
-    out["other_pools_changed_sample"] = [pool_name(j) for j in changed[:10]]
-    out["reloaded_pool_pids_before"] = sorted(before.get(i, set()))
-    out["reloaded_pool_pids_after"] = sorted(after.get(i, set()))
-    out["unattributed_pids"] = len(b.unattributed)
+    return seen_s
+
+
+def config_test(args, b):
+    """php-fpm -t / fpmd -t, up to ALL_POOLS_UP_TO pools: above, the start
+    checks the same and its failure is reported with the log's lines, and
+    fpmd -t of 5,000 pools takes minutes (its check of the listen addresses
+    is quadratic)."""
+    if b.n <= ALL_POOLS_UP_TO:
+        b.step = "config test"
+        b.check_config(args.start_timeout)
 
 
 def run_one(args, b, res):
     """Steps 1-6 for one backend, into res (run_all stops it)."""
     b.res = res
-    b.step = "config test"
-    b.check_config(args.start_timeout)
+    config_test(args, b)
     b.step = "start"
     sockets_s, php_s = wait_started(b, args.start_timeout)
     res["start_sockets_s"] = round(sockets_s, 4)
@@ -888,13 +982,13 @@ IDLE_STOP_CASES = (
     ("never_served", "no request served since the start"),
     ("served", "1 s after one request to each asked pool (children alive, none busy)"),
 )
+IDLE_STOP_SERVED = 100  # the pools asked before the second idle stop
 
 
 def idle_stop_one(case):
     def body(args, b, res):
         b.res = res
-        b.step = "config test"
-        b.check_config(args.start_timeout)
+        config_test(args, b)
         b.step = "start"
         sockets_s, _ = wait_started(b, args.start_timeout)
         res["start_sockets_s"] = round(sockets_s, 4)
@@ -911,7 +1005,11 @@ def idle_stop_one(case):
 
 def run_idle_stop(args, tmp, www, results, warnings):
     n = args.idle_stop
-    pools = sample_pools(args, n)
+    # 100 random pools (or fewer), not every pool: one after another,
+    # fpmd's exec'd cold starts (~100 ms) would take longer than the idle
+    # timeout, and the first pools' children would be gone at the stop.
+    k = min(n, IDLE_STOP_SERVED)
+    pools = sorted(random.Random(f"{args.seed}-idle-{n}").sample(range(n), k))
     k = 0
     for case, _what in IDLE_STOP_CASES:
         rundir = os.path.join(tmp, f"idle-stop-{n}-{case}")
@@ -985,6 +1083,7 @@ def rows(mode):
          lambda r: None if get(r, "reload.polls") is None else
          f"{r['reload']['old_value_answers']} / {r['reload']['failed_polls']}", False),
         ("reload: other pools whose php processes were replaced", f_replaced, False),
+        ("reload: requests to other pools meanwhile: ok / failed (max ms)", f_watched, False),
         ("after the reload, one request per asked pool: p50 (ms)", lambda r: get(r, "round3.p50_ms"),
          True),
         ("after the reload, one request per asked pool: p99 (ms)", lambda r: get(r, "round3.p99_ms"),
@@ -1022,6 +1121,14 @@ def f_replaced(r):
     if rl["other_pools_checked"] != rl["other_pools_with_php"]:
         s += f"; of {rl['other_pools_with_php']} with php processes, those asked recently enough"
     return s
+
+
+def f_watched(r):
+    rl = r.get("reload") or {}
+    if rl.get("watched_pools") is None:
+        return None
+    return (f"{rl['watched_requests_ok']} / {rl['watched_requests_failed']} "
+            f"({rl['watched_max_ms']:g}), {rl['watched_pools']} pools")
 
 
 def f_failed(r):

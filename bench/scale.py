@@ -34,7 +34,7 @@ same pools for both backends, --seed). Then, one backend at a time:
      polling its socket; whether the other pools' php processes were
      replaced (their pids before the reload and 1 s after the new value was
      seen; ondemand: of the pools asked recently enough that the idle
-     timeout cannot explain a pid gone, among them 20 watched pools, asked
+     timeout cannot explain a pid gone, among them 10 watched pools, asked
      once more before the reload and kept from idling during it, each by
      its own thread); then round 3, the same pools and the reloaded one;
   7. graceful stop (SIGQUIT): until the manager has exited and until every
@@ -694,7 +694,11 @@ def summarize_round(ms, bad, pools):
     }
 
 
-WATCHED_POOLS = 20
+# Beside the poll of the reloaded pool, at most 11 connections open at
+# once: fpmd caps the web server's connections at RLIMIT_NOFILE − 64 − 4 ×
+# the pools' max_children, but at least 16 (at 20,000 files and 1,000 pools
+# of 5 or more, 16): more and the bench's own requests would queue.
+WATCHED_POOLS = 10
 
 
 class KeepAlive:
@@ -819,11 +823,13 @@ def poll_reloaded(b, i, args, t0, ev, out):
     old = failed = polls = 0
     errors = []
     seen_s = None
+    longest = 0.0
     want_new, want_old = f"scale-ok {marker(i, 1)} ", f"scale-ok {marker(i, 0)} "
     while mono() - t0 < args.reload_timeout:
         left = args.reload_timeout - (mono() - t0)
         r = b.request(i, timeout=max(0.1, min(REQUEST_TIMEOUT, left)))
         polls += 1
+        longest = max(longest, r["ms"])
         if r["status"] == 200 and r["body"].startswith(want_new):
             seen_s = mono() - t0
             break
@@ -839,7 +845,8 @@ def poll_reloaded(b, i, args, t0, ev, out):
         time.sleep(0.005)
     b.reload_finish(ev, t0 + args.reload_timeout)
     out.update({"pool": i, "trigger": ev, "seen_s": seen_s, "polls": polls,
-                "old_value_answers": old, "failed_polls": failed, "poll_errors": errors})
+                "old_value_answers": old, "failed_polls": failed, "poll_errors": errors,
+                "longest_poll_ms": round(longest, 2)})
     if ev.get("rc") not in (None, 0):
         b.fails.append(b.failure("`fpmd reload` " + (
             f"did not return within {args.reload_timeout:.0f} s (killed)" if ev["rc"] == "timeout"
@@ -1079,9 +1086,10 @@ def rows(mode):
          lambda r: ms_of_s(get(r, "reload.seen_s")), True),
         ("reload: `fpmd reload` returned after (ms)",
          lambda r: ms_of_s(get(r, "reload.trigger.command_s")), False),
-        ("reload: polls answered by the old value / failed",
+        ("reload: polls answered by the old value / failed (the longest, ms)",
          lambda r: None if get(r, "reload.polls") is None else
-         f"{r['reload']['old_value_answers']} / {r['reload']['failed_polls']}", False),
+         f"{r['reload']['old_value_answers']} / {r['reload']['failed_polls']} "
+         f"({r['reload'].get('longest_poll_ms', 0):g})", False),
         ("reload: other pools whose php processes were replaced", f_replaced, False),
         ("reload: requests to other pools meanwhile: ok / failed (max ms)", f_watched, False),
         ("after the reload, one request per asked pool: p50 (ms)", lambda r: get(r, "round3.p50_ms"),

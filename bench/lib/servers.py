@@ -43,9 +43,16 @@ def default_php_fpm():
     return f"/usr/sbin/php-fpm{php_version('php-cgi') or '8.2'}"
 
 
+def default_fpmd():
+    """The release binary `make build` leaves: under $CARGO_TARGET_DIR when
+    it is set (as cargo does), else the repository's target/."""
+    target = os.environ.get("CARGO_TARGET_DIR") or os.path.join(REPO, "target")
+    return os.path.join(os.path.abspath(target), "release", "fpmd")
+
+
 def common_options(p, copies_fpmd=True, nginx=True, wrk=False):
     """--fpmd, --php-fpm (--nginx, --wrk when the bench runs them), --keep-tmp."""
-    p.add_argument("--fpmd", default=os.path.join(REPO, "target", "release", "fpmd"),
+    p.add_argument("--fpmd", default=default_fpmd(),
                    help="copied into the temp dir first, so a rebuild during the run changes "
                         "nothing" if copies_fpmd else None)
     p.add_argument("--php-fpm", help="default: /usr/sbin/php-fpmX.Y of php-cgi's PHP version")
@@ -146,8 +153,12 @@ class Manager:
     def command(self, args):
         return [self.binary] + [self.conf if a is CONF else a for a in args]
 
-    def check_config(self):
-        r = procs.run(self.command(self.test_args))
+    def check_config(self, timeout=None):
+        try:
+            r = procs.run(self.command(self.test_args), timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise BenchError(f"{self.name}: config test ({' '.join(self.command(self.test_args))}) "
+                             f"still running after {timeout:.0f} s (killed)")
         if r.returncode != 0:
             out = r.stdout.splitlines()[-self.test_output_lines:] if self.test_output_lines else None
             raise BenchError(f"{self.name}: "

@@ -69,7 +69,7 @@ clean:
 #                     (more options: make bench BENCH_ARGS="--fpmd-variants exec,prefork")
 #   make bench-smoke  1 round of 1 s per workload into a temp dir, which is removed when it
 #                     passes: proves the bench still works (the test suite runs it); < 1 min
-.PHONY: bench-deps bench-smoke bench-pm bench-reload bench-scale bench-scale-smoke bench-manager-mem
+.PHONY: bench-deps bench-smoke bench-pm bench-reload bench-scale bench-scale-large bench-scale-smoke bench-manager-mem
 BENCH_ARGS ?=
 
 bench-deps:
@@ -102,18 +102,37 @@ bench-reload: bench-deps build
 
 # Hundreds of pools against php-fpm: for N in 1, 50, 200, 500 pools, ondemand
 # and dynamic, each backend started alone with the same N pools: start time,
-# manager and total memory, one cold request per pool straight over FastCGI
-# (p50/p99/max and where the slowest were), memory after idle, a second
-# round, the reload of one pool among N, stop; one markdown table per
-# (mode, N) on stdout, bench/results/scale.json and scale.png; about
-# 10 minutes (N=500 alone ~5). BENCH_SCALE_ARGS="--smoke": N=1,5, < 1 min.
+# manager and total memory (PSS), php processes, one cold request per pool
+# straight over FastCGI (p50/p99/max and where the slowest were), memory
+# after idle, a second round, the reload of one pool among N (and whether
+# the other pools' php processes were replaced), the graceful stop until the
+# whole process tree is gone; then the graceful stop of 500 idle ondemand
+# pools; one markdown table per (mode, N) on stdout, bench/results/scale.json
+# and scale.png; about 11 minutes. Every step has a timeout; a backend that
+# fails is reported (step, exit status, log lines) and the run goes on.
+# BENCH_SCALE_ARGS="--smoke": N=1,5, ~1 min.
 BENCH_SCALE_ARGS ?=
 
 bench-scale: bench-deps build
 	/usr/bin/python3 bench/scale.py $(BENCH_SCALE_ARGS)
 
-# 1 and 5 pools, idle timeout 2 s, into a temp dir removed when it passes
-# (the test suite runs it, so that the scale bench cannot rot); < 1 min.
+# Thousands of pools (issue 23): 2,000 and 5,000 ondemand pools, rounds of
+# 100 random pools, fpmd with warm_min_available = "100%" (no php process
+# while idle, as php-fpm; the default would keep ~6 MiB per pool) and
+# reloaded with `fpmd reload`; start and reload bounded at 15 minutes
+# each; then the idle stop of 500 pools. bench/results/scale-large.json,
+# .md and .png; 20-40 minutes, most of it fpmd's start and reload at 5,000.
+bench-scale-large: bench-deps build
+	/usr/bin/python3 bench/scale.py --pools 2000,5000 --modes ondemand \
+		--warm-min-available 100% --fpmd-reload command \
+		--start-timeout 900 --reload-timeout 900 \
+		--out bench/results/scale-large.json --chart bench/results/scale-large.png \
+		--markdown bench/results/scale-large.md \
+		$(BENCH_SCALE_ARGS)
+
+# 1 and 5 pools, idle timeout 2 s, the idle stop of 5 pools, into a temp dir
+# removed when it passes (the test suite runs it, so that the scale bench
+# cannot rot); ~1 min.
 bench-scale-smoke: bench-deps build
 	/usr/bin/python3 bench/scale.py --smoke $(BENCH_SCALE_ARGS)
 

@@ -1320,7 +1320,7 @@ def draw_chart(res, png, problems):
                                       ("mem_after_idle.total_pss_mib", "--s", "after idle")):
                 xs, ys = series(path)
                 ax.plot(xs, ys, style, color=c, label=f"{bname} {what}")
-        for ax, title, unit in ((axes[mi][0], "cold request (round 1), one per pool", "ms"),
+        for ax, title, unit in ((axes[mi][0], "cold request (round 1), one per asked pool", "ms"),
                                 (axes[mi][1], "manager memory after start", "MiB"),
                                 (axes[mi][2], "total PSS (manager + children)", "MiB")):
             ax.set_title(f"{mode}: {title}", fontsize=10)

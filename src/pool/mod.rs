@@ -99,21 +99,21 @@ pub fn return_buffer(buf: &mut BytesMut) {
 /// process with its own socket, its pid known from its start, and the slot
 /// goes with it (the process manager starts a replacement).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Strategy {
+pub enum Role {
     /// A child: exec'd by fpmd, or forked on order by a php-cgi parent.
-    Exec,
+    Child,
     /// A php-cgi parent: its process group holds the children it forked.
-    Prefork,
+    Parent,
 }
 
-impl Strategy {
+impl Role {
     /// What to signal to end everything of the php-cgi `leader` fpmd
-    /// spawned: the child itself (exec), or the parent's process group,
-    /// its children with it (prefork).
+    /// knows: the child itself, or the parent's process group, its
+    /// children with it.
     pub fn everything_of(self, leader: i32) -> Pid {
         match self {
-            Strategy::Exec => Pid::from_raw(leader),
-            Strategy::Prefork => Pid::from_raw(-leader),
+            Role::Child => Pid::from_raw(leader),
+            Role::Parent => Pid::from_raw(-leader),
         }
     }
 }
@@ -803,9 +803,9 @@ pub(crate) mod tests {
     use super::*;
 
     #[test]
-    fn a_strategy_ends_a_child_or_a_parent_with_its_group() {
-        assert_eq!(Strategy::Exec.everything_of(42), Pid::from_raw(42));
-        assert_eq!(Strategy::Prefork.everything_of(42), Pid::from_raw(-42));
+    fn a_role_ends_a_child_or_a_parent_with_its_group() {
+        assert_eq!(Role::Child.everything_of(42), Pid::from_raw(42));
+        assert_eq!(Role::Parent.everything_of(42), Pid::from_raw(-42));
     }
 
     #[test]

@@ -21,7 +21,7 @@ use crate::config::PmMode;
 use crate::pool::policy::{self, QUICK_DEATH};
 use crate::pool::slots::GenId;
 use crate::pool::stats::StopReason;
-use crate::pool::{Strategy, Worker};
+use crate::pool::{Role, Worker};
 use crate::process::fork_server::Report;
 use crate::process::reap::{Exit, ExitKind};
 use crate::process::signal;
@@ -43,7 +43,7 @@ pub(super) struct ChildState {
     pub stop: Option<StopReason>,
     /// Exec: a child (exec'd, or forked on order by a parent); prefork: a
     /// parent (its process group holds its children).
-    pub strategy: Strategy,
+    pub role: Role,
     /// A child forked by a php-cgi parent: that parent (a key of
     /// [`Children::leaders`]), which reaps it and reports its exit.
     pub parent: Option<i32>,
@@ -71,7 +71,7 @@ pub(super) struct Forker {
 /// exec'd child once it waits in accept(). Until then requests wait in
 /// fpmd's queue, and a new generation does not take over.
 pub(super) struct Pending {
-    pub strategy: Strategy,
+    pub role: Role,
     pub leader: i32,
     pub gen: GenId,
     pub endpoint: Arc<PathBuf>,
@@ -262,7 +262,7 @@ impl Supervisor {
                 alive: alive.clone(),
                 endpoint: endpoint.clone(),
                 stop: None,
-                strategy: Strategy::Exec,
+                role: Role::Child,
                 parent: Some(parent),
                 forker: None,
             },
@@ -275,7 +275,7 @@ impl Supervisor {
             debug!(pool = %self.name(), pid, "child forked by php-cgi parent {parent} (generation {gen})");
         }
         let child = Pending {
-            strategy: Strategy::Exec,
+            role: Role::Child,
             leader: pid,
             gen,
             endpoint,
@@ -347,14 +347,14 @@ impl Supervisor {
             if !p.alive.load(Ordering::Acquire) {
                 continue;
             }
-            let started = match p.strategy {
-                Strategy::Prefork => self
+            let started = match p.role {
+                Role::Parent => self
                     .children
                     .leaders
                     .get(&p.leader)
                     .and_then(|c| c.forker.as_ref())
                     .is_some_and(|f| f.ready),
-                Strategy::Exec => started_serving(p.leader, p.since.elapsed()),
+                Role::Child => started_serving(p.leader, p.since.elapsed()),
             };
             if started {
                 ready.push(p);
@@ -365,11 +365,11 @@ impl Supervisor {
                 if let Some(tx) = self.started.take() {
                     let _ = tx.send(());
                 }
-                match p.strategy {
-                    Strategy::Prefork => {
+                match p.role {
+                    Role::Parent => {
                         warn!(pool = %name, pid = p.leader, "php-cgi parent has not finished starting after 10 s (or its fork server was not loaded: LD_PRELOAD is not honoured by a static or setuid php_cgi; use pm.spawn = \"exec\" for it)")
                     }
-                    Strategy::Exec => {
+                    Role::Child => {
                         warn!(pool = %name, pid = p.leader, "php-cgi has not finished starting after 10 s")
                     }
                 }
@@ -378,7 +378,7 @@ impl Supervisor {
         }
         self.children.pending = waiting;
         for p in ready {
-            if p.strategy == Strategy::Prefork {
+            if p.role == Role::Parent {
                 debug!(pool = %self.name(), pid = p.leader, "php-cgi parent loaded PHP in {:.3} s: it forks children on order", p.since.elapsed().as_secs_f64());
                 // A php-cgi came up: a later failure to start is a new episode.
                 self.start_failure_said = false;
@@ -467,7 +467,7 @@ impl Supervisor {
         if child.stop.is_some() {
             debug!(pool = %self.name(), pid = exit.pid, "{}", exit.describe(lived));
         } else {
-            if child.gen == self.gens.target() && child.strategy == Strategy::Exec {
+            if child.gen == self.gens.target() && child.role == Role::Child {
                 self.replacing += 1;
             }
             match exit.kind {
@@ -633,9 +633,9 @@ impl Supervisor {
                 None
             }
         };
-        let strategy = match forker {
-            Some(_) => Strategy::Prefork,
-            None => Strategy::Exec,
+        let role = match forker {
+            Some(_) => Role::Parent,
+            None => Role::Child,
         };
         let alive = Arc::new(AtomicBool::new(true));
         self.children.leaders.insert(
@@ -646,13 +646,13 @@ impl Supervisor {
                 alive: alive.clone(),
                 endpoint: endpoint.clone(),
                 stop: None,
-                strategy,
+                role,
                 parent: None,
                 forker,
             },
         );
         self.children.pending.push(Pending {
-            strategy,
+            role,
             leader: pid,
             gen,
             endpoint,
@@ -698,7 +698,7 @@ mod tests {
             alive: Arc::new(AtomicBool::new(true)),
             endpoint: Arc::new(PathBuf::from("/run/x.sock")),
             stop,
-            strategy: Strategy::Exec,
+            role: Role::Child,
             parent,
             forker: None,
         }
@@ -707,7 +707,7 @@ mod tests {
     fn parent(gen: u32, ordered: usize) -> ChildState {
         let (ours, _theirs) = crate::process::fork_server::pair().unwrap();
         ChildState {
-            strategy: Strategy::Prefork,
+            role: Role::Parent,
             forker: Some(Forker {
                 orders: Arc::new(crate::process::fork_server::Orders::new(ours).unwrap()),
                 ready: true,

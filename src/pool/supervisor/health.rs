@@ -17,7 +17,7 @@ use tracing::{debug, error, info, warn};
 use super::{phase, Supervisor};
 use crate::config::PoolConfig;
 use crate::pool::stats::StopReason;
-use crate::pool::Strategy;
+use crate::pool::Role;
 use crate::process::reap::ExitKind;
 use crate::process::signal;
 
@@ -277,7 +277,7 @@ impl Supervisor {
             .children
             .leaders
             .iter()
-            .map(|(p, c)| (*p, c.strategy == Strategy::Prefork))
+            .map(|(p, c)| (*p, c.role == Role::Parent))
             .collect();
         if leaders.is_empty() {
             self.stopped.clear();
@@ -319,7 +319,7 @@ impl Supervisor {
                     continue;
                 }
                 if let Some(c) = self.children.leaders.get(&pid) {
-                    if c.strategy == Strategy::Prefork {
+                    if c.role == Role::Parent {
                         warn!(pool = %self.name(), pid, "php-cgi parent {pid} is stopped (SIGSTOP), so it forks no child: SIGKILL, a new one is started");
                     } else {
                         warn!(pool = %self.name(), pid, "child {pid} is stopped (SIGSTOP): SIGKILL");

@@ -398,11 +398,8 @@ impl Supervisor {
                     // php-cgi only finishes its script on SIGTERM (an
                     // interrupted sleep() even returns early and the script
                     // runs on): a fast stop kills, as php-fpm's does.
-                    let _ = signal::send(
-                        &self.pool.name,
-                        c.strategy.everything_of(*pid),
-                        Signal::SIGKILL,
-                    );
+                    let _ =
+                        signal::send(&self.pool.name, c.role.everything_of(*pid), Signal::SIGKILL);
                 }
             }
         }
@@ -429,7 +426,7 @@ impl Supervisor {
         for (pid, c) in self.children.leaders.iter_mut() {
             c.stop.get_or_insert(StopReason::Retired);
             debug!(pool = %name, pid, "child still alive after the stop grace period: SIGKILL");
-            let _ = signal::send(&name, c.strategy.everything_of(*pid), Signal::SIGKILL);
+            let _ = signal::send(&name, c.role.everything_of(*pid), Signal::SIGKILL);
         }
         if let Some(s) = &mut self.stopping {
             s.mode = StopMode::Fast;
@@ -494,7 +491,7 @@ impl Supervisor {
             .children
             .pending
             .iter()
-            .filter(|p| p.gen == gen && p.strategy == super::Strategy::Exec)
+            .filter(|p| p.gen == gen && p.role == super::Role::Child)
             .count();
         // A pool whose php-cgi could not start answers 503 instead of
         // queueing: try one as if a request waited.

@@ -247,10 +247,12 @@ fn memory_and_cpu_of_a_request_as_php_fpm_logs_them() {
     eprintln!("php-fpm: {their_kb} KiB, {their_cpu} %; fpmd: {kb} KiB ({memory} B on the status page), {cpu} % ({last_cpu} %)");
     assert!(their_kb >= 49152, "php-fpm's own figure: {their_kb}");
     assert!(kb >= 49152, "fpmd: {kb} KiB");
-    assert!(
-        (cpu - their_cpu).abs() <= 0.25 * their_cpu,
-        "%C: fpmd {cpu}, php-fpm {their_cpu}"
-    );
+    // The same script measured twice, a moment apart: each figure is CPU
+    // time over wall time, which the machine's load moves (25 % apart was
+    // seen with other tests running); a figure on another basis (a ratio,
+    // the child's whole CPU) is off by far more than 2×.
+    let near = |a: f64, b: f64| a >= b / 2.0 && a <= b * 2.0;
+    assert!(near(cpu, their_cpu), "%C: fpmd {cpu}, php-fpm {their_cpu}");
     assert!(memory >= 48 << 20);
     // The same figures on the metrics endpoint (OpenMetrics).
     let text = get(&format!("http://127.0.0.1:{metrics}/metrics")).text();
@@ -267,7 +269,7 @@ fn memory_and_cpu_of_a_request_as_php_fpm_logs_them() {
         "{metric} vs {last_cpu}: {text}"
     );
     assert!(
-        (last_cpu - their_cpu).abs() <= 0.25 * their_cpu,
+        near(last_cpu, their_cpu),
         "last request cpu: fpmd {last_cpu}, php-fpm's %C {their_cpu}"
     );
 }

@@ -41,8 +41,8 @@ pub(super) struct ChildState {
     /// Why fpmd asked it to go (retire, stop, broken connection); `None`:
     /// it was not asked (an exit then counts as [`StopReason::Died`]).
     pub stop: Option<StopReason>,
-    /// Exec: a child (exec'd, or forked on order by a parent); prefork: a
-    /// parent (its process group holds its children).
+    /// A child (exec'd, or forked on order by a parent) or a parent (its
+    /// process group holds its children).
     pub role: Role,
     /// A child forked by a php-cgi parent: that parent (a key of
     /// [`Children::leaders`]), which reaps it and reports its exit.

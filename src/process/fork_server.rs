@@ -20,10 +20,8 @@
 //!
 //! Must not touch: when a child is wanted (the supervisor decides).
 
-use std::hash::{Hash, Hasher};
-use std::io::{self, Write};
+use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -55,22 +53,7 @@ pub fn install(dir: &Path) -> io::Result<&'static Path> {
     if let Some(p) = INSTALLED.get() {
         return Ok(p);
     }
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    LIBRARY.hash(&mut h);
-    let path = dir.join(format!("fpmd-fork-{:016x}.so", h.finish()));
-    if std::fs::read(&path).ok().as_deref() != Some(LIBRARY) {
-        let tmp = dir.join(format!(".fpmd-fork-{}.tmp", std::process::id()));
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o644)
-            .open(&tmp)?;
-        f.write_all(LIBRARY)?;
-        f.set_permissions(std::fs::Permissions::from_mode(0o644))?;
-        drop(f);
-        std::fs::rename(&tmp, &path)?;
-    }
+    let path = crate::process::sapi::write_for_everyone(dir, "fpmd-fork", "so", LIBRARY)?;
     Ok(INSTALLED.get_or_init(|| path))
 }
 

@@ -115,26 +115,40 @@ pub fn install(dir: &Path) -> io::Result<&'static Installed> {
     if let Some(i) = INSTALLED.get() {
         return Ok(i);
     }
+    let path = write_for_everyone(dir, "fpmd-sapi", "php", SAPI_PHP.as_bytes())?;
+    let for_everyone = searchable_by_all(dir);
+    Ok(INSTALLED.get_or_init(|| Installed { path, for_everyone }))
+}
+
+/// Writes `bytes` into `dir` as `PREFIX-HASH.EXT` (HASH: of the bytes, so
+/// the name changes with the content), mode 0644, unless that file is
+/// there with these bytes already (another fpmd of the same build); a
+/// temporary file renamed into place, so that no child reads half of it.
+/// Returns its path. Errors: `dir` cannot be created or written.
+pub fn write_for_everyone(
+    dir: &Path,
+    prefix: &str,
+    ext: &str,
+    bytes: &[u8],
+) -> io::Result<PathBuf> {
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    SAPI_PHP.hash(&mut h);
-    let path = dir.join(format!("fpmd-sapi-{:016x}.php", h.finish()));
-    let current = std::fs::read(&path).is_ok_and(|b| b == SAPI_PHP.as_bytes());
-    if !current {
+    bytes.hash(&mut h);
+    let path = dir.join(format!("{prefix}-{:016x}.{ext}", h.finish()));
+    if std::fs::read(&path).ok().as_deref() != Some(bytes) {
         std::fs::create_dir_all(dir)?;
-        let tmp = dir.join(format!(".fpmd-sapi-{}.tmp", std::process::id()));
+        let tmp = dir.join(format!(".{prefix}-{}.tmp", std::process::id()));
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(true)
             .mode(0o644)
             .open(&tmp)?;
-        f.write_all(SAPI_PHP.as_bytes())?;
+        f.write_all(bytes)?;
         f.set_permissions(std::fs::Permissions::from_mode(0o644))?;
         drop(f);
         std::fs::rename(&tmp, &path)?;
     }
-    let for_everyone = searchable_by_all(dir);
-    Ok(INSTALLED.get_or_init(|| Installed { path, for_everyone }))
+    Ok(path)
 }
 
 /// Where `sapi.php` was installed, if it was.

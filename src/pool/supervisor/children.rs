@@ -253,20 +253,7 @@ impl Supervisor {
             return;
         };
         let startup = f.startup.clone();
-        let alive = Arc::new(AtomicBool::new(true));
-        self.children.leaders.insert(
-            pid,
-            ChildState {
-                gen,
-                started: Instant::now(),
-                alive: alive.clone(),
-                endpoint: endpoint.clone(),
-                stop: None,
-                role: Role::Child,
-                parent: Some(parent),
-                forker: None,
-            },
-        );
+        let child = self.track(pid, gen, endpoint, Some(parent), None, startup);
         self.pool.stats.count_spawned();
         if self.replacing > 0 {
             self.replacing -= 1;
@@ -274,16 +261,6 @@ impl Supervisor {
         } else {
             debug!(pool = %self.name(), pid, "child forked by php-cgi parent {parent} (generation {gen})");
         }
-        let child = Pending {
-            role: Role::Child,
-            leader: pid,
-            gen,
-            endpoint,
-            alive,
-            startup,
-            since: Instant::now(),
-            warned: false,
-        };
         self.add_slot(&child);
     }
 
@@ -633,6 +610,25 @@ impl Supervisor {
                 None
             }
         };
+        let started = self.track(pid, gen, endpoint, None, forker, startup);
+        self.children.pending.push(started);
+        self.check_pending();
+        Ok(())
+    }
+
+    /// Tracks the new php-cgi `pid` of generation `gen` (a child, forked by
+    /// `parent` or exec'd; or, with a `forker`, a parent), and returns what
+    /// its readiness is checked with: an exec'd child or a parent waits in
+    /// [`Children::pending`], a forked child's slot is added at once.
+    fn track(
+        &mut self,
+        pid: i32,
+        gen: GenId,
+        endpoint: Arc<PathBuf>,
+        parent: Option<i32>,
+        forker: Option<Forker>,
+        startup: crate::process::output::StartupWindow,
+    ) -> Pending {
         let role = match forker {
             Some(_) => Role::Parent,
             None => Role::Child,
@@ -647,11 +643,11 @@ impl Supervisor {
                 endpoint: endpoint.clone(),
                 stop: None,
                 role,
-                parent: None,
+                parent,
                 forker,
             },
         );
-        self.children.pending.push(Pending {
+        Pending {
             role,
             leader: pid,
             gen,
@@ -660,9 +656,7 @@ impl Supervisor {
             startup,
             since: Instant::now(),
             warned: false,
-        });
-        self.check_pending();
-        Ok(())
+        }
     }
 
     /// Retires an idle worker taken out of the idle stack (scale-down):

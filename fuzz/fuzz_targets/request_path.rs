@@ -149,8 +149,10 @@ async fn drive(mode: u8, web: Vec<u8>) {
             Ok(Next::Closed) | Err(_) => break,
         };
         params_parse_record_by_record(&req.head);
-        let (ours, kid_end) = UnixStream::pair().unwrap();
-        let (cr, cw) = ours.into_split();
+        let (ours, kid_end) = std::os::unix::net::UnixStream::pair().unwrap();
+        kid_end.set_nonblocking(true).unwrap();
+        let kid_end = UnixStream::from_std(kid_end).unwrap();
+        let (cr, cw) = fpmd::sys::stream::Stream::new(ours.into(), false).unwrap().into_split();
         let mut conn = ChildConn { reader: cr, writer: cw, buf: Default::default() };
         let kid = tokio::spawn(child(kid_end, mode));
         if conn.writer.write_all(&req.head).await.is_err() {

@@ -19,6 +19,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
 use tokio::sync::{mpsc, watch, Notify};
 use tracing::{debug, warn};
 
@@ -26,6 +30,7 @@ use crate::config::ListenAddress;
 use crate::listen::{ListenKey, ListenerTable};
 use crate::pool::Pool;
 use crate::proxy::serve_connection;
+use crate::sys::stream::Stream;
 
 /// Where the connections of one address go.
 pub struct Route {
@@ -52,20 +57,17 @@ impl Route {
 /// What an accept loop reads its route from; `None` stops it.
 pub type RouteWatch = watch::Receiver<Option<Arc<Route>>>;
 
-/// A clone of a table socket registered with the event loop.
+/// A clone of a table socket registered with the event loop (readability
+/// only: a listening socket has nothing to write).
 pub struct Listener {
     key: ListenKey,
-    inner: Inner,
-}
-
-enum Inner {
-    Tcp(tokio::net::TcpListener),
-    Unix(tokio::net::UnixListener),
+    socket: AsyncFd<OwnedFd>,
+    tcp: bool,
 }
 
 enum Conn {
-    Tcp(tokio::net::TcpStream, SocketAddr),
-    Unix(tokio::net::UnixStream),
+    Tcp(Stream, SocketAddr),
+    Unix(Stream),
 }
 
 impl Listener {
@@ -73,15 +75,16 @@ impl Listener {
     /// inside a tokio runtime.
     pub fn register(table: &ListenerTable, key: &ListenKey) -> io::Result<Listener> {
         let socket = table.clone_socket(key)?;
-        let inner = match key.address() {
-            ListenAddress::Tcp(_) => Inner::Tcp(tokio::net::TcpListener::from_std(socket.into())?),
-            ListenAddress::Unix(_) => {
-                Inner::Unix(tokio::net::UnixListener::from_std(socket.into())?)
-            }
-        };
+        socket.set_nonblocking(true)?;
+        // SAFETY: the OwnedFd is moved into the AsyncFd, which keeps it open
+        // for as long as it is registered.
+        let socket =
+            unsafe { AsyncFd::register_with_interest(OwnedFd::from(socket), Interest::READABLE) }
+                .map_err(|e| e.into_parts().1)?;
         Ok(Listener {
             key: key.clone(),
-            inner,
+            socket,
+            tcp: matches!(key.address(), ListenAddress::Tcp(_)),
         })
     }
 
@@ -89,16 +92,54 @@ impl Listener {
         &self.key
     }
 
-    /// The next connection. Polls the socket in place (`poll_accept`):
-    /// tokio's `accept()` futures are ~190 bytes, held by every accept
-    /// loop while it waits.
+    /// The next connection: `accept4(SOCK_NONBLOCK|SOCK_CLOEXEC)` once
+    /// the socket is readable, the peer's address from the same call, the
+    /// connection registered as a [`Stream`] (woken for reads only).
+    /// Polls the socket in place (`poll_fn`), so the future is small: every
+    /// accept loop holds it while it waits.
     async fn accept(&self) -> io::Result<Conn> {
-        std::future::poll_fn(|cx| match &self.inner {
-            Inner::Tcp(l) => l.poll_accept(cx).map_ok(|(s, peer)| Conn::Tcp(s, peer)),
-            Inner::Unix(l) => l.poll_accept(cx).map_ok(|(s, _)| Conn::Unix(s)),
+        std::future::poll_fn(|cx| loop {
+            let mut guard = std::task::ready!(self.socket.poll_read_ready(cx))?;
+            match guard.try_io(|s| accept4(s.as_raw_fd())) {
+                Ok(Ok((fd, peer))) => {
+                    let stream = Stream::new(fd, true)?;
+                    return std::task::Poll::Ready(Ok(match (self.tcp, peer) {
+                        (true, Some(peer)) => Conn::Tcp(stream, peer),
+                        _ => Conn::Unix(stream),
+                    }));
+                }
+                Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+                // ECONNABORTED: that one is gone; take the next.
+                Ok(Err(e)) if e.raw_os_error() == Some(libc::ECONNABORTED) => continue,
+                Ok(Err(e)) => return std::task::Poll::Ready(Err(e)),
+                Err(_would_block) => continue,
+            }
         })
         .await
     }
+}
+
+/// One `accept4(2)`: the connection, non-blocking and close-on-exec, and
+/// its peer's address when it has one (TCP). `WouldBlock`: none waiting.
+fn accept4(listener: std::os::fd::RawFd) -> io::Result<(OwnedFd, Option<SocketAddr>)> {
+    // SAFETY: accept4 writes at most `len` bytes of address into the
+    // storage socket2 gives, and returns a new fd that we then own.
+    let (fd, addr) = unsafe {
+        socket2::SockAddr::try_init(|storage, len| {
+            let fd = libc::accept4(
+                listener,
+                storage.cast(),
+                len,
+                libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            );
+            if fd < 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(OwnedFd::from_raw_fd(fd))
+            }
+        })?
+    };
+    Ok((fd, addr.as_socket()))
 }
 
 /// Accepts connections on `listener` until its route turns `None` (or its
@@ -223,16 +264,10 @@ pub fn serve_queued(
                     ListenAddress::Tcp(_) => {
                         let s = std::net::TcpStream::from(s);
                         s.peer_addr().and_then(|peer| {
-                            s.set_nonblocking(true)?;
-                            Ok(Conn::Tcp(tokio::net::TcpStream::from_std(s)?, peer))
+                            Ok(Conn::Tcp(Stream::new(OwnedFd::from(s), false)?, peer))
                         })
                     }
-                    ListenAddress::Unix(_) => {
-                        let s = std::os::unix::net::UnixStream::from(s);
-                        s.set_nonblocking(true)
-                            .and_then(|()| tokio::net::UnixStream::from_std(s))
-                            .map(Conn::Unix)
-                    }
+                    ListenAddress::Unix(_) => Stream::new(OwnedFd::from(s), false).map(Conn::Unix),
                 };
                 match conn {
                     Ok(c) => c,
@@ -275,7 +310,7 @@ fn serve(
                 warn!(pool = %name, peer = %peer, "connection refused: {} is not in listen.allowed_clients", peer.ip());
                 return;
             }
-            let _ = stream.set_nodelay(true);
+            let _ = socket2::SockRef::from(&stream).set_nodelay(true);
             let (r, w) = stream.into_split();
             tokio::spawn(async move {
                 serve_connection(pool, r, w, peer.to_string(), status_only, shutdown).await;

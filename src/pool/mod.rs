@@ -27,10 +27,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::sys::stream::{ReadHalf, WriteHalf};
 use bytes::BytesMut;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
-use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
 
@@ -50,8 +50,8 @@ static SPARE: Mutex<Vec<BytesMut>> = Mutex::new(Vec::new());
 
 /// The persistent keep-conn connection to one child.
 pub struct ChildConn {
-    pub reader: OwnedReadHalf,
-    pub writer: OwnedWriteHalf,
+    pub reader: ReadHalf,
+    pub writer: WriteHalf,
     /// Bytes read from the child and not yet forwarded: a buffer of
     /// [`CHILD_BUF`] bytes while a request runs ([`lend_buffer`]), none
     /// between requests ([`return_buffer`]).
@@ -149,7 +149,7 @@ impl Worker {
     /// Errors: the child's socket is gone (the child died).
     pub async fn connect(&mut self) -> std::io::Result<&mut ChildConn> {
         if self.conn.is_none() {
-            let stream = tokio::net::UnixStream::connect(self.endpoint.as_path()).await?;
+            let stream = crate::sys::stream::Stream::connect_unix(self.endpoint.as_path()).await?;
             let (reader, writer) = stream.into_split();
             self.conn = Some(ChildConn {
                 reader,

@@ -1,8 +1,9 @@
 //! What fpmd reads of the kernel and of other processes, and the few
 //! calls it makes on them outside process management: `/proc` reads
 //! ([`procfs`]), the pages a process gives back ([`pageout`]), the
-//! Landlock probe ([`landlock`]), and a deadline that may not be set
-//! ([`timer`]). Each is a thin, stateless layer over a syscall or a
+//! Landlock probe ([`landlock`]), a deadline that may not be set
+//! ([`timer`]), and a connected socket woken only for what it reads
+//! ([`stream`]). Each is a thin, stateless layer over a syscall or a
 //! `/proc` file.
 //!
 //! Must not touch: fpmd's own state (pools, children, configuration).
@@ -10,4 +11,5 @@
 pub mod landlock;
 pub mod pageout;
 pub mod procfs;
+pub mod stream;
 pub mod timer;

@@ -5,9 +5,9 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::sys::stream::ReadHalf;
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::unix::OwnedReadHalf;
 
 use crate::fastcgi::cgi::{self, Head};
 use crate::fastcgi::{self, scan_response, RecordType, Scan};
@@ -18,7 +18,7 @@ use crate::proxy::verdict::{ChildEnd, Sent};
 /// the web server, PHP's messages reframed.
 pub(super) struct Downstream<'a, W> {
     pub(super) id: u16,
-    pub(super) child_r: &'a mut OwnedReadHalf,
+    pub(super) child_r: &'a mut ReadHalf,
     /// Bytes read from the child and not yet forwarded.
     pub(super) child_buf: &'a mut BytesMut,
     /// The access log's copy of the response head, while it is incomplete.

@@ -149,7 +149,7 @@ where
         started,
         timers,
         death,
-        child_fd: child_r.as_ref().as_raw_fd(),
+        child_fd: child_r.as_raw_fd(),
         until_end: req.owed == Owed::UntilEnd,
         keep_conn: req.keep_conn,
     };

@@ -152,12 +152,23 @@ async fn one_request(
 
 /// Runs one request: `client_bytes` from the web server (then it closes
 /// when `close` is set), a child answering `child_answer`.
+/// fpmd's end of a child connection, as [`crate::pool::Worker::connect`]
+/// makes it, and the child's end.
+fn child_pair() -> (crate::sys::stream::Stream, UnixStream) {
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    theirs.set_nonblocking(true).unwrap();
+    (
+        crate::sys::stream::Stream::new(ours.into(), false).unwrap(),
+        UnixStream::from_std(theirs).unwrap(),
+    )
+}
+
 async fn exchange(
     client_bytes: Vec<u8>,
     close: bool,
     child_answer: Vec<u8>,
 ) -> (Verdict, Outcome, Seen, Vec<u8>) {
-    let (ours, theirs) = UnixStream::pair().unwrap();
+    let (ours, theirs) = child_pair();
     let (r, w) = ours.into_split();
     let mut conn = ChildConn {
         reader: r,
@@ -309,7 +320,7 @@ async fn negative_content_length_ends_the_childs_input() {
     let mut c = head(1, Some("-1"));
     c.extend(stdin(1, &[b'z'; 9000]));
     c.extend(rec(5, 1, &[], &[]));
-    let (ours, mut theirs) = UnixStream::pair().unwrap();
+    let (ours, mut theirs) = child_pair();
     let (r, w) = ours.into_split();
     let mut conn = ChildConn {
         reader: r,

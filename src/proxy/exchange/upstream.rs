@@ -6,9 +6,9 @@
 
 use std::io::{self, IoSlice};
 
+use crate::sys::stream::WriteHalf;
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::net::unix::OwnedWriteHalf;
 
 use super::write_all_vectored;
 use crate::fastcgi::{self, Deframer, Header, Piece, RecordType, NULL_REQUEST_ID};
@@ -46,7 +46,7 @@ pub(super) struct Upstream<'a, R> {
     pub(super) deframer: &'a mut Deframer,
     /// Management replies owed to the web server.
     pub(super) replies: &'a mut Vec<u8>,
-    pub(super) child_w: &'a mut OwnedWriteHalf,
+    pub(super) child_w: &'a mut WriteHalf,
     pub(super) req: &'a mut Request,
     /// Bytes of records since the web server's STDIN ended (at most
     /// [`MAX_IN_FLIGHT_EXTRA`]).
@@ -185,7 +185,7 @@ impl<R: AsyncRead + Unpin> Upstream<'_, R> {
 /// ends it: one `writev` of a fresh header, the content and the end.
 /// Errors: the write failed (the child closed its connection).
 async fn forward_stdin(
-    child_w: &mut OwnedWriteHalf,
+    child_w: &mut WriteHalf,
     req: &mut Request,
     id: u16,
     data: &[u8],

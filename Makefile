@@ -67,13 +67,16 @@ clean:
 # The comparison with php-fpm (bench/README.md); both need root (pools run as www-data).
 #   make bench        full run: markdown table on stdout, bench/results/latest.json and .png
 #                     (more options: make bench BENCH_ARGS="--fpmd-variants exec,prefork")
-#   make bench-smoke  1 round of 1 s per workload into a temp dir, which is removed when it
-#                     passes: proves the bench still works (the test suite runs it); < 1 min
+#   make bench-smoke  1 round of 1 s per workload and nginx mode into a temp dir, which is
+#                     removed when it passes: proves the bench still works (the test suite
+#                     runs it); ~1¼ min
 .PHONY: bench-deps bench-smoke bench-pm bench-reload bench-scale bench-scale-large bench-scale-smoke bench-manager-mem
 BENCH_ARGS ?=
 
+# wrk and matplotlib for every bench; MariaDB, WordPress and its theme for
+# make bench's WordPress workloads.
 bench-deps:
-	scripts/deps.sh wrk python3-matplotlib
+	scripts/deps.sh wrk python3-matplotlib mariadb-server wordpress wordpress-theme-twentytwentyone
 
 bench: bench-deps build
 	/usr/bin/python3 bench/bench.py --chart bench/results/latest.png $(BENCH_ARGS)

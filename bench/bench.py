@@ -2,19 +2,25 @@
 """fpmd vs php-fpm, side by side behind one nginx.
 
 Starts, in a private temp dir, one nginx (one server block and port per
-backend, identical except for the upstream), php-fpm with a static pool and
-fpmd with a static pool of the same size, then measures with wrk, alternating
-backends (A B, then B A, ...) for every workload of every round:
+backend and nginx mode, identical except for the upstream: without upstream
+keepalive, nginx's default, and with `keepalive 16` + `fastcgi_keep_conn
+on`), php-fpm with a static pool and fpmd with a static pool of the same
+size, and, for the WordPress workloads, a MariaDB and a WordPress site that
+both use; then measures with wrk, alternating backends (A B, then B A, ...),
+every workload in every nginx mode of every round:
 
-  hello.php, phpinfo.php, DokuWiki's start page, sleep.php (usleep 50 ms):
+  hello.php, phpinfo.php, DokuWiki's start page, WordPress's home page and
+      a post (theme twentytwentyone), sleep.php (usleep 50 ms):
       requests/s, p50 and p99 latency, non-2xx responses (exact, from an
       nginx log that records only non-2xx), wrk socket errors;
+  CPU per request: the whole machine's (busy jiffies of /proc/stat's `cpu `
+      line: user, nice, system, irq, softirq) and the manager's own
+      (utime+stime of the manager process alone), across each wrk run,
+      divided by the requests wrk completed, in microseconds;
   memory: PSS of the whole pool (manager + every descendant, from
       /proc/PID/smaps_rollup) at idle after warm-up, and right after the
-      DokuWiki load;
-  the manager's own RSS (VmRSS, sampled in the middle of each load; the
-      peak is reported) and CPU seconds (utime+stime of the manager process
-      alone) per 10,000 requests.
+      DokuWiki load; the manager's own RSS (VmRSS, sampled in the middle of
+      each load; the peak is reported).
 
 Prints a markdown table (medians per backend, median of the per-round ratios
 fpmd/php-fpm) and writes the JSON (machine, settings, every raw round,
@@ -33,7 +39,7 @@ import statistics
 import sys
 import time
 
-from lib import procs, report, servers, tree
+from lib import procs, report, servers, tree, wordpress
 from lib.procs import BenchError
 from lib.report import fmt
 from lib.servers import DOKUWIKI_ROOT, POOL_USER, http_get
@@ -41,16 +47,31 @@ from lib.servers import DOKUWIKI_ROOT, POOL_USER, http_get
 HERE = os.path.dirname(os.path.abspath(__file__))
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
-# name, URL path, content that proves the page really ran, DokuWiki?
+# name: URL path, what the page must contain (every string: proof that it
+# really ran), an application (wrk -c of --app-connections, not
+# --connections)?
 WORKLOADS = {
-    "hello": ("/bench/hello.php", "Hello, world!", False),
-    "phpinfo": ("/bench/phpinfo.php", "PHP Version", False),
-    "dokuwiki": ("/doku.php", "DokuWiki", True),
-    "sleep": ("/bench/sleep.php", "slept 50 ms", False),
+    "hello": ("/bench/hello.php", ("Hello, world!",), False),
+    "phpinfo": ("/bench/phpinfo.php", ("PHP Version",), False),
+    "dokuwiki": ("/doku.php", ("DokuWiki",), True),
+    # WordPress's home page with the theme the site was installed with, and
+    # the post wp_install() makes ("Hello world!", id 1), alone on its page.
+    "wordpress": ("/wp/", ("twenty-twenty-one-style-css", "Hello world!"), True),
+    "wordpress-post": ("/wp/?p=1", ("postid-1", "Welcome to WordPress."), True),
+    "sleep": ("/bench/sleep.php", ("slept 50 ms",), False),
 }
+WORDPRESS_WORKLOADS = ("wordpress", "wordpress-post")
 # Run order within a backend's turn; pool PSS "after DokuWiki" is sampled
-# right after its DokuWiki run.
-DEFAULT_WORKLOADS = "hello,phpinfo,dokuwiki,sleep"
+# right after its first DokuWiki run.
+DEFAULT_WORKLOADS = "hello,phpinfo,dokuwiki,wordpress,wordpress-post,sleep"
+
+# nginx's modes: without upstream keepalive (nginx's default: a connection
+# per request) and with `keepalive N` + `fastcgi_keep_conn on`. A backend's
+# turn runs them in this order, whatever order --nginx-modes gives: after a
+# run with keepalive, php-fpm's children stay on nginx's idle kept
+# connections (up to the upstream's keepalive_timeout, 60 s) and would not
+# accept a new connection of the other mode.
+NGINX_MODES = ("default", "keepalive")
 
 
 class Stalled(Exception):
@@ -109,27 +130,54 @@ class PhpFpm(servers.PhpFpmManager, servers.Backend):
         return {"name": self.name, "kind": self.kind, "binary": self.binary}
 
 
+class Front:
+    """A backend behind nginx in one mode: its own server block (port and
+    logs) and upstream, with upstream keepalive or without."""
+
+    def __init__(self, backend, mode, keepalive, tmp):
+        self.backend = backend
+        self.mode = mode
+        self.keepalive = keepalive  # nginx_conf reads it: 0 = no keepalive, no keep_conn
+        self.name = f"{backend.name}-{mode}"  # nginx's upstream and the log files
+        self.label = f"{backend.name} ({mode_label(mode, keepalive)})"
+        self.sock = backend.sock
+        self.children = backend.children
+        self.port = servers.free_port()
+        self.nginx_bad = os.path.join(tmp, f"nginx-{self.name}-non2xx.log")
+        self.nginx_err = os.path.join(tmp, f"nginx-{self.name}-error.log")
+
+    def url(self, path):
+        return f"http://127.0.0.1:{self.port}{path}"
+
+
+def mode_label(mode, keepalive):
+    return "no keepalive" if mode == "default" else f"keepalive {keepalive}"
+
+
 # ---------------------------------------------------------------------------
 # Measurement
 # ---------------------------------------------------------------------------
 
-def measure(backend, workload, wrk, connections, seconds, sample_rss=True):
-    """One wrk run against one backend; returns the raw figures."""
+def measure(front, workload, wrk, connections, seconds, sample_rss=True):
+    """One wrk run against one backend in one nginx mode; returns the raw figures."""
+    backend = front.backend
     path = WORKLOADS[workload][0]
-    bad0, err0 = procs.file_size(backend.nginx_bad), procs.file_size(backend.nginx_err)
+    bad0, err0 = procs.file_size(front.nginx_bad), procs.file_size(front.nginx_err)
     log0 = procs.file_size(backend.error_log())
     t0 = backend.manager_ticks()
-    wrk.start(backend.url(path), connections, seconds)
+    m0 = procs.machine_cpu()
+    wrk.start(front.url(path), connections, seconds)
     rss = None
     if sample_rss:
         time.sleep(seconds / 2)
         rss = backend.manager_rss_kib()
         backend.proc.snapshot()
     res, raw = wrk.finish(seconds)
+    machine = procs.machine_cpu_delta(m0, procs.machine_cpu())
     t1 = backend.manager_ticks()
     # nginx logs the requests wrk abandoned at its stop a moment after wrk exits.
     time.sleep(0.3)
-    non2xx, unanswered, nginx_errors = servers.nginx_lines(backend, bad0, err0)
+    non2xx, unanswered, nginx_errors = servers.nginx_lines(front, bad0, err0)
     waits = []
     for line in unanswered:
         try:
@@ -141,6 +189,8 @@ def measure(backend, workload, wrk, connections, seconds, sample_rss=True):
     return {
         "backend": backend.name,
         "workload": workload,
+        "nginx_mode": front.mode,
+        "nginx_keepalive": front.keepalive,
         "connections": connections,
         **servers.wrk_figures(res),
         "non2xx": len(non2xx),
@@ -151,7 +201,13 @@ def measure(backend, workload, wrk, connections, seconds, sample_rss=True):
         "socket_errors": servers.wrk_socket_errors(res),
         "wrk_status_errors": res["status_errors"],
         "manager_cpu_s": cpu,
-        "manager_cpu_s_per_10k": round(cpu / reqs * 10000, 4) if cpu is not None and reqs else None,
+        "manager_cpu_us_per_req": round(cpu * 1e6 / reqs, 2) if cpu is not None and reqs else None,
+        # Every process of the machine, the bench's own and anyone else's.
+        "machine_cpu_jiffies": machine,
+        "machine_busy_pct": (round(100 * machine["busy"] / (machine["total"] - machine["steal"]), 1)
+                             if machine["total"] - machine["steal"] > 0 else None),
+        "machine_cpu_us_per_req": (round(machine["busy"] / CLK_TCK * 1e6 / reqs, 2)
+                                   if reqs else None),
         "manager_rss_kib": rss,
         "nginx_errors": nginx_errors[:5],
         "nginx_error_count": len(nginx_errors),
@@ -165,46 +221,61 @@ def median(xs):
     return statistics.median(xs) if xs else None
 
 
-# metric key -> (label, unit, better, how to get the per-round value)
-def metric_defs(workloads):
+def cases(workloads, modes):
+    """(workload, mode) in the table's order: each workload in every mode."""
+    return [(w, m) for w in workloads for m in modes]
+
+
+def case_key(w, mode):
+    return f"{w}.{mode}"
+
+
+# metric key -> (label, unit, better: "higher", "lower", None: a sum of
+# rounds; ratio: whether the table has one)
+def metric_defs(workloads, modes, labels, dokuwiki_mode=None):
     defs = []
-    for w in workloads:
+    for w, mode in cases(workloads, modes):
+        k, name = case_key(w, mode), f"{w} ({labels[mode]})"
         defs += [
-            (f"{w}.rps", f"{w}: requests/s", "req/s", "higher"),
-            (f"{w}.p50_ms", f"{w}: p50 latency", "ms", "lower"),
-            (f"{w}.p99_ms", f"{w}: p99 latency", "ms", "lower"),
-            (f"{w}.non2xx", f"{w}: non-2xx + socket errors (sum of rounds)", "", None),
-            (f"{w}.unanswered", f"{w}: unanswered when wrk stopped (sum of rounds; longest wait)",
-             "", None),
+            (f"{k}.rps", f"{name}: requests/s", "req/s", "higher", True),
+            (f"{k}.p50_ms", f"{name}: p50 latency", "ms", "lower", True),
+            (f"{k}.p99_ms", f"{name}: p99 latency", "ms", "lower", True),
+            (f"{k}.machine_cpu_us_per_req", f"{name}: machine CPU per request", "µs",
+             "lower", True),
+            # php-fpm's master does next to nothing per request: no ratio.
+            (f"{k}.manager_cpu_us_per_req", f"{name}: manager CPU per request", "µs",
+             "lower", False),
+            (f"{k}.non2xx", f"{name}: non-2xx + socket errors (sum of rounds)", "", None, False),
+            (f"{k}.unanswered", f"{name}: unanswered when wrk stopped (sum of rounds; "
+                                f"longest wait)", "", None, False),
         ]
     defs += [
-        ("pool_pss_idle_mib", "pool PSS, idle after warm-up", "MiB", "lower"),
+        ("pool_pss_idle_mib", "pool PSS, idle after warm-up", "MiB", "lower", True),
     ]
-    if "dokuwiki" in workloads:
-        defs.append(("pool_pss_after_dokuwiki_mib", "pool PSS, after DokuWiki load", "MiB", "lower"))
-    defs.append(("manager_rss_mib", "manager RSS, peak mid-load sample", "MiB", "lower"))
-    defs.append(("manager_rss_max_mib", "manager peak RSS over the run (VmHWM)", "MiB", "lower"))
-    for w in workloads:
-        defs.append((f"{w}.manager_cpu_s_per_10k", f"manager CPU s / 10k requests, {w}", "s", "lower"))
+    if dokuwiki_mode:
+        defs.append(("pool_pss_after_dokuwiki_mib",
+                     f"pool PSS, after DokuWiki load ({labels[dokuwiki_mode]})", "MiB", "lower", True))
+    defs.append(("manager_rss_mib", "manager RSS, peak mid-load sample", "MiB", "lower", True))
+    defs.append(("manager_rss_max_mib", "manager peak RSS over the run (VmHWM)", "MiB", "lower", True))
     return defs
 
 
-def round_values(rnd, backend, workloads):
+RUN_METRICS = ("rps", "p50_ms", "p99_ms", "machine_cpu_us_per_req", "manager_cpu_us_per_req")
+
+
+def round_values(rnd, backend):
     """Flat {metric key: value} of one backend in one round."""
     v = {}
-    runs = {r["workload"]: r for r in rnd["runs"] if r["backend"] == backend}
     rss = []
-    for w in workloads:
-        r = runs.get(w)
-        if not r:
+    for r in rnd["runs"]:
+        if r["backend"] != backend:
             continue
-        v[f"{w}.rps"] = r["rps"]
-        v[f"{w}.p50_ms"] = r["p50_ms"]
-        v[f"{w}.p99_ms"] = r["p99_ms"]
-        v[f"{w}.non2xx"] = r["non2xx"] + sum(r["socket_errors"].values())
-        v[f"{w}.unanswered"] = r["unanswered_at_stop"]
-        v[f"{w}.unanswered_longest_wait_s"] = r["unanswered_longest_wait_s"]
-        v[f"{w}.manager_cpu_s_per_10k"] = r["manager_cpu_s_per_10k"]
+        k = case_key(r["workload"], r["nginx_mode"])
+        for m in RUN_METRICS:
+            v[f"{k}.{m}"] = r[m]
+        v[f"{k}.non2xx"] = r["non2xx"] + sum(r["socket_errors"].values())
+        v[f"{k}.unanswered"] = r["unanswered_at_stop"]
+        v[f"{k}.unanswered_longest_wait_s"] = r["unanswered_longest_wait_s"]
         if r["manager_rss_kib"] is not None:
             rss.append(r["manager_rss_kib"])
     idle = rnd["pool_idle"].get(backend)
@@ -221,10 +292,14 @@ def round_values(rnd, backend, workloads):
     return v
 
 
-def summarize(rounds, backends, baseline, workloads):
+def summarize(rounds, backends, baseline, defs):
+    """Per metric: the per-round values of every backend; the median over
+    rounds and the median of the per-round ratios to the baseline (or, for
+    counts, the sum of rounds)."""
     metrics = {}
-    for key, label, unit, better in metric_defs(workloads):
-        per_round = {b: [round_values(r, b, workloads).get(key) for r in rounds] for b in backends}
+    values = {b: [round_values(r, b) for r in rounds] for b in backends}
+    for key, label, unit, better, ratio in defs:
+        per_round = {b: [v.get(key) for v in values[b]] for b in backends}
         m = {"label": label, "unit": unit, "better": better, "per_round": per_round}
         if key.endswith(".non2xx") or key.endswith(".unanswered"):
             m["total"] = {b: (None if all(x is None for x in per_round[b])
@@ -232,22 +307,23 @@ def summarize(rounds, backends, baseline, workloads):
             if key.endswith(".unanswered"):
                 wkey = key + "_longest_wait_s"
                 m["longest_wait_s"] = {
-                    b: max([x for x in (round_values(r, b, workloads).get(wkey) for r in rounds)
-                            if x is not None], default=None) for b in backends}
+                    b: max([x for x in (v.get(wkey) for v in values[b]) if x is not None],
+                           default=None) for b in backends}
             metrics[key] = m
             continue
         m["median"] = {b: median(per_round[b]) for b in backends}
-        ratios, rmed = {}, {}
-        for b in backends:
-            if b == baseline:
-                continue
-            rs = []
-            for x, y in zip(per_round[b], per_round[baseline]):
-                rs.append(round(x / y, 4) if x is not None and y else None)
-            ratios[b] = rs
-            rmed[b] = median(rs)
-        m["ratio_per_round"] = ratios
-        m["ratio_median"] = rmed
+        if ratio:
+            ratios, rmed = {}, {}
+            for b in backends:
+                if b == baseline:
+                    continue
+                rs = []
+                for x, y in zip(per_round[b], per_round[baseline]):
+                    rs.append(round(x / y, 4) if x is not None and y else None)
+                ratios[b] = rs
+                rmed[b] = median(rs)
+            m["ratio_per_round"] = ratios
+            m["ratio_median"] = rmed
         metrics[key] = m
     return metrics
 
@@ -271,6 +347,9 @@ def markdown_table(result):
         else:
             row += [fmt(m["median"][b]) for b in backends]
             for b in others:
+                if "ratio_median" not in m:
+                    row.append("")
+                    continue
                 r = m["ratio_median"].get(b)
                 row.append("n/a" if r is None else f"{r:.2f}×" if r >= 0.1 or r == 0 else f"{r:.2g}×")
         lines.append("| " + " | ".join(row) + " |")
@@ -284,15 +363,21 @@ def markdown_table(result):
 def parse_args(argv):
     p = argparse.ArgumentParser(description="fpmd vs php-fpm behind one nginx (see bench/README.md)")
     p.add_argument("--rounds", type=int, default=3, help="rounds, backends alternating (default 3)")
-    p.add_argument("--duration", type=int, default=5, help="seconds of wrk per workload (default 5)")
-    p.add_argument("--warmup", type=int, default=2, help="seconds of warm-up per workload (default 2)")
+    p.add_argument("--duration", type=int, default=5, help="seconds of wrk per workload and nginx mode (default 5)")
+    p.add_argument("--warmup", type=int, default=2, help="seconds of warm-up per workload and nginx mode (default 2)")
     p.add_argument("--children", type=int, default=4, help="static pool size of both (default 4)")
     p.add_argument("--connections", type=int, default=50, help="wrk connections (default 50)")
-    p.add_argument("--dokuwiki-connections", type=int, default=20, help="for DokuWiki (default 20)")
+    p.add_argument("--app-connections", "--dokuwiki-connections", dest="app_connections", type=int,
+                   default=20, help="wrk connections for DokuWiki and WordPress (default 20)")
     p.add_argument("--threads", type=int, default=2, help="wrk threads (default 2)")
-    p.add_argument("--keepalive", type=int, default=16,
-                   help="nginx upstream keepalive, with fastcgi_keep_conn on, for every backend "
-                        "(default 16; 0: neither, nginx connects per request)")
+    p.add_argument("--nginx-modes", default=",".join(NGINX_MODES), metavar="LIST",
+                   help="nginx's modes each workload runs in, always in this order: 'default' "
+                        "(no upstream keepalive, no fastcgi_keep_conn: a connection per request), "
+                        "'keepalive' (upstream keepalive N + fastcgi_keep_conn on) "
+                        "(default default,keepalive)")
+    p.add_argument("--keepalive", type=int, default=16, metavar="N",
+                   help="the upstream keepalive of the 'keepalive' mode (default 16); 0: no "
+                        "'keepalive' mode, as --nginx-modes default")
     p.add_argument("--workloads", default=DEFAULT_WORKLOADS,
                    help=f"comma-separated, in run order (default {DEFAULT_WORKLOADS})")
     p.add_argument("--spawn", choices=["exec", "prefork"],
@@ -337,6 +422,21 @@ def parse_args(argv):
             p.error("--fpmd-variants lists a variant twice")
     else:
         a.variants = [a.spawn]
+    modes = [m.strip() for m in a.nginx_modes.split(",") if m.strip()]
+    for m in modes:
+        if m not in NGINX_MODES:
+            p.error(f"unknown nginx mode {m!r} (known: {', '.join(NGINX_MODES)})")
+    if len(set(modes)) != len(modes) or not modes:
+        p.error("--nginx-modes: one or both of default,keepalive, each once")
+    if a.keepalive < 0:
+        p.error("--keepalive must be >= 0")
+    if a.keepalive == 0 and "keepalive" in modes:
+        if any(x.startswith("--nginx-modes") for x in argv):
+            p.error("--keepalive 0 and the 'keepalive' mode of --nginx-modes exclude each other")
+        modes.remove("keepalive")
+    if not modes:
+        p.error("--nginx-modes: no mode left")
+    a.modes = [m for m in NGINX_MODES if m in modes]
     if a.rounds < 1 or a.duration < 1 or a.warmup < 0 or a.children < 1:
         p.error("--rounds, --duration, --children must be >= 1, --warmup >= 0")
     return a
@@ -347,10 +447,21 @@ def preflight(args):
                       ": the comparison needs the same PHP version")
     if "dokuwiki" in args.workloads and not os.path.isfile(os.path.join(DOKUWIKI_ROOT, "doku.php")):
         raise BenchError(f"{DOKUWIKI_ROOT}/doku.php not found (apt-get install dokuwiki)")
+    if uses_wordpress(args):
+        gone = wordpress.missing()
+        if gone:
+            raise BenchError(f"{gone[0][0]} not found: the WordPress workloads need "
+                             f"{' '.join(sorted(set(pkg for _p, pkg in gone)))} (apt-get install "
+                             f"them; make bench does)")
+
+
+def uses_wordpress(args):
+    return any(w in WORDPRESS_WORKLOADS for w in args.workloads)
 
 
 def setup(args, tmp):
-    """Writes every config into tmp; starts nothing."""
+    """Writes every config into tmp; starts nothing. Returns the backends,
+    the baseline, {backend name: {mode: Front}}, nginx, wrk."""
     www, bench_dir = tree.www_dir(tmp, "bench")
     for f in sorted(os.listdir(os.path.join(HERE, "php"))):
         shutil.copy(os.path.join(HERE, "php", f), os.path.join(bench_dir, f))
@@ -364,10 +475,25 @@ def setup(args, tmp):
                              args.fpmd_line))
     baseline = PhpFpm("php-fpm", tmp, args.children, args.php_fpm, sessions)
     backends.append(baseline)
-    nginx = servers.Nginx(tmp, www, backends, args.nginx, args.keepalive)
+    fronts = {b.name: {m: Front(b, m, args.keepalive if m == "keepalive" else 0, tmp)
+                       for m in args.modes} for b in backends}
+    nginx = servers.Nginx(tmp, www, [f for b in backends for f in fronts[b.name].values()],
+                          args.nginx, 0, apps=("wp",) if uses_wordpress(args) else ())
     wrk = servers.Wrk(args.wrk, args.threads, os.path.join(HERE, "wrk-report.lua"))
 
-    return backends, baseline, nginx, wrk
+    return www, backends, baseline, fronts, nginx, wrk
+
+
+def start_wordpress(run, www):
+    """The MariaDB (a service of the run: stopped by its clean-up) and the
+    WordPress site on it, in www/wp, for every backend."""
+    t0 = time.time()
+    db = wordpress.MariaDb(run.tmp)
+    run.services.append(db)
+    db.start()
+    wordpress.install(www, db)
+    log(f"MariaDB and WordPress ready in {time.time() - t0:.1f} s")
+    return db
 
 
 def main(argv):
@@ -379,9 +505,12 @@ def main(argv):
     run = tree.Run("fpmd-bench.", log, kill_strays=False)
     problems = run.problems
     result = None
+    fronts = {}
     with run:
-        run.backends, baseline, run.nginx, run.wrk = setup(args, run.tmp)
-        result = bench(args, run.tmp, run.backends, baseline, run.nginx, run.wrk, problems)
+        www, run.backends, baseline, fronts, run.nginx, run.wrk = setup(args, run.tmp)
+        if uses_wordpress(args):
+            start_wordpress(run, www)
+        result = bench(args, run.tmp, run.backends, baseline, fronts, run.nginx, run.wrk, problems)
 
     log_problems = {}
     for b in run.backends:
@@ -391,7 +520,9 @@ def main(argv):
         if lines:
             log_problems[b.name] = procs.group_lines(lines)
     if problems:
-        run.show_logs([run.nginx.log_path] if run.nginx else [])
+        run.show_logs(([run.nginx.log_path] if run.nginx else [])
+                      + [f.nginx_err for per in fronts.values() for f in per.values()]
+                      + [p for s in run.services for p in s.logs()])
 
     if result is not None:
         result["problems"] = problems
@@ -433,43 +564,54 @@ def draw_chart(src, png, problems):
 
 def header_text(r):
     m, s = r["machine"], r["settings"]
-    if s["nginx_keepalive"]:
-        keep = (f"upstream keepalive {s['nginx_keepalive']} and fastcgi_keep_conn on for "
-                f"every backend")
-    else:
-        keep = "no upstream keepalive, no fastcgi_keep_conn (a connection per request)"
+    modes = s["nginx_modes"]
+    keep = " and ".join(
+        f"{mode['label']} ({'upstream keepalive ' + str(mode['keepalive']) + ' and fastcgi_keep_conn on' if mode['keepalive'] else 'no upstream keepalive, no fastcgi_keep_conn: a connection per request'})"
+        for mode in modes.values())
+    keep = (f"each workload runs in {len(modes)} nginx modes, in this order: {keep}"
+            if len(modes) > 1 else f"one nginx mode: {keep}")
+    wp = ""
+    if any(w in WORDPRESS_WORKLOADS for w in s["workloads"]):
+        wp = (f" WordPress {m.get('wordpress') or '?'} (Debian's, theme {wordpress.THEME}) on "
+              f"{m.get('mariadb') or 'MariaDB'}, one database for every backend, started by the "
+              f"bench.")
     others = "/".join(b["name"] for b in r["backends"] if b["name"] != r["baseline"])
     return report.header(
         f"fpmd vs php-fpm ({r['date']}{', SMOKE RUN: not a measurement' if r['smoke'] else ''})",
         m,
         f" ({m['debian_version']}); {m['php_cgi']}; {m['php_fpm']}; "
         f"nginx {m['nginx']}; {m['wrk']}; {m['fpmd']} ({m['fpmd_git']})",
-        f"Setup: one nginx (worker_processes 1), one server block per backend, identical but for "
-        f"the upstream; {keep}. Static pools of {s['children']} children, pm.max_requests 0. "
-        f"wrk -t{s['wrk_threads']} -c{s['connections']} (DokuWiki -c{s['dokuwiki_connections']}), "
-        f"{s['duration_s']} s per workload; each round starts each backend alone, warms it up "
-        f"({s['warmup_s']} s per workload), measures it, stops it; {s['rounds']} round(s), "
-        f"order A B, B A, ... wrk, nginx and PHP share the machine's {m['nproc']} CPUs. "
-        f"Values: medians over rounds; ratio: median of the per-round ratios {others} ÷ "
-        f"{r['baseline']} (requests/s: higher is better; latency, memory, CPU: lower is better). "
-        f"Latency covers answered requests; 'unanswered when wrk stopped' counts the requests "
-        f"still waiting when wrk closed its connections, with the longest wait: a wait close to "
-        f"the run's length means a starved connection.")
+        f"Setup: one nginx (worker_processes 1), one server block per backend and nginx mode, "
+        f"identical but for the upstream; {keep}. Static pools of {s['children']} children, "
+        f"pm.max_requests 0.{wp} wrk -t{s['wrk_threads']} -c{s['connections']} (DokuWiki, "
+        f"WordPress -c{s['app_connections']}), {s['duration_s']} s per workload and mode; each "
+        f"round starts each backend alone, warms it up ({s['warmup_s']} s per workload and mode), "
+        f"measures it, stops it; {s['rounds']} round(s), order A B, B A, ... wrk, nginx, MariaDB "
+        f"and PHP share the machine's {m['nproc']} CPUs. Values: medians over rounds; ratio: median "
+        f"of the per-round ratios {others} ÷ {r['baseline']} (requests/s: higher is better; "
+        f"latency, memory, CPU: lower is better). Machine CPU per request: the busy jiffies of "
+        f"/proc/stat's cpu line (user, nice, system, irq, softirq; not idle, iowait, steal) across "
+        f"the wrk run, every process of the machine, ÷ the requests wrk completed; manager CPU per "
+        f"request: utime+stime of fpmd or of php-fpm's master alone (no ratio: php-fpm's master "
+        f"does next to nothing per request). Latency covers answered requests; 'unanswered when "
+        f"wrk stopped' counts the requests still waiting when wrk closed its connections, with the "
+        f"longest wait: a wait close to the run's length means a starved connection.")
 
 
-def check_pages(b, workloads):
+def check_pages(f, workloads):
     """Every page must answer 200 with its content before it is measured."""
     for w in workloads:
-        path, needle, _ = WORKLOADS[w]
+        path, needles, _ = WORKLOADS[w]
         status, body = None, ""
         for _ in range(3):
-            status, body = http_get(b.url(path))
+            status, body = http_get(f.url(path))
             if status == 200:
                 break
             time.sleep(0.5)
-        if status != 200 or needle not in body:
-            raise BenchError(f"{b.name}: GET {path} answered {status}, "
-                             f"{'without' if needle not in body else 'with'} {needle!r}: "
+        lacks = [n for n in needles if n not in body]
+        if status != 200 or lacks:
+            raise BenchError(f"{f.label}: GET {path} answered {status}, "
+                             f"{'without ' + repr(lacks) if lacks else 'with ' + repr(needles)}: "
                              f"{body[:300]!r}")
 
 
@@ -502,19 +644,21 @@ def parallel_try(b):
             "all_200": ok, "in_parallel": ok and took < PARALLEL_S * 1.6}
 
 
-def bench(args, tmp, backends, baseline, nginx, wrk, problems):
+def bench(args, tmp, backends, baseline, fronts, nginx, wrk, problems):
     """Each round runs every backend in turn (order reversed every other
-    round), alone: start it, check its pages, warm it up, sample its idle
-    PSS, run every workload, stop it. Running one backend at a time keeps
-    the memory figures honest: PSS splits pages shared between php-fpm and
-    php-cgi (the PHP extensions' and system libraries) between the two
-    pools when both run, which made php-fpm's pool look ~20% smaller."""
+    round), alone: start it, then in each nginx mode check its pages, warm
+    it up and run every workload (idle PSS after the first warm-up), stop
+    it. Running one backend at a time keeps the memory figures honest: PSS
+    splits pages shared between php-fpm and php-cgi (the PHP extensions'
+    and system libraries) between the two pools when both run, which made
+    php-fpm's pool look ~20% smaller."""
     log(f"temp dir {tmp}")
     nginx.start()
     names = [b.name for b in backends]
+    labels = {m: mode_label(m, args.keepalive) for m in args.modes}
 
     def conns(w):
-        return args.dokuwiki_connections if WORKLOADS[w][2] else args.connections
+        return args.app_connections if WORKLOADS[w][2] else args.connections
 
     rounds = []
     for i in range(args.rounds):
@@ -526,9 +670,8 @@ def bench(args, tmp, backends, baseline, nginx, wrk, problems):
             log(f"round {i + 1}/{args.rounds}: starting {b.name}")
             rnd["load_average"][b.name] = os.getloadavg()
             b.start()
-            check_pages(b, args.workloads)
             try:
-                turn(args, b, i, rnd, wrk, conns, problems)
+                turn(args, b, fronts[b.name], labels, i, rnd, wrk, conns, problems)
             except Stalled as e:
                 problems.append(f"{b.name}: {e}; the rest of its round {i + 1} is skipped")
                 log(f"{b.name}: {e}; skipping the rest of its round")
@@ -537,25 +680,37 @@ def bench(args, tmp, backends, baseline, nginx, wrk, problems):
             rnd["stop_s"][b.name] = round(time.time() - t0, 2)
         rounds.append(rnd)
 
-    result = report.head(tree.now(), report.machine_info(args.php_fpm, args.fpmd, args.nginx, args.wrk),
-                         smoke=args.smoke)
+    machine = report.machine_info(args.php_fpm, args.fpmd, args.nginx, args.wrk)
+    if uses_wordpress(args):
+        machine["wordpress"] = package_version("wordpress")
+        machine["mariadb"] = report.first_line([wordpress.MARIADBD, "--version"])
+    result = report.head(tree.now(), machine, smoke=args.smoke)
     result.update({
         "settings": {
             "rounds": args.rounds, "duration_s": args.duration, "warmup_s": args.warmup,
             "children": args.children, "connections": args.connections,
-            "dokuwiki_connections": args.dokuwiki_connections, "wrk_threads": args.threads,
+            "app_connections": args.app_connections, "wrk_threads": args.threads,
             "wrk_timeout_s": 10,
-            "workloads": {w: {"path": WORKLOADS[w][0], "connections": conns(w)} for w in args.workloads},
-            "nginx_worker_processes": 1, "nginx_keepalive": args.keepalive,
-            "fastcgi_keep_conn": args.keepalive > 0,
+            "workloads": {w: {"path": WORKLOADS[w][0], "connections": conns(w),
+                              "must_contain": list(WORKLOADS[w][1])} for w in args.workloads},
+            "nginx_worker_processes": 1,
+            "nginx_modes": {m: {"label": labels[m],
+                                "keepalive": args.keepalive if m == "keepalive" else 0,
+                                "fastcgi_keep_conn": m == "keepalive"} for m in args.modes},
+            "nginx_keepalive": args.keepalive if "keepalive" in args.modes else 0,
             "pool": {"pm": "static", "max_children": args.children, "max_requests": 0,
                      "user": POOL_USER,
                      "session.save_path": "per-run temp dir (php_admin_value, same for every backend)"},
-            "procedure": "each round starts each backend alone (the others stopped), checks every "
-                         "page answers 200, warms it up on every workload, samples idle PSS, runs "
-                         "every workload, stops it; backend order reversed every other round",
+            "procedure": "each round starts each backend alone (the others stopped); in each nginx "
+                         "mode, in order, checks every page answers 200 with its content, warms it "
+                         "up on every workload and runs every workload (idle PSS after the first "
+                         "mode's warm-up); stops it; backend order reversed every other round",
             "pss": "sum of Pss from /proc/PID/smaps_rollup over the manager and all its descendants",
-            "manager_cpu": "utime+stime of the manager process alone across each wrk run",
+            "machine_cpu": "busy jiffies (user+nice+system+irq+softirq) of the cpu line of "
+                           "/proc/stat across each wrk run (every process of the machine), ÷ the "
+                           "requests wrk completed",
+            "manager_cpu": "utime+stime of the manager process alone across each wrk run, ÷ the "
+                           "requests wrk completed",
             "manager_rss": "VmRSS of the manager sampled half-way through each wrk run; max over workloads",
             "non2xx": "exact count from an nginx access log that records only non-2xx responses; "
                       "499 (wrk closed the connection at its stop, request unanswered) counted apart",
@@ -564,34 +719,62 @@ def bench(args, tmp, backends, baseline, nginx, wrk, problems):
         "baseline": baseline.name,
         "rounds": rounds,
     })
-    result["metrics"] = summarize(rounds, names, baseline.name, args.workloads)
+    if uses_wordpress(args):
+        result["settings"]["wordpress"] = {
+            "site": f"Debian's {wordpress.WORDPRESS_ROOT} in the temp dir's www/wp (top-level "
+                    f"scripts copied, wp-includes and wp-admin linked, own wp-content and "
+                    f"wp-config.php; nothing in /etc/wordpress), served under /wp/",
+            "theme": wordpress.THEME,
+            "database": "one MariaDB for every backend, started by the bench in its temp dir "
+                        "(mariadb-install-db, --no-defaults, --skip-networking, its own unix "
+                        "socket), stopped at the end",
+            "wp-config": "DISABLE_WP_CRON, WP_HTTP_BLOCK_EXTERNAL; WP_HOME from the request's Host",
+        }
+    dokuwiki_mode = args.modes[0] if "dokuwiki" in args.workloads else None
+    result["metrics"] = summarize(rounds, names, baseline.name,
+                                  metric_defs(args.workloads, args.modes, labels, dokuwiki_mode))
     return result
 
 
-def turn(args, b, i, rnd, wrk, conns, problems):
-    """One backend's turn in round i: warm-up, idle PSS, every workload."""
-    if args.warmup:
+def package_version(pkg):
+    return report.first_line(["dpkg-query", "-W", "-f=${Version}", pkg])
+
+
+def turn(args, b, fronts, labels, i, rnd, wrk, conns, problems):
+    """One backend's turn in round i: in each nginx mode, the pages checked,
+    the warm-up and every workload; idle PSS after the first warm-up."""
+    first = True
+    for mode in args.modes:
+        f = fronts[mode]
+        check_pages(f, args.workloads)
+        if args.warmup:
+            for w in args.workloads:
+                r = measure(f, w, wrk, conns(w), args.warmup, sample_rss=False)
+                check_run(r, problems, "warm-up ")
+        if first:
+            time.sleep(1)
+            rnd["pool_idle"][b.name] = b.pool()
+            rnd.setdefault("parallel_before", {})[b.name] = pc = parallel_check(f)
+            if not pc["in_parallel"]:
+                problems.append(f"{b.name}: after warm-up, {b.children} requests of "
+                                f"{PARALLEL_S * 1000:.0f} ms sent at once took {pc['seconds']} s "
+                                f"(all 200: {pc['all_200']}): not every child serves")
         for w in args.workloads:
-            r = measure(b, w, wrk, conns(w), args.warmup, sample_rss=False)
-            check_run(r, problems, "warm-up ")
-    time.sleep(1)
-    rnd["pool_idle"][b.name] = b.pool()
-    rnd.setdefault("parallel_before", {})[b.name] = pc = parallel_check(b)
-    if not pc["in_parallel"]:
-        problems.append(f"{b.name}: after warm-up, {b.children} requests of "
-                        f"{PARALLEL_S * 1000:.0f} ms sent at once took {pc['seconds']} s "
-                        f"(all 200: {pc['all_200']}): not every child serves")
-    for w in args.workloads:
-        r = measure(b, w, wrk, conns(w), args.duration)
-        rnd["runs"].append(r)
-        log(f"round {i + 1}/{args.rounds} {w:8} {b.name:13} {r['rps']:9.1f} req/s  "
-            f"p50 {fmt(r['p50_ms']):>6} ms  p99 {fmt(r['p99_ms']):>6} ms  "
-            f"non-2xx {r['non2xx']}  unanswered at stop {r['unanswered_at_stop']}")
-        check_run(r, problems)
-        if w == "dokuwiki":
-            rnd["pool_after_dokuwiki"][b.name] = b.pool()
+            r = measure(f, w, wrk, conns(w), args.duration)
+            rnd["runs"].append(r)
+            log(f"round {i + 1}/{args.rounds} {w:14} {labels[mode]:12} {b.name:13} "
+                f"{r['rps']:9.1f} req/s  p50 {fmt(r['p50_ms']):>6} ms  p99 {fmt(r['p99_ms']):>6} ms  "
+                f"CPU/req {fmt(r['machine_cpu_us_per_req']):>6} µs (manager "
+                f"{fmt(r['manager_cpu_us_per_req'])})  non-2xx {r['non2xx']}  "
+                f"unanswered at stop {r['unanswered_at_stop']}")
+            check_run(r, problems)
+            if w == "dokuwiki" and first:
+                rnd["pool_after_dokuwiki"][b.name] = b.pool()
+        first = False
     rnd["manager_hwm_kib"][b.name] = procs.status_kib(b.proc.pid, "VmHWM")
-    rnd.setdefault("parallel_after", {})[b.name] = pc = parallel_check(b)
+    # Through the last mode's server block: after a run with keepalive,
+    # php-fpm's children serve only nginx's kept connections.
+    rnd.setdefault("parallel_after", {})[b.name] = pc = parallel_check(fronts[args.modes[-1]])
     if not pc["in_parallel"]:
         problems.append(f"{b.name}: at the end of round {i + 1}, {b.children} requests of "
                         f"{PARALLEL_S * 1000:.0f} ms sent at once took {pc['seconds']} s "
@@ -608,21 +791,23 @@ def turn(args, b, i, rnd, wrk, conns, problems):
 def check_run(r, problems, what=""):
     errs = sum(r["socket_errors"].values())
     stalled = r["requests"] == 0
+    case = f"{r['workload']} ({mode_label(r['nginx_mode'], r['nginx_keepalive'])})"
+    where = f"{what}{r['backend']} {case}"
     if r["non2xx"]:
-        problems.append(f"{what}{r['backend']} {r['workload']}: {r['non2xx']} non-2xx responses, "
+        problems.append(f"{where}: {r['non2xx']} non-2xx responses, "
                         f"e.g. {r['non2xx_sample'][:2]}; nginx: {r['nginx_errors'][:2]}")
     if errs:
-        problems.append(f"{what}{r['backend']} {r['workload']}: socket errors {r['socket_errors']}")
+        problems.append(f"{where}: socket errors {r['socket_errors']}")
     if not r["manager_alive"]:
-        problems.append(f"{what}{r['backend']} {r['workload']}: the manager died during the run")
+        problems.append(f"{where}: the manager died during the run")
     lines = r["backend_log_problems"]
     if lines:
         log(f"{r['backend']}: {len(lines)}{'+' if len(lines) >= 10 else ''} warning(s) in its log "
-            f"during {what}{r['workload']}, e.g. {lines[0]}")
+            f"during {what}{case}, e.g. {lines[0]}")
     if not r["manager_alive"]:
-        raise Stalled(f"its manager died during {what}{r['workload']}")
+        raise Stalled(f"its manager died during {what}{case}")
     if stalled:
-        raise Stalled(f"{what}{r['workload']}: not one request answered in {r['duration_s']} s "
+        raise Stalled(f"{what}{case}: not one request answered in {r['duration_s']} s "
                       f"({r['unanswered_at_stop']} still waiting when wrk stopped)")
 
 

@@ -4,9 +4,12 @@
 usage: bench/chart.py [RESULT.json [OUT.png]]
        (defaults: bench/results/latest.json, bench/results/latest.png)
 
-Left panel: requests/s (higher is better). Right panel: p99 latency and
-memory (lower is better). Bars are the medians of the per-round ratios, dots
+Panels: requests/s (higher is better); the machine's CPU per request
+(lower is better); p99 latency and memory (lower is better). One row per
+workload and nginx mode. Bars are the medians of the per-round ratios, dots
 the ratios of each round. Needs matplotlib (Debian: python3-matplotlib).
+Also draws results written before the nginx modes and the CPU per request
+(one mode, no CPU panel).
 """
 
 import json
@@ -23,11 +26,23 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd"]
 
 
+def cases(result):
+    """(key prefix, label) per workload and nginx mode; results from before
+    the modes: per workload."""
+    s = result["settings"]
+    modes = s.get("nginx_modes")
+    if not modes:
+        return [(w, w) for w in s["workloads"]]
+    short = {m: "no ka" if not v["keepalive"] else f"ka {v['keepalive']}" for m, v in modes.items()}
+    return [(f"{w}.{m}", f"{w} ({short[m]})") for w in s["workloads"] for m in modes]
+
+
 def panels(result):
     m = result["metrics"]
-    workloads = list(result["settings"]["workloads"])
-    higher = [(f"{w}.rps", f"{w} req/s") for w in workloads]
-    lower = [(f"{w}.p99_ms", f"{w} p99") for w in workloads]
+    cs = cases(result)
+    higher = [(f"{k}.rps", f"{label} req/s") for k, label in cs]
+    cpu = [(f"{k}.machine_cpu_us_per_req", f"{label}") for k, label in cs]
+    lower = [(f"{k}.p99_ms", f"{label} p99") for k, label in cs]
     lower += [(k, label) for k, label in (
         ("pool_pss_idle_mib", "pool PSS idle"),
         ("pool_pss_after_dokuwiki_mib", "pool PSS after DokuWiki"),
@@ -35,6 +50,7 @@ def panels(result):
     )]
     keep = lambda rows: [(k, label) for k, label in rows if k in m and "ratio_median" in m[k]]
     return [("requests/s: fpmd ÷ php-fpm (higher is better)", keep(higher)),
+            ("machine CPU per request: fpmd ÷ php-fpm (lower is better)", keep(cpu)),
             ("p99 latency, memory: fpmd ÷ php-fpm (lower is better)", keep(lower))]
 
 
@@ -74,6 +90,8 @@ def draw(ax, result, title, rows, variants):
     else:
         ticks = (0.25, 0.5, 0.75, 1.0, 1.5, 2, 3, 4)
     ticks = [t for t in ticks if lo <= t <= hi]
+    if len(ticks) < 3 and hi / lo > 30:  # 0.15× to 7× has only 1× of the coarse ones
+        ticks = [t for t in (0.1, 0.2, 0.5, 1.0, 2, 5, 10) if lo <= t <= hi]
     for y, text in missing:
         ax.text(lo * 1.05, y, text, va="center", fontsize=8, color="darkred")
     ax.xaxis.set_major_locator(FixedLocator(ticks))
@@ -106,8 +124,13 @@ def main(argv):
     head = (f"fpmd vs php-fpm, {result['date'][:16].replace('T', ' ')}: {mach['nproc']} CPUs "
             f"({mach['cpu_model']}), {mach['os']}, {(mach['php_cgi'] or '').split(' (')[0]}, "
             f"nginx {mach['nginx'].replace('nginx/', '')}")
-    sub = (f"static pools of {s['children']}, wrk -c{s['connections']} (DokuWiki "
-           f"-c{s['dokuwiki_connections']}), {s['rounds']} round(s) × {s['duration_s']} s; "
+    apps = s.get("app_connections", s.get("dokuwiki_connections"))
+    modes = s.get("nginx_modes")
+    wp = any(w.startswith("wordpress") for w in s["workloads"])
+    sub = (f"static pools of {s['children']}, wrk -c{s['connections']} (DokuWiki"
+           f"{', WordPress' if wp else ''} -c{apps}), {s['rounds']} round(s) × {s['duration_s']} s"
+           + (f", nginx: {', '.join(v['label'] for v in modes.values())}" if modes else "")
+           + "; "
            f"bars: median of per-round ratios, dots: each round")
     if result.get("smoke"):
         sub += " — SMOKE RUN, not a measurement"

@@ -7,6 +7,7 @@
   tree      a run: its temp dir, the copy of fpmd, the clean-up on errors,
             bugs and Ctrl-C that stops everything and reports leftovers
   report    the machine, the head of every result file, JSON, lists, figures
+  wordpress bench.py's MariaDB (in the temp dir) and WordPress site on it
 
 Stdlib only.
 """

@@ -118,6 +118,34 @@ def cmdline(pid):
         return ""
 
 
+# The fields of /proc/stat's `cpu ` line, in jiffies (USER_HZ) of all CPUs.
+# guest and guest_nice are already counted in user and nice.
+STAT_CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal",
+                   "guest", "guest_nice")
+# What the machine spent running something: not idle, iowait (idle waiting
+# for I/O), steal (another VM ran), nor guest (already in user and nice).
+STAT_CPU_BUSY = ("user", "nice", "system", "irq", "softirq")
+
+
+def machine_cpu():
+    """The `cpu ` line of /proc/stat (every CPU, since boot): {field: jiffies}."""
+    with open("/proc/stat") as f:
+        for line in f:
+            if line.startswith("cpu "):
+                return dict(zip(STAT_CPU_FIELDS, (int(x) for x in line.split()[1:])))
+    raise BenchError("/proc/stat has no cpu line")
+
+
+def machine_cpu_delta(before, after):
+    """What the machine's CPUs did between two machine_cpu() readings, in
+    jiffies: every field, `busy` (STAT_CPU_BUSY) and `total` (every field
+    but guest and guest_nice)."""
+    d = {k: after.get(k, 0) - before.get(k, 0) for k in STAT_CPU_FIELDS}
+    d["busy"] = sum(d[k] for k in STAT_CPU_BUSY)
+    d["total"] = sum(d[k] for k in STAT_CPU_FIELDS[:8])
+    return d
+
+
 def stray_processes(tmp):
     """Processes whose command line still names our temp dir."""
     out = []

@@ -88,14 +88,16 @@ def ready(name, preflight, args):
 
 
 class Run:
-    """One run: its temp dir, what it started (wrk, nginx, backends: set them
-    as they are made), the problems found.
+    """One run: its temp dir, what it started (wrk, nginx, backends, and
+    services such as a database the backends use: set them as they are
+    made), the problems found.
 
     `with run:` around the work. Inside it, Ctrl-C, SIGTERM and SIGHUP raise
     Interrupted; Interrupted, a BenchError and a bug (any other Exception)
     end the work as a problem, not a traceback out of the bench; and the
-    clean-up runs whatever happened: wrk killed, nginx and every backend
-    stopped (what they leave behind, or a bad exit, is a problem), then
+    clean-up runs whatever happened: wrk killed, nginx, every backend and
+    then every service stopped (what they leave behind, or a bad exit, is a
+    problem; a service's stop() returns those problems), then
     anything whose command line still names the temp dir is a problem too,
     and is killed unless kill_strays is false (bench.py only reports it)."""
 
@@ -108,6 +110,7 @@ class Run:
         self.wrk = None
         self.nginx = None
         self.backends = []
+        self.services = []
         self.started = time.time()
         self.date = now()
         self.tmp = tempfile.mkdtemp(prefix=prefix)
@@ -146,6 +149,8 @@ class Run:
             self.nginx.stop(self.problems)
         for b in self.backends:
             self.problems.extend(b.stop())
+        for s in self.services:
+            self.problems.extend(s.stop())
         stray = procs.stray_processes(self.tmp)
         if self.kill_strays:
             for line in stray:

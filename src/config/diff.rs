@@ -426,6 +426,7 @@ fn global_changes<'a>(old: &'a Global, new: &'a Global) -> GlobalChanges<'a> {
         php_ini_scan_dir: _,
         warm_min_available: _, // applied by the daemon on every reload
         warm_timeout: _,       // applied by the daemon on every reload
+        sched_batch: _,        // applied by the daemon on every reload
     } = old;
     GlobalChanges {
         pid: change(pid.as_deref(), new.pid.as_deref()),
@@ -526,6 +527,7 @@ mod tests {
             php_ini_scan_dir: None,
             warm_min_available: crate::config::MinAvailable::DEFAULT,
             warm_timeout: crate::config::DEFAULT_WARM_TIMEOUT,
+            sched_batch: true,
         }
     }
 

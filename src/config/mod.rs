@@ -240,6 +240,7 @@ php_admin_flag.log_errors = true
                 php_ini_scan_dir: None,
                 warm_min_available: MinAvailable::DEFAULT,
                 warm_timeout: DEFAULT_WARM_TIMEOUT,
+                sched_batch: true,
             }
         );
         let names: Vec<&str> = c.pools.iter().map(|p| p.name.as_str()).collect();
@@ -364,6 +365,7 @@ php_admin_flag.log_errors = true
                 php_ini_scan_dir: None,
                 warm_min_available: MinAvailable::DEFAULT,
                 warm_timeout: DEFAULT_WARM_TIMEOUT,
+                sched_batch: true,
             }
         );
         let p = &c.pools[0];

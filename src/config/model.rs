@@ -151,6 +151,13 @@ pub struct Global {
     /// minutes); `0`: no warm parent at all (php-fpm's ondemand: no process
     /// once idle). Applies live on reload.
     pub warm_timeout: std::time::Duration,
+    /// `sched_batch` (fpmd only): fpmd's event loop runs under
+    /// `SCHED_BATCH` (default `true`), so that its wake-ups (a child's
+    /// output, a web server's request) wait for the PHP process on the
+    /// CPU to block or use up its slice instead of preempting it; `false`:
+    /// `SCHED_OTHER`. php-cgi children get `SCHED_OTHER` either way. See
+    /// [`crate::sys::sched`]. Applies live on reload.
+    pub sched_batch: bool,
 }
 
 /// `warm_timeout`'s default: 10 minutes.

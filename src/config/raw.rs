@@ -165,6 +165,7 @@ pub(super) struct RawGlobal {
     pub(super) php_ini_scan_dir: Option<String>,
     pub(super) warm_min_available: Option<RawMinAvailable>,
     pub(super) warm_timeout: Option<Duration>,
+    pub(super) sched_batch: Option<bool>,
 }
 
 /// `warm_min_available` as written: `"25%"`, a size (`"512M"`) or a

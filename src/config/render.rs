@@ -99,6 +99,7 @@ impl Config {
             "warm_timeout = {}\n",
             toml_duration(self.global.warm_timeout)
         ));
+        out.push_str(&format!("sched_batch = {}\n", self.global.sched_batch));
         if origins {
             let block = out.split_off(global_start);
             let o = &self.options;

@@ -168,7 +168,7 @@ impl Daemon {
 
     /// The `[global]` settings that apply live: those that changed
     /// (`changes`), and those applied on every reload (`log_format`,
-    /// `warm_min_available`, `warm_timeout`).
+    /// `warm_min_available`, `warm_timeout`, `sched_batch`).
     fn apply_global(&mut self, changes: &GlobalChanges<'_>, new: &Config) {
         if let Some(c) = changes.log_level {
             crate::log::set_level(&c.new);
@@ -176,6 +176,7 @@ impl Daemon {
         crate::log::set_format(new.global.log_format);
         crate::pool::warm::configure(new.global.warm_min_available);
         crate::pool::warm::configure_timeout(new.global.warm_timeout);
+        crate::sys::sched::apply(new.global.sched_batch);
         if let Some(c) = changes.error_log {
             if let Err(e) = self.log.retarget(c.new) {
                 error!(

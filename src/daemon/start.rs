@@ -256,6 +256,7 @@ pub(super) async fn start(
     };
     crate::pool::warm::configure(d.config.global.warm_min_available);
     crate::pool::warm::configure_timeout(d.config.global.warm_timeout);
+    crate::sys::sched::apply(d.config.global.sched_batch);
     tokio::spawn(crate::pool::warm::monitor());
     tokio::spawn(crate::sys::pageout::trim_heap_periodically());
     // What a SIGKILLed fpmd's scripts left in their cgroups goes now.

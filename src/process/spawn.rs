@@ -117,6 +117,11 @@ impl Spawner {
         std::thread::Builder::new()
             .name("fpmd-spawner".into())
             .spawn(move || {
+                // php-cgi gets the default policy, whatever fpmd's own
+                // (`sched_policy`) was when this thread was started.
+                if let Err(e) = crate::sys::sched::set_batch(false) {
+                    tracing::debug!("spawner thread: SCHED_OTHER: {e}");
+                }
                 // Keep the thread alive for the whole life of the daemon, even
                 // when every sender is gone, so that PDEATHSIG does not fire
                 // early: it only returns when the process exits.

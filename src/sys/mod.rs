@@ -2,8 +2,8 @@
 //! calls it makes on them outside process management: `/proc` reads
 //! ([`procfs`]), the pages a process gives back ([`pageout`]), the
 //! Landlock probe ([`landlock`]), a deadline that may not be set
-//! ([`timer`]), and a connected socket woken only for what it reads
-//! ([`stream`]). Each is a thin, stateless layer over a syscall or a
+//! ([`timer`]), a connected socket woken only for what it reads
+//! ([`stream`]), and fpmd's own scheduling policy ([`sched`]). Each is a thin, stateless layer over a syscall or a
 //! `/proc` file.
 //!
 //! Must not touch: fpmd's own state (pools, children, configuration).
@@ -11,5 +11,6 @@
 pub mod landlock;
 pub mod pageout;
 pub mod procfs;
+pub mod sched;
 pub mod stream;
 pub mod timer;

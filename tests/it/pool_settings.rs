@@ -297,3 +297,71 @@ fn user_and_home_of_the_pool_user_as_php_fpm_sets_them() {
     let ours = env(f.addr(0).tcp());
     assert_eq!(ours, theirs, "fpmd's environment differs from php-fpm's");
 }
+
+/// The scheduling policy of every thread of `pid` (`policy` of
+/// `/proc/PID/task/TID/sched`: 0 SCHED_OTHER, 3 SCHED_BATCH), by thread name.
+fn thread_policies(pid: i32) -> Vec<(String, u32)> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        let sched = std::fs::read_to_string(t.path().join("sched")).unwrap_or_default();
+        let policy = sched
+            .lines()
+            .find(|l| l.starts_with("policy"))
+            .and_then(|l| l.split(':').nth(1))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(u32::MAX);
+        out.push((comm.trim().to_string(), policy));
+    }
+    out
+}
+
+fn policy_of(pid: i32) -> u32 {
+    let sched = std::fs::read_to_string(format!("/proc/{pid}/sched")).unwrap();
+    sched
+        .lines()
+        .find(|l| l.starts_with("policy"))
+        .and_then(|l| l.split(':').nth(1))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap()
+}
+
+/// `sched_batch` (global, default true): fpmd's event loop thread runs
+/// under SCHED_BATCH (3), its children under SCHED_OTHER (0); a reload to
+/// `sched_batch = false` switches the loop back at once.
+#[test]
+fn the_event_loop_runs_under_sched_batch_and_php_cgi_does_not() {
+    let mut s = Stack::start(Pool::www().max_children(2));
+    assert_eq!(get(&s.url("/hello.php")).status, 200);
+    let pid = s.fpmd.pid();
+    assert_eq!(policy_of(pid), 3, "event loop: {:?}", thread_policies(pid));
+    let spawner = thread_policies(pid)
+        .into_iter()
+        .find(|(name, _)| name == "fpmd-spawner")
+        .expect("a spawner thread");
+    assert_eq!(
+        spawner.1, 0,
+        "the spawner thread forks php-cgi under SCHED_OTHER"
+    );
+    let workers = s.fpmd.wait_workers(2, Duration::from_secs(30));
+    for w in &workers {
+        assert_eq!(policy_of(*w), 0, "php-cgi {w}");
+    }
+
+    s.fpmd.rewrite(
+        &FpmdConfig::new()
+            .global("sched_batch = false")
+            .pool(Pool::www().max_children(2)),
+    );
+    s.fpmd.reload_ok();
+    assert_eq!(
+        policy_of(pid),
+        0,
+        "after the reload: {:?}",
+        thread_policies(pid)
+    );
+    assert_eq!(get(&s.url("/hello.php")).status, 200);
+}

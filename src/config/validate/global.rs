@@ -58,6 +58,7 @@ pub(in crate::config) fn validate_global(
             php_ini_scan_dir,
             warm_min_available,
             warm_timeout,
+            sched_batch: raw.sched_batch.unwrap_or(true),
             pid,
             error_log,
             log_level,

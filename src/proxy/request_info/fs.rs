@@ -22,8 +22,28 @@ pub trait FileSystem {
 /// The real file system: `std::fs::metadata` (`stat(2)`, follows symlinks).
 /// Relative paths resolve against fpmd's working directory, which need not
 /// be php-fpm's (php-fpm runs from the pool's `chdir`, `/` by default).
+///
+/// A path found to be a regular file is taken as one for [`FOUND_TTL`]
+/// without a new `stat` (one `statx` per request saved: a script is
+/// almost always the same few files). Only that answer is kept: a missing
+/// file, a directory or a device is looked at again every time, so a new
+/// script serves at once. php-fpm's child keeps far longer answers
+/// (`realpath_cache_ttl`, 120 s); a script removed within the second
+/// reaches php-cgi, which answers "No input file specified." as php-fpm
+/// does.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RealFs;
+
+/// How long [`RealFs`] takes a path found to be a regular file as one.
+pub const FOUND_TTL: std::time::Duration = std::time::Duration::from_secs(1);
+/// Paths [`RealFs`] keeps at most; beyond, the oldest half is dropped.
+const FOUND_MAX: usize = 512;
+
+thread_local! {
+    /// Regular files found, with when (the event loop's thread only).
+    static FOUND: std::cell::RefCell<std::collections::HashMap<Box<[u8]>, std::time::Instant>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
 
 impl FileSystem for RealFs {
     fn stat(&self, path: &[u8]) -> Option<FileKind> {
@@ -32,15 +52,38 @@ impl FileSystem for RealFs {
         if path.is_empty() {
             return None;
         }
-        let md = std::fs::metadata(std::ffi::OsStr::from_bytes(path)).ok()?;
-        let ft = md.file_type();
-        Some(if ft.is_file() {
-            FileKind::Regular
-        } else if ft.is_dir() {
-            FileKind::Directory
-        } else {
-            FileKind::Other
-        })
+        let now = std::time::Instant::now();
+        let fresh = FOUND.with(|f| {
+            f.borrow()
+                .get(path)
+                .is_some_and(|at| now.duration_since(*at) < FOUND_TTL)
+        });
+        if fresh {
+            return Some(FileKind::Regular);
+        }
+        let md = std::fs::metadata(std::ffi::OsStr::from_bytes(path)).ok();
+        let ft = md.map(|m| m.file_type());
+        let kind = match ft {
+            None => None,
+            Some(ft) if ft.is_file() => Some(FileKind::Regular),
+            Some(ft) if ft.is_dir() => Some(FileKind::Directory),
+            Some(_) => Some(FileKind::Other),
+        };
+        FOUND.with(|f| {
+            let mut f = f.borrow_mut();
+            if kind == Some(FileKind::Regular) {
+                if f.len() >= FOUND_MAX {
+                    f.retain(|_, at| now.duration_since(*at) < FOUND_TTL / 2);
+                    if f.len() >= FOUND_MAX {
+                        f.clear();
+                    }
+                }
+                f.insert(path.into(), now);
+            } else {
+                f.remove(path);
+            }
+        });
+        kind
     }
 }
 

@@ -934,6 +934,39 @@ fn real_fs_stats() {
 }
 
 #[test]
+fn real_fs_takes_a_found_file_as_found_for_a_second_and_nothing_else() {
+    use super::fs::FOUND_TTL;
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("gone.php");
+    let later = dir.path().join("later.php");
+    let f = file.as_os_str().as_bytes();
+    let l = later.as_os_str().as_bytes();
+    std::fs::write(&file, "<?php").unwrap();
+    assert_eq!(RealFs.stat(f), Some(FileKind::Regular));
+    std::fs::remove_file(&file).unwrap();
+    // Within the second: still a file (php-cgi would then say "No input
+    // file specified."), without a stat.
+    assert_eq!(RealFs.stat(f), Some(FileKind::Regular));
+    // A missing file is not remembered: created, it is found at once.
+    assert_eq!(RealFs.stat(l), None);
+    std::fs::write(&later, "<?php").unwrap();
+    assert_eq!(RealFs.stat(l), Some(FileKind::Regular));
+    // A directory is not remembered either.
+    std::fs::create_dir(dir.path().join("d")).unwrap();
+    let d = dir.path().join("d");
+    assert_eq!(
+        RealFs.stat(d.as_os_str().as_bytes()),
+        Some(FileKind::Directory)
+    );
+    std::fs::remove_dir(&d).unwrap();
+    assert_eq!(RealFs.stat(d.as_os_str().as_bytes()), None);
+    // Past the second, the removed file is looked at again.
+    std::thread::sleep(FOUND_TTL + std::time::Duration::from_millis(50));
+    assert_eq!(RealFs.stat(f), None);
+}
+
+#[test]
 fn is_valid_path_variants() {
     for p in [
         "..",

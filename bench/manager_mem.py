@@ -44,6 +44,10 @@ class Args:
         self.fpmd_copy = a.fpmd_copy
         self.php_fpm = a.php_fpm
         self.fpmd = a.fpmd
+        # No warm parent: neither manager starts a php process before a
+        # request (scale.py writes these into fpmd's [global]).
+        self.warm_min_available = "100%"
+        self.warm_timeout = None
 
 
 class MemFpmd(ScaleFpmd):
@@ -51,11 +55,6 @@ class MemFpmd(ScaleFpmd):
     optionally under heaptrack."""
 
     heaptrack = None
-
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        with open(self.conf, "a") as f:
-            f.write('warm_min_available = "100%"\n')
 
     def argv(self):
         argv = super().argv()

@@ -12,7 +12,7 @@
 //! | layer | module | what it holds |
 //! | --- | --- | --- |
 //! | 1 | [`fastcgi`] | FastCGI records, name-value pairs and CGI response heads as bytes: decoding, encoding, validation; no I/O |
-//! | 1 | [`sys`] | what fpmd reads of the kernel and of other processes: `/proc`, page-out, the Landlock probe, a deadline that may not be set |
+//! | 1 | [`sys`] | what fpmd reads of the kernel and of other processes: `/proc`, page-out, the Landlock probe, a deadline that may not be set, a socket woken only for what it reads, fpmd's scheduling policy |
 //! | 1 | [`control`] | the daemon's ports to its operators: Unix signals become intents, the control socket of `fpmd reload\|stop\|status`, systemd's notifications |
 //! | 2 | [`config`] | the configuration: fpmd's TOML and php-fpm's `.conf` read, validated into one model, diffed for a reload, printed by `-t` |
 //! | 3 | [`log`] | fpmd's own log (its formats, levels, reopening) and the escaping of text a client or a child controls |

@@ -27,7 +27,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::sys::stream::{ReadHalf, WriteHalf};
 use bytes::BytesMut;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
@@ -35,6 +34,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
 
 use crate::config::{PmMode, PoolConfig};
+use crate::sys::stream::{ReadHalf, WriteHalf};
 use slots::Table;
 pub use slots::{Child, GenId, RequestInfo, SlotId, SlotState};
 pub use status::{PoolStatus, ProcessStatus};

@@ -319,9 +319,11 @@ mod tests {
             io::IoSlice::new(&big[..1 << 20]),
             io::IoSlice::new(&big[1 << 20..]),
         ];
-        crate::proxy::exchange::write_all_vectored(&mut w, &mut slices)
-            .await
-            .unwrap();
+        let mut bufs = &mut slices[..];
+        while !bufs.is_empty() {
+            let n = w.write_vectored(bufs).await.unwrap();
+            io::IoSlice::advance_slices(&mut bufs, n);
+        }
         w.write_all(b"end").await.unwrap();
         assert!(
             w.room.is_none(),

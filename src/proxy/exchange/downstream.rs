@@ -5,7 +5,6 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::sys::stream::ReadHalf;
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
@@ -13,6 +12,7 @@ use crate::fastcgi::cgi::{self, Head};
 use crate::fastcgi::{self, scan_response, RecordType, Scan};
 use crate::proxy::php_message::PhpMessages;
 use crate::proxy::verdict::{ChildEnd, Sent};
+use crate::sys::stream::ReadHalf;
 
 /// The child's half of the exchange: its records scanned and forwarded to
 /// the web server, PHP's messages reframed.

@@ -6,7 +6,6 @@
 
 use std::io::{self, IoSlice};
 
-use crate::sys::stream::WriteHalf;
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
@@ -14,6 +13,7 @@ use super::write_all_vectored;
 use crate::fastcgi::{self, Deframer, Header, Piece, RecordType, NULL_REQUEST_ID};
 use crate::proxy::client::{management, ClientError};
 use crate::proxy::request::{Owed, Request};
+use crate::sys::stream::WriteHalf;
 
 /// Bytes a web server may send once its STDIN has ended and its request is
 /// in flight (management records only; with `FCGI_MPXS_CONNS` = 0 a web

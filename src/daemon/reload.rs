@@ -352,15 +352,7 @@ mod tests {
     /// `[a]` and `[b]` on TCP ports of their own; `b_children`: b's
     /// `pm.max_children`.
     fn load(dir: &std::path::Path, b_children: u32) -> Config {
-        let user = if nix::unistd::Uid::effective().is_root() {
-            "nobody".to_string()
-        } else {
-            nix::unistd::User::from_uid(nix::unistd::Uid::effective())
-                .ok()
-                .flatten()
-                .map(|u| u.name)
-                .unwrap_or_default()
-        };
+        let user = crate::pool::tests::test_user();
         let pool = |name: &str, port: u16, children: u32| {
             format!("[{name}]\nuser = {user:?}\nlisten.address = \"127.0.0.1:{port}\"\npm.max_children = {children}\nphp_cgi = \"/bin/true\"\n")
         };

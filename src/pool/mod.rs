@@ -832,12 +832,10 @@ pub(crate) mod tests {
         assert_eq!(&buf[..], b"partial record");
     }
 
-    /// A valid pool configuration (children as `nobody` when run as
-    /// root, else as the current user).
-    pub fn test_config() -> PoolConfig {
-        use std::sync::atomic::AtomicU32;
-        static N: AtomicU32 = AtomicU32::new(0);
-        let user = if nix::unistd::Uid::effective().is_root() {
+    /// The user a test pool's children run as: `nobody` when the tests
+    /// run as root, else the current user.
+    pub fn test_user() -> String {
+        if nix::unistd::Uid::effective().is_root() {
             "nobody".to_string()
         } else {
             nix::unistd::User::from_uid(nix::unistd::Uid::effective())
@@ -845,7 +843,14 @@ pub(crate) mod tests {
                 .flatten()
                 .map(|u| u.name)
                 .unwrap_or_default()
-        };
+        }
+    }
+
+    /// A valid pool configuration (children as [`test_user`]).
+    pub fn test_config() -> PoolConfig {
+        use std::sync::atomic::AtomicU32;
+        static N: AtomicU32 = AtomicU32::new(0);
+        let user = test_user();
         let dir = tempfile::tempdir().unwrap();
         let path = dir
             .path()

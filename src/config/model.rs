@@ -697,6 +697,15 @@ pub enum Spawn {
     /// Every child is its own exec'd php-cgi (private opcache, ~2.5× the
     /// memory of a forked child).
     Exec,
+    /// One php-cgi parent for every pool with the same php-cgi, php.ini,
+    /// ini values and `LD_PRELOAD` (php-fpm's model: one master forks every
+    /// pool's children): it runs as fpmd's user, and each child it forks
+    /// takes its pool's user, cgroup, limits, working directory, Landlock
+    /// and environment before it serves
+    /// ([`crate::process::shared_parent`]). Its opcache is shared between
+    /// those pools, with `opcache.validate_root` and
+    /// `opcache.validate_permission` on. Not with `chroot`.
+    Shared,
 }
 
 impl Spawn {
@@ -704,6 +713,7 @@ impl Spawn {
         match self {
             Spawn::Prefork => "prefork",
             Spawn::Exec => "exec",
+            Spawn::Shared => "shared",
         }
     }
 }

@@ -119,6 +119,104 @@ impl Report {
     }
 }
 
+/// What a child forked by a shared parent takes from its pool before it
+/// serves (an `'s'` order of `fork_server.c`, `struct shared_order`),
+/// built once per pool generation: its output, limits, working directory,
+/// cgroup, priority, user, dumpable, `no_new_privs`, Landlock, environment
+/// and process title, in the order of [`crate::process::sandbox`]'s header.
+pub struct ChildSetup {
+    message: Vec<u8>,
+    /// stdout, stderr, the Landlock ruleset if any, the cgroup.procs files.
+    fds: Vec<OwnedFd>,
+}
+
+/// Largest order `fork_server.c` reads (its `order_buf`), in bytes.
+pub const MAX_ORDER: usize = 1 << 17;
+
+impl ChildSetup {
+    /// The setup of `spec`'s children (a pool's spec as
+    /// [`crate::process::spec::child_spec`] built it), with their stdout
+    /// and stderr, the pool's Landlock ruleset
+    /// ([`crate::process::sandbox::landlock_fd`]) and its cgroup.procs
+    /// files opened for writing. Errors: the environment and title do not
+    /// fit in one order ([`MAX_ORDER`], `E2BIG`), or a string holds a NUL
+    /// byte (`EINVAL`).
+    pub fn new(
+        spec: &crate::process::spawn::ChildSpec,
+        stdout: OwnedFd,
+        stderr: OwnedFd,
+        landlock: Option<OwnedFd>,
+        cgroups: Vec<OwnedFd>,
+    ) -> io::Result<ChildSetup> {
+        use std::os::unix::ffi::OsStrExt;
+        let nul = |b: &[u8]| b.contains(&0);
+        let cwd = spec.sandbox.cwd.as_os_str().as_bytes();
+        let mut env = Vec::new();
+        for (k, v) in &spec.env {
+            let (k, v) = (k.as_bytes(), v.as_bytes());
+            if nul(k) || nul(v) || k.contains(&b'=') {
+                return Err(io::Error::from_raw_os_error(libc::EINVAL));
+            }
+            env.extend_from_slice(k);
+            env.push(b'=');
+            env.extend_from_slice(v);
+            env.push(0);
+        }
+        let title = spec.arg0.as_bytes();
+        if nul(cwd) || nul(title) {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let me = (nix::unistd::geteuid(), nix::unistd::getegid());
+        let switch_user = me.0.is_root() || me.0.as_raw() != spec.uid || me.1.as_raw() != spec.gid;
+        let (files_set, files) = (
+            spec.sandbox.rlimit_files.is_some(),
+            spec.sandbox.rlimit_files,
+        );
+        let (core_set, core) = (spec.sandbox.rlimit_core.is_some(), spec.sandbox.rlimit_core);
+        // u64::MAX is RLIM_INFINITY, which is u64::MAX too on Linux.
+        let header: [i64; 17] = [
+            i64::from(spec.uid),
+            i64::from(spec.gid),
+            i64::from(switch_user),
+            spec.groups.len() as i64,
+            i64::from(files_set),
+            files.unwrap_or(0) as i64,
+            i64::from(core_set),
+            core.unwrap_or(0) as i64,
+            i64::from(spec.sandbox.priority.is_some()),
+            i64::from(spec.sandbox.priority.unwrap_or(0)),
+            i64::from(spec.sandbox.dumpable),
+            i64::from(spec.sandbox.no_new_privs),
+            i64::from(landlock.is_some()),
+            cgroups.len() as i64,
+            cwd.len() as i64,
+            env.len() as i64,
+            title.len() as i64,
+        ];
+        let mut message = Vec::with_capacity(1 + 8 * 17 + env.len() + 256);
+        message.push(b's');
+        for w in header {
+            message.extend_from_slice(&w.to_ne_bytes());
+        }
+        for g in &spec.groups {
+            message.extend_from_slice(&g.to_ne_bytes());
+        }
+        message.extend_from_slice(cwd);
+        message.extend_from_slice(&env);
+        message.extend_from_slice(title);
+        if message.len() > MAX_ORDER {
+            return Err(io::Error::other(format!(
+                    "the pool's environment and groups take {} bytes, more than a shared php-cgi parent's order holds ({MAX_ORDER})",
+                message.len()
+            )));
+        }
+        let mut fds = vec![stdout, stderr];
+        fds.extend(landlock);
+        fds.extend(cgroups);
+        Ok(ChildSetup { message, fds })
+    }
+}
+
 /// fpmd's end of one parent's order socket.
 pub struct Orders {
     fd: AsyncFd<OwnedFd>,
@@ -163,9 +261,13 @@ impl Orders {
     /// gone (`EPIPE`, `ECONNRESET`), or its queue is full (`EAGAIN`, never
     /// seen: an order is 1 byte and the parent reads them as they come).
     pub fn order(&self, listener: &impl AsFd) -> io::Result<()> {
-        let fds = [listener.as_fd().as_raw_fd()];
-        let cmsg = [ControlMessage::ScmRights(&fds)];
-        let iov = [io::IoSlice::new(b"o")];
+        self.send(b"o", &[listener.as_fd().as_raw_fd()])
+    }
+
+    /// One message with its fds.
+    fn send(&self, message: &[u8], fds: &[RawFd]) -> io::Result<()> {
+        let cmsg = [ControlMessage::ScmRights(fds)];
+        let iov = [io::IoSlice::new(message)];
         socket::sendmsg::<()>(
             self.fd.as_raw_fd(),
             &iov,
@@ -174,6 +276,28 @@ impl Orders {
             None,
         )?;
         Ok(())
+    }
+
+    /// Orders one child of a shared parent (`pm.spawn = "shared"`) for the
+    /// pool `setup` was made for: its listening socket `listener`, then
+    /// what the child applies before it serves. Errors as [`Orders::order`].
+    pub fn order_shared(&self, listener: &impl AsFd, setup: &ChildSetup) -> io::Result<()> {
+        let mut fds = Vec::with_capacity(1 + setup.fds.len());
+        fds.push(listener.as_fd().as_raw_fd());
+        fds.extend(setup.fds.iter().map(|f| f.as_raw_fd()));
+        self.send(&setup.message, &fds)
+    }
+
+    /// Waits until the socket may take an order again, then runs `send`,
+    /// which says whether an order still met a full queue (`EAGAIN`): then
+    /// the readiness is cleared, so that the next wait is for the parent
+    /// to read.
+    pub async fn when_writable(&self, send: impl FnOnce() -> bool) {
+        if let Ok(mut guard) = self.fd.writable().await {
+            if send() {
+                guard.clear_ready();
+            }
+        }
     }
 
     /// The parent's next report; `None` once it is gone (end of file, or
@@ -208,6 +332,45 @@ mod tests {
             .iter()
             .flat_map(|w| w.to_ne_bytes())
             .collect()
+    }
+
+    /// The `'s'` order's layout, as `fork_server.c`'s `shared_order_whole`
+    /// checks it: the header's lengths add up to the message, and the
+    /// strings follow in their order.
+    #[test]
+    fn a_shared_order_is_laid_out_as_fork_server_c_reads_it() {
+        let config = crate::pool::tests::test_config();
+        let mut spec = crate::process::spec::child_spec(&config, "/run/x.sock".into());
+        spec.env = vec![("SITE".into(), "a".into()), ("USER".into(), "www".into())];
+        spec.groups = vec![33, 44];
+        spec.sandbox.rlimit_files = Some(777);
+        let null = || OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
+        let setup = ChildSetup::new(&spec, null(), null(), None, vec![null()]).unwrap();
+        let m = &setup.message;
+        assert_eq!(m[0], b's');
+        let word = |i: usize| i64::from_ne_bytes(m[1 + 8 * i..9 + 8 * i].try_into().unwrap());
+        assert_eq!(
+            (word(0), word(1)),
+            (i64::from(spec.uid), i64::from(spec.gid))
+        );
+        assert_eq!(word(3), 2, "ngroups");
+        assert_eq!((word(4), word(5)), (1, 777), "rlimit_files");
+        assert_eq!(word(6), 0, "rlimit_core unset");
+        assert_eq!(word(12), 0, "no Landlock");
+        assert_eq!(word(13), 1, "one cgroup file");
+        let (cwd, env, title) = (word(14) as usize, word(15) as usize, word(16) as usize);
+        assert_eq!(m.len(), 1 + 8 * 17 + 4 * 2 + cwd + env + title);
+        let strings = &m[1 + 8 * 17 + 8..];
+        assert_eq!(
+            &strings[..cwd],
+            spec.sandbox.cwd.as_os_str().as_encoded_bytes()
+        );
+        assert_eq!(&strings[cwd..cwd + env], b"SITE=a\0USER=www\0");
+        assert_eq!(&strings[cwd + env..], spec.arg0.as_bytes());
+        assert_eq!(setup.fds.len(), 3, "stdout, stderr, the cgroup file");
+        // A NUL in the environment cannot be sent.
+        spec.env.push(("BAD".into(), "a\0b".into()));
+        assert!(ChildSetup::new(&spec, null(), null(), None, Vec::new()).is_err());
     }
 
     #[test]

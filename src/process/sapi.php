@@ -187,6 +187,10 @@ namespace Fpmd {
         public static function status()
         {
             $path = (string) \get_cfg_var('fpmd.status_socket');
+            if ($path === '') {
+                // A child of a shared php-cgi parent (pm.spawn = "shared").
+                $path = (string) \getenv('FPMD_STATUS_SOCKET', true);
+            }
             if ($path === '' || !\function_exists('stream_socket_client')) {
                 return false;
             }

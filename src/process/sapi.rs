@@ -82,6 +82,12 @@ pub const STATUS_IN_CHROOT: &str = "/etc/fpmd/status.sock";
 /// socket from.
 pub const STATUS_SOCKET: &str = "fpmd.status_socket";
 
+/// The environment variable that names the status socket to a child of a
+/// shared php-cgi parent (`pm.spawn = "shared"`), whose `-d` values are
+/// the same for every pool: `sapi.php` reads it when [`STATUS_SOCKET`] is
+/// not set.
+pub const STATUS_SOCKET_ENV: &str = "FPMD_STATUS_SOCKET";
+
 /// The status socket of pool `pool` in the directory `dir` of
 /// `sapi.php` (`status-HASH.sock`: short, whatever the pool's name; a unix
 /// socket path holds at most 107 bytes).

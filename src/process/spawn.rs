@@ -174,6 +174,22 @@ pub fn listening_socket(path: &std::path::Path, backlog: i32) -> io::Result<Owne
     Ok(sock.into())
 }
 
+/// The pool's `cgroup.procs` files ([`ChildSpec::cgroup_procs`]) opened
+/// for writing, before a fork: a child joins the cgroup by writing `0`.
+/// Errors name the file that cannot be opened.
+pub fn open_cgroup_procs(paths: &[PathBuf]) -> io::Result<Vec<OwnedFd>> {
+    paths
+        .iter()
+        .map(|p| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(p)
+                .map(OwnedFd::from)
+                .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display())))
+        })
+        .collect()
+}
+
 fn spawn_child(spec: &ChildSpec) -> io::Result<Spawned> {
     let listener = bind_endpoint(spec)?;
     let (stdio, output) = crate::process::output::open(spec.catch_workers_output)?;
@@ -227,17 +243,7 @@ fn spawn_child(spec: &ChildSpec) -> io::Result<Spawned> {
         Uid::effective().is_root() || Uid::effective() != uid || Gid::effective() != gid;
     let parent = nix::unistd::getpid();
     let death_signal = spec.death_signal as libc::c_ulong;
-    let cgroup_procs: Vec<OwnedFd> = spec
-        .cgroup_procs
-        .iter()
-        .map(|p| {
-            std::fs::OpenOptions::new()
-                .write(true)
-                .open(p)
-                .map(OwnedFd::from)
-                .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display())))
-        })
-        .collect::<io::Result<_>>()?;
+    let cgroup_procs = open_cgroup_procs(&spec.cgroup_procs)?;
     // SAFETY: the closure runs in the forked child before exec; it only makes
     // async-signal-safe system calls (those of `Prepared::apply`, write,
     // setgroups, setgid, setuid, prctl, getppid) on data prepared before the

@@ -52,7 +52,7 @@ pub fn child_spec(config: &PoolConfig, endpoint: PathBuf) -> ChildSpec {
     // environment into $_SERVER: an exec'd child gets no PHP_FCGI_CHILDREN
     // (php-cgi's default is 0).
     let fork_server = match config.pm.spawn {
-        Spawn::Exec => None,
+        Spawn::Exec | Spawn::Shared => None,
         Spawn::Prefork => crate::process::fork_server::for_pool(config),
     };
     let death_signal = match fork_server {
@@ -73,7 +73,17 @@ pub fn child_spec(config: &PoolConfig, endpoint: PathBuf) -> ChildSpec {
         arg0: crate::process::spawn::process_title(&config.name),
         args: {
             let mut args = config.ini_args();
-            args.extend(crate::process::sapi::ini_args(config).into_iter().flatten());
+            match crate::process::sapi::ini_args(config) {
+                // The status socket is the pool's: in the environment, so
+                // that pools with the same ini values share a parent.
+                Some([_, status, rest @ ..]) if config.pm.spawn == Spawn::Shared => {
+                    if let Some((_, path)) = status.split_once('=') {
+                        env.push((crate::process::sapi::STATUS_SOCKET_ENV.into(), path.into()));
+                    }
+                    args.extend(rest);
+                }
+                sapi => args.extend(sapi.into_iter().flatten()),
+            }
             args
         },
         env,

@@ -181,7 +181,7 @@ fn chroot_serves_sees_only_the_site_and_a_read_only_runtime() {
 /// owned by its user: neither reads the other's files nor signals the
 /// other's children. With `chroot`, the other site is not even there; without,
 /// the file modes keep it out.
-fn two_users(chroot: bool) {
+fn two_users(chroot: bool, shared: bool) {
     let dir = TestDir::new();
     let a = make_site(dir.path(), "a", ids("www-data"), 0o750);
     let b = make_site(dir.path(), "b", ids("nobody"), 0o750);
@@ -191,7 +191,11 @@ fn two_users(chroot: bool) {
         if chroot {
             chroot_pool(name, user, site)
         } else {
-            Pool::new(name).user(user.0, user.1).max_children(2)
+            let p = Pool::new(name).user(user.0, user.1).max_children(2);
+            match shared {
+                true => p.line("pm.spawn = \"shared\""),
+                false => p,
+            }
         }
     };
     let fpmd = Fpmd::start(
@@ -243,28 +247,62 @@ fn two_users(chroot: bool) {
     // Its own pid it may signal (0: a check only; posix_get_last_error()
     // keeps the last failure, so only the result counts).
     assert_eq!(sa.get(&format!("t=kill&pid={pid_a}"))[0], true);
+    if shared {
+        // Forked by one parent, which neither may signal.
+        let parent = |pid: i64| i64::from(procs::info(pid as i32).unwrap().ppid);
+        let root = parent(pid_a);
+        assert_eq!(parent(pid_b), root, "one shared parent");
+        assert_ne!(root, i64::from(fpmd.pid()));
+        for s in [&sa, &sb] {
+            assert_eq!(
+                s.get(&format!("t=kill&pid={root}")),
+                serde_json::json!([false, EPERM])
+            );
+        }
+    }
 }
 
 #[test]
 fn two_pools_two_users_cannot_reach_each_other() {
-    two_users(true);
+    two_users(true, false);
 }
 
 #[test]
 fn two_pools_two_users_cannot_reach_each_other_without_chroot() {
-    two_users(false);
+    two_users(false, false);
+}
+
+/// The same, the two pools' children forked by one shared php-cgi parent
+/// (`pm.spawn = "shared"`, which runs as root): each child is its pool's
+/// user, and neither can signal the parent.
+#[test]
+fn two_pools_two_users_cannot_reach_each_other_under_a_shared_parent() {
+    two_users(false, true);
 }
 
 /// `rlimit_files`, `rlimit_core`, `process.priority`, `no_new_privs`,
 /// as the child reads them from /proc/self.
 #[test]
 fn rlimits_priority_no_new_privs_seen_from_inside() {
-    let pool = Pool::www().max_children(1).lines(&[
+    rlimits_priority_no_new_privs(None);
+}
+
+/// The same for a child of a shared php-cgi parent, which applies them
+/// after its fork (`pm.spawn = "shared"`).
+#[test]
+fn rlimits_priority_no_new_privs_seen_from_inside_shared() {
+    rlimits_priority_no_new_privs(Some("pm.spawn = \"shared\""));
+}
+
+fn rlimits_priority_no_new_privs(spawn: Option<&str>) {
+    let mut lines = vec![
         "rlimit_files = 777",
         r#"rlimit_core = "unlimited""#,
         "process.priority = 7",
         "no_new_privs = true",
-    ]);
+    ];
+    lines.extend(spawn);
+    let pool = Pool::www().max_children(1).lines(&lines);
     let s = Stack::start(pool);
     let read = |f: &str| {
         let r = get(&s.url(&format!("/isolation_probe.php?t=proc&f={f}")));
@@ -360,6 +398,17 @@ fn setgid_helper_keeps_its_group_as_under_php_fpm() {
 /// docroot) and the runtime, writes only `landlock.write` (`docroot/run`).
 #[test]
 fn landlock_limits_reads_and_writes() {
+    landlock_limits(None);
+}
+
+/// The same for a child of a shared php-cgi parent, which restricts
+/// itself after its fork (`pm.spawn = "shared"`).
+#[test]
+fn landlock_limits_reads_and_writes_shared() {
+    landlock_limits(Some("pm.spawn = \"shared\""));
+}
+
+fn landlock_limits(spawn: Option<&str>) {
     let dir = TestDir::new();
     let docroot = dir.docroot();
     let run = docroot.join("run");
@@ -373,6 +422,7 @@ fn landlock_limits_reads_and_writes() {
             "php_admin_value.\"opcache.lockfile_path\" = {:?}",
             run.display().to_string()
         ),
+        spawn.unwrap_or_default(),
     ]);
     let fpmd = Fpmd::start(&dir, FpmdConfig::new().pool(pool));
     let nginx = Nginx::start(&dir, NginxOpts::default().upstream(fpmd.upstream(0)));

@@ -31,6 +31,7 @@ mod reload;
 mod sapi;
 mod sapi_apps;
 mod script_checks;
+mod shared_parent;
 mod signals;
 mod socket_activation;
 mod status;

@@ -148,9 +148,22 @@ fn parents(s: &Stack) -> Vec<i32> {
 /// "100%"`) stops a warm parent at once.
 #[test]
 fn ondemand_holds_no_process_before_its_first_request_nor_once_idle() {
-    let pool = Pool::www()
-        .max_children(8)
-        .lines(&["pm.mode = \"ondemand\"", "pm.process_idle_timeout = \"2s\""]);
+    ondemand_holds_nothing_when_idle(None);
+}
+
+/// The same under a parent shared by pools (`pm.spawn = "shared"`): it
+/// is the pool's warm parent, and stops once no pool holds it.
+#[test]
+fn ondemand_holds_no_process_before_its_first_request_nor_once_idle_shared() {
+    ondemand_holds_nothing_when_idle(Some("pm.spawn = \"shared\""));
+}
+
+/// `spawn`: a `pm.spawn` line, else the run's (`FPMD_TEST_SPAWN`).
+fn ondemand_holds_nothing_when_idle(spawn: Option<&str>) {
+    let prefork = || spawn.is_some() || prefork();
+    let mut lines = vec!["pm.mode = \"ondemand\"", "pm.process_idle_timeout = \"2s\""];
+    lines.extend(spawn);
+    let pool = Pool::www().max_children(8).lines(&lines);
     let config = |warm: &str| {
         FpmdConfig::new()
             .log_level("debug")
@@ -232,15 +245,30 @@ fn ondemand_holds_no_process_before_its_first_request_nor_once_idle() {
 /// spare range, one idle child a second, as php-fpm's.
 #[test]
 fn dynamic_follows_the_load_within_the_spare_range() {
+    dynamic_follows_the_load(None);
+}
+
+/// The same with the children forked by a parent shared by pools
+/// (`pm.spawn = "shared"`): 3 processes at start, the shared parent one.
+#[test]
+fn dynamic_follows_the_load_within_the_spare_range_shared() {
+    dynamic_follows_the_load(Some("pm.spawn = \"shared\""));
+}
+
+/// `spawn`: a `pm.spawn` line, else the run's (`FPMD_TEST_SPAWN`).
+fn dynamic_follows_the_load(spawn: Option<&str>) {
+    let prefork = || spawn.is_some() || prefork();
+    let mut lines = vec![
+        "pm.mode = \"dynamic\"",
+        "pm.start_servers = 2",
+        "pm.min_spare_servers = 1",
+        "pm.max_spare_servers = 3",
+    ];
+    lines.extend(spawn);
     let s = Stack::start_with(
         FpmdConfig::new()
             .log_level("debug")
-            .pool(Pool::www().max_children(12).lines(&[
-                "pm.mode = \"dynamic\"",
-                "pm.start_servers = 2",
-                "pm.min_spare_servers = 1",
-                "pm.max_spare_servers = 3",
-            ])),
+            .pool(Pool::www().max_children(12).lines(&lines)),
         NginxOpts::default(),
     );
     let at_start = usize::from(prefork()) + 2;

@@ -37,7 +37,8 @@ pub(super) fn require_root(
     ))
 }
 /// The processes one generation of `pool` runs at most: its children, and
-/// under `pm.spawn = "prefork"` the php-cgi parent that forks them.
+/// under `pm.spawn = "prefork"` the php-cgi parent that forks them (a
+/// shared parent, `pm.spawn = "shared"`, is no pool's).
 pub(super) fn pool_processes(pool: &PoolConfig) -> u64 {
     u64::from(pool.pm.max_children) + u64::from(pool.pm.spawn == Spawn::Prefork)
 }
@@ -49,7 +50,7 @@ pub(super) fn processes_what(pool: &PoolConfig) -> String {
             "{n} processes (pm.max_children = {} and the php-cgi parent of pm.spawn = \"prefork\")",
             pool.pm.max_children
         ),
-        Spawn::Exec => format!("{n} processes (pm.max_children = {n})"),
+        Spawn::Exec | Spawn::Shared => format!("{n} processes (pm.max_children = {n})"),
     }
 }
 /// The checks that depend on what fpmd may do on this machine, after every

@@ -103,6 +103,12 @@ pub(super) fn validate_pool(
     let php_cgi = resolve_php_cgi(raw.php_cgi.as_deref(), &src.dir, std::env::var_os("PATH"))
         .map_err(|m| ctx.err(&["php_cgi"], m))?;
     let (chroot, chdir) = isolation::root_and_dir(&ctx, &raw, ids)?;
+    if chroot.is_some() && pm.spawn == super::Spawn::Shared {
+        return Err(ctx.err(
+            &["pm", "spawn"],
+            "pm.spawn = \"shared\" cannot be used with chroot: the shared php-cgi parent runs outside every pool's root (use \"prefork\")",
+        ));
+    }
     let isolation = isolation::isolation(&ctx, &raw, chroot, ids)?;
     let listen = listen::listen(&ctx, std::mem::take(&mut raw.listen), &user)?;
     let env = ini::env(&ctx, raw.env.take())?;

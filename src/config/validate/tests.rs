@@ -1481,6 +1481,7 @@ fn isolation_keys() {
         (format!("landlock.write = [{missing:?}]"), "landlock.write", format!("landlock.write path does not exist: {missing}")),
         (format!("chroot = {site_s:?}\nlandlock.read = [\"/other\"]"), "landlock.read", format!("landlock.read path does not exist: {site_s}/other")),
         ("no_new_privs = false\nlandlock.read = [\"/usr\"]".into(), "no_new_privs", "no_new_privs = false cannot go with landlock.*: an unprivileged process can only enforce a Landlock ruleset with no_new_privs".into()),
+        (format!("chroot = {site_s:?}\npm.spawn = \"shared\""), "pm.spawn", "pm.spawn = \"shared\" cannot be used with chroot: the shared php-cgi parent runs outside every pool's root (use \"prefork\")".into()),
     ] {
         let e = as_root(&format!("{extra}\n")).expect_err(&extra);
         assert_eq!(e.key.as_deref(), Some(key), "{e}");

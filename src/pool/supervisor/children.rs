@@ -51,10 +51,33 @@ pub(super) struct ChildState {
     pub forker: Option<Forker>,
 }
 
+/// Where a pool's orders go.
+pub(super) enum OrderTo {
+    /// The generation's own php-cgi parent (`pm.spawn = "prefork"`).
+    Own(Arc<crate::process::fork_server::Orders>),
+    /// A parent shared with other pools (`pm.spawn = "shared"`): kept in
+    /// [`Children::leaders`] under the attachment's id
+    /// ([`crate::process::shared_parent::ID_BASE`]), not its pid; `setup`
+    /// is what each child takes from the pool.
+    Shared {
+        attachment: crate::process::shared_parent::Attachment,
+        setup: Arc<crate::process::fork_server::ChildSetup>,
+    },
+    /// Let go of: the pool is detached from its shared parent.
+    Detached,
+}
+
+impl OrderTo {
+    /// A shared parent, attached or let go of.
+    pub fn is_shared(&self) -> bool {
+        !matches!(self, OrderTo::Own(_))
+    }
+}
+
 /// What fpmd knows of a php-cgi parent's fork server
 /// ([`crate::process::fork_server`]).
 pub(super) struct Forker {
-    pub orders: Arc<crate::process::fork_server::Orders>,
+    pub orders: OrderTo,
     /// It said it is ready (PHP loaded, waiting for orders).
     pub ready: bool,
     /// Orders sent and not yet forked, oldest first: each child's socket.
@@ -200,6 +223,20 @@ impl Supervisor {
             return;
         };
         c.stop.get_or_insert(why);
+        if let Some(f) = c.forker.as_mut().filter(|f| f.orders.is_shared()) {
+            // A shared parent is not signalled: the pool lets go of it,
+            // and it is gone for the pool as if it had exited.
+            if !matches!(f.orders, OrderTo::Detached) {
+                f.orders = OrderTo::Detached;
+                let kind = ExitKind::Code(0);
+                let report = Report::Exited { pid, kind };
+                let _ = self.pool.events.send(crate::pool::Event::Parent {
+                    parent: pid,
+                    report,
+                });
+            }
+            return;
+        }
         let _ = signal::send(&self.pool.name, Pid::from_raw(pid), sig);
     }
 
@@ -253,13 +290,19 @@ impl Supervisor {
             return;
         };
         let startup = f.startup.clone();
+        // The pid of the parent that forked it (a shared one is kept under
+        // its attachment's id), for the log.
+        let forker = match &f.orders {
+            OrderTo::Shared { attachment, .. } => attachment.pid(),
+            _ => parent,
+        };
         let child = self.track(pid, gen, endpoint, Some(parent), None, startup);
         self.pool.stats.count_spawned();
         if self.replacing > 0 {
             self.replacing -= 1;
-            info!(pool = %self.name(), pid, php_fpm = %format_args!("child {pid} started"), "child forked by php-cgi parent {parent} in place of one that exited");
+            info!(pool = %self.name(), pid, php_fpm = %format_args!("child {pid} started"), "child forked by php-cgi parent {forker} in place of one that exited");
         } else {
-            debug!(pool = %self.name(), pid, "child forked by php-cgi parent {parent} (generation {gen})");
+            debug!(pool = %self.name(), pid, "child forked by php-cgi parent {forker} (generation {gen})");
         }
         self.add_slot(&child);
     }
@@ -275,7 +318,14 @@ impl Supervisor {
         let Some(f) = self.forker_mut(parent) else {
             return Err(std::io::Error::other("the php-cgi parent is gone"));
         };
-        if let Err(e) = f.orders.order(&listener) {
+        let sent = match &f.orders {
+            OrderTo::Own(orders) => orders.order(&listener),
+            OrderTo::Shared { attachment, setup } => attachment.order(&listener, setup),
+            OrderTo::Detached => Err(std::io::Error::other(
+                "the pool let go of its shared php-cgi parent",
+            )),
+        };
+        if let Err(e) = sent {
             let _ = std::fs::remove_file(&endpoint);
             return Err(e);
         }
@@ -356,14 +406,37 @@ impl Supervisor {
         self.children.pending = waiting;
         for p in ready {
             if p.role == Role::Parent {
-                debug!(pool = %self.name(), pid = p.leader, "php-cgi parent loaded PHP in {:.3} s: it forks children on order", p.since.elapsed().as_secs_f64());
                 // A php-cgi came up: a later failure to start is a new episode.
                 self.start_failure_said = false;
-                tokio::spawn(page_out_parent(
-                    self.pool.name.clone(),
-                    p.leader,
-                    p.alive.clone(),
-                ));
+                let shared = self
+                    .children
+                    .leaders
+                    .get(&p.leader)
+                    .and_then(|c| c.forker.as_ref())
+                    .and_then(|f| match &f.orders {
+                        OrderTo::Shared { attachment, .. } => Some(attachment),
+                        _ => None,
+                    });
+                match shared {
+                    Some(a) => {
+                        debug!(pool = %self.name(), pid = a.pid(), "shared php-cgi parent ready for the pool: it forks its children on order");
+                        if a.started_here() {
+                            tokio::spawn(page_out_parent(
+                                self.pool.name.clone(),
+                                a.pid(),
+                                p.alive.clone(),
+                            ));
+                        }
+                    }
+                    None => {
+                        debug!(pool = %self.name(), pid = p.leader, "php-cgi parent loaded PHP in {:.3} s: it forks children on order", p.since.elapsed().as_secs_f64());
+                        tokio::spawn(page_out_parent(
+                            self.pool.name.clone(),
+                            p.leader,
+                            p.alive.clone(),
+                        ));
+                    }
+                }
             } else {
                 debug!(pool = %self.name(), pid = p.leader, "php-cgi started: it serves");
                 self.add_slot(&p);
@@ -420,9 +493,15 @@ impl Supervisor {
         if let Some(f) = &child.forker {
             // Children the parent left behind (it only signals them on
             // SIGTERM) must not serve anything any more; nobody reports
-            // their exits now: they end here.
-            let _ = signal::send(&self.pool.name, Pid::from_raw(-exit.pid), Signal::SIGKILL);
+            // their exits now: they end here. A shared parent's process
+            // group holds other pools' children: only this pool's go.
+            if !f.orders.is_shared() {
+                let _ = signal::send(&self.pool.name, Pid::from_raw(-exit.pid), Signal::SIGKILL);
+            }
             for pid in self.children.forked_by(exit.pid) {
+                if f.orders.is_shared() {
+                    let _ = signal::send(&self.pool.name, Pid::from_raw(pid), Signal::SIGKILL);
+                }
                 let kind = ExitKind::Signal {
                     signal: libc::SIGKILL,
                     core_dumped: false,
@@ -441,7 +520,12 @@ impl Supervisor {
         let _ = std::fs::remove_file(child.endpoint.as_path());
         let lived = child.started.elapsed();
         self.note_oom(exit.pid, exit.kind);
-        if child.stop.is_some() {
+        let shared = child.forker.as_ref().is_some_and(|f| f.orders.is_shared());
+        if shared && child.stop.is_some() {
+            debug!(pool = %self.name(), "let go of the shared php-cgi parent (generation {})", child.gen);
+        } else if shared {
+            warn!(pool = %self.name(), "the shared php-cgi parent {} after {:.3} s: its children of this pool are stopped", exit.kind, lived.as_secs_f64());
+        } else if child.stop.is_some() {
             debug!(pool = %self.name(), pid = exit.pid, "{}", exit.describe(lived));
         } else {
             if child.gen == self.gens.target() && child.role == Role::Child {
@@ -559,6 +643,11 @@ impl Supervisor {
         if let Some(cg) = &self.cgroup {
             spec.cgroup_procs = cg.procs_files();
         }
+        if config.pm.spawn == crate::config::Spawn::Shared {
+            if let Some(library) = crate::process::fork_server::installed() {
+                return self.attach_shared(gen, spec, library.to_path_buf()).await;
+            }
+        }
         let Spawned {
             pid,
             output,
@@ -591,7 +680,7 @@ impl Supervisor {
                     }
                 });
                 Some(Forker {
-                    orders,
+                    orders: OrderTo::Own(orders),
                     ready: false,
                     ordered: Default::default(),
                     childless_since: Instant::now(),
@@ -611,6 +700,82 @@ impl Supervisor {
             }
         };
         let started = self.track(pid, gen, endpoint, None, forker, startup);
+        self.children.pending.push(started);
+        self.check_pending();
+        Ok(())
+    }
+
+    /// Attaches generation `gen` to the shared php-cgi parent of its
+    /// children's `spec` (`pm.spawn = "shared"`,
+    /// [`crate::process::shared_parent`]), starting it if none runs: it is
+    /// tracked as the generation's parent, under its attachment id, and
+    /// gets its orders once ready. Its children write to this pool's own
+    /// output sockets, opened here.
+    async fn attach_shared(
+        &mut self,
+        gen: GenId,
+        spec: crate::process::spawn::ChildSpec,
+        library: PathBuf,
+    ) -> std::io::Result<()> {
+        use crate::process::shared_parent::{self, Attachment, Heard};
+        let config = self.config();
+        let id = shared_parent::next_id();
+        let cgroups = crate::process::spawn::open_cgroup_procs(&spec.cgroup_procs)?;
+        let landlock = crate::process::sandbox::landlock_fd(&spec.sandbox, &spec.program)?;
+        let (stdio, readers) = crate::process::output::open(config.catch_workers_output)?;
+        let setup = Arc::new(crate::process::fork_server::ChildSetup::new(
+            &spec,
+            stdio.stdout,
+            stdio.stderr,
+            landlock,
+            cgroups,
+        )?);
+        self.serial += 1;
+        let root_endpoint = self
+            .runtime_dir
+            .join(format!("shared.{}.{}.sock", config.name, self.serial));
+        let root = shared_parent::root_spec(&spec, library, root_endpoint);
+        let events = self.pool.events.clone();
+        let sink: shared_parent::Sink = Box::new(move |heard| {
+            let report = match heard {
+                Heard::Report(r) => r,
+                Heard::ParentExited(kind) => Report::Exited { pid: id, kind },
+            };
+            events
+                .send(crate::pool::Event::Parent { parent: id, report })
+                .is_ok()
+        });
+        let startup = crate::process::output::StartupWindow::new();
+        let first = config.clone();
+        let attachment = Attachment::attach(id, root, &self.spawner, sink, |pid, out| {
+            crate::process::output::forward(
+                &first,
+                pid,
+                out,
+                crate::process::output::StartupWindow::new(),
+            );
+        })
+        .await?;
+        if gen == self.current() {
+            self.pool.table.lock().unwrap().unstartable = None;
+        }
+        crate::process::output::forward(&config, attachment.pid(), readers, startup.clone());
+        debug!(pool = %self.name(), pid = attachment.pid(), "attached to the shared php-cgi parent (generation {gen})");
+        let forker = Forker {
+            orders: OrderTo::Shared { attachment, setup },
+            ready: false,
+            ordered: Default::default(),
+            childless_since: Instant::now(),
+            startup: startup.clone(),
+        };
+        let started = self.track(
+            id,
+            gen,
+            Arc::new(PathBuf::new()),
+            None,
+            Some(forker),
+            startup,
+        );
         self.children.pending.push(started);
         self.check_pending();
         Ok(())
@@ -703,7 +868,9 @@ mod tests {
         ChildState {
             role: Role::Parent,
             forker: Some(Forker {
-                orders: Arc::new(crate::process::fork_server::Orders::new(ours).unwrap()),
+                orders: OrderTo::Own(Arc::new(
+                    crate::process::fork_server::Orders::new(ours).unwrap(),
+                )),
                 ready: true,
                 ordered: (0..ordered)
                     .map(|i| Arc::new(PathBuf::from(format!("/run/{i}.sock"))))

@@ -398,10 +398,31 @@ impl Supervisor {
                     // php-cgi only finishes its script on SIGTERM (an
                     // interrupted sleep() even returns early and the script
                     // runs on): a fast stop kills, as php-fpm's does.
-                    let _ =
-                        signal::send(&self.pool.name, c.role.everything_of(*pid), Signal::SIGKILL);
+                    if !c.forker.as_ref().is_some_and(|f| f.orders.is_shared()) {
+                        let _ = signal::send(
+                            &self.pool.name,
+                            c.role.everything_of(*pid),
+                            Signal::SIGKILL,
+                        );
+                    }
                 }
+                self.let_go_of_shared_parents();
             }
+        }
+    }
+
+    /// The pool lets go of every shared php-cgi parent it is attached to
+    /// (its children were signalled on their own).
+    fn let_go_of_shared_parents(&mut self) {
+        let shared: Vec<i32> = self
+            .children
+            .leaders
+            .iter()
+            .filter(|(_, c)| c.forker.as_ref().is_some_and(|f| f.orders.is_shared()))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in shared {
+            self.stop_child(id, Signal::SIGKILL, StopReason::Retired);
         }
     }
 
@@ -425,9 +446,13 @@ impl Supervisor {
         let name = self.pool.name.clone();
         for (pid, c) in self.children.leaders.iter_mut() {
             c.stop.get_or_insert(StopReason::Retired);
+            if c.forker.as_ref().is_some_and(|f| f.orders.is_shared()) {
+                continue;
+            }
             debug!(pool = %name, pid, "child still alive after the stop grace period: SIGKILL");
             let _ = signal::send(&name, c.role.everything_of(*pid), Signal::SIGKILL);
         }
+        self.let_go_of_shared_parents();
         if let Some(s) = &mut self.stopping {
             s.mode = StopMode::Fast;
             s.deadline = None;
@@ -484,15 +509,23 @@ impl Supervisor {
         } else {
             (0, 0)
         };
-        // An exec'd child still starting is idle as php-fpm counts it (a
-        // forked one has its slot at once): `pm.start_servers` children
-        // do not make the first tick start one more for the spares.
+        // An exec'd child still starting, or one ordered from a parent and
+        // not forked yet, is idle as php-fpm counts a child it just forked:
+        // `pm.start_servers` children do not make the first tick start one
+        // more for the spares (a parent shared by hundreds of pools may
+        // take a while to get to an order).
         idle += self
             .children
             .pending
             .iter()
             .filter(|p| p.gen == gen && p.role == super::Role::Child)
             .count();
+        idle += self
+            .children
+            .parent_of_gen(gen)
+            .and_then(|p| self.children.leaders.get(&p))
+            .and_then(|c| c.forker.as_ref())
+            .map_or(0, |f| f.ordered.len());
         // A pool whose php-cgi could not start answers 503 instead of
         // queueing: try one as if a request waited.
         if gen == self.current() && self.pool.table.lock().unwrap().unstartable.is_some() {
@@ -508,8 +541,11 @@ impl Supervisor {
             idle,
             waiting,
         });
-        let forks =
-            pm.spawn == Spawn::Prefork && crate::process::fork_server::for_pool(&config).is_some();
+        let forks = match pm.spawn {
+            Spawn::Prefork => crate::process::fork_server::for_pool(&config).is_some(),
+            Spawn::Shared => crate::process::fork_server::installed().is_some(),
+            Spawn::Exec => false,
+        };
         if forks {
             match self.children.parent_of_gen(gen) {
                 Some(parent) => {

@@ -383,6 +383,18 @@ pub fn prepare(
     ))
 }
 
+/// The Landlock ruleset of a plan without `chroot`, for a child forked by
+/// a shared php-cgi parent ([`crate::process::shared_parent`]), which
+/// restricts itself with it after its credential change; `None` without
+/// `landlock.*`. A ruleset fd serves any number of children. Errors: the
+/// kernel has no Landlock, or a path cannot be opened.
+pub fn landlock_fd(plan: &SandboxPlan, program: &Path) -> io::Result<Option<OwnedFd>> {
+    match &plan.landlock {
+        None => Ok(None),
+        Some(l) => landlock_ruleset(&host_runtime(program), &l.read, &l.write).map(Some),
+    }
+}
+
 /// The Landlock ruleset (an fd, not yet enforced): every filesystem access
 /// of ABI 3 handled; `read` and the runtime readable and executable;
 /// `write` fully allowed; the device nodes readable and writable.

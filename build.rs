@@ -1,6 +1,7 @@
 //! Builds fpmd's fork server (`src/process/fork_server.c`), the small
 //! shared library preloaded into a pool's php-cgi parent under
-//! `pm.spawn = "prefork"`; `src/process/fork_server.rs` embeds it.
+//! `pm.spawn = "prefork"` (and into a parent shared by pools under
+//! `"shared"`); `src/process/fork_server.rs` embeds it.
 //!
 //! C, not a Rust `cdylib`: it lives inside php-cgi, interposes libc's
 //! `fork()`, and is ~150 lines of system calls; in C it brings no runtime or

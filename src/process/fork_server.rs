@@ -18,6 +18,11 @@
 //! (wait status), a fork that failed. fpmd closing its end makes the
 //! parent exit (its children are stopped first).
 //!
+//! A parent shared by pools (`pm.spawn = "shared"`,
+//! [`crate::process::shared_parent`]) gets the other kind of order,
+//! [`Orders::order_shared`]: with the socket, the pool's [`ChildSetup`],
+//! which the child applies before it serves.
+//!
 //! Must not touch: when a child is wanted (the supervisor decides).
 
 use std::io;

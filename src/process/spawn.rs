@@ -118,7 +118,7 @@ impl Spawner {
             .name("fpmd-spawner".into())
             .spawn(move || {
                 // php-cgi gets the default policy, whatever fpmd's own
-                // (`sched_policy`) was when this thread was started.
+                // (`sched_batch`) was when this thread was started.
                 if let Err(e) = crate::sys::sched::set_batch(false) {
                     tracing::debug!("spawner thread: SCHED_OTHER: {e}");
                 }

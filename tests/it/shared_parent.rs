@@ -166,3 +166,34 @@ fn a_killed_shared_parent_is_replaced_and_its_pools_serve_on() {
         "{log}"
     );
 }
+
+/// A shared parent stopped (SIGSTOP) forks nothing for any pool: the
+/// health check kills it and its pools start a new one, as for a pool's
+/// own stopped parent.
+#[test]
+fn a_stopped_shared_parent_is_killed_and_replaced() {
+    let t = TestDir::new();
+    let port = free_port();
+    let fpmd = Fpmd::start(&t, FpmdConfig::new().pool(pool("a", port, "site-a")));
+    let addr = fpmd_addr(&fpmd, 0);
+    let (status, body) = fcgi::get_script(addr, &t.docroot(), "pid.php", "");
+    assert_eq!(status, 200, "{body}");
+    let old = parent_of(body.trim().parse().unwrap());
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(old),
+        nix::sys::signal::Signal::SIGSTOP,
+    )
+    .unwrap();
+    wait_for(Duration::from_secs(20), "a new shared parent", || {
+        let p = parents(&fpmd);
+        p.len() == 1 && !p.contains(&old) && fpmd.workers().len() == 2
+    });
+    assert!(!procs::alive(old));
+    let (status, body) = fcgi::get_script(addr, &t.docroot(), "pid.php", "");
+    assert_eq!(status, 200, "{body}");
+    let log = fpmd.log();
+    assert!(
+        log.contains(&format!("shared php-cgi parent {old} is stopped")),
+        "{log}"
+    );
+}

@@ -187,6 +187,20 @@ impl Children {
             .collect()
     }
 
+    /// The pids of the shared php-cgi parents the pool is attached to.
+    pub fn shared_parents(&self) -> Vec<i32> {
+        let mut pids: Vec<i32> = self
+            .leaders
+            .values()
+            .filter_map(|c| match &c.forker.as_ref()?.orders {
+                OrderTo::Shared { attachment, .. } => Some(attachment.pid()),
+                _ => None,
+            })
+            .collect();
+        pids.dedup();
+        pids
+    }
+
     /// The pids of generation `gen`'s php-cgi fpmd spawned.
     pub fn leaders_of(&self, gen: GenId) -> Vec<i32> {
         self.leaders

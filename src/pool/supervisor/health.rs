@@ -345,6 +345,20 @@ impl Supervisor {
                 }
             }
         }
+        // A shared parent is in no pool's cgroup: looked at on its own.
+        // Stopped, it forks no child for any pool: every pool attached to
+        // it then starts a new one.
+        for root in self.children.shared_parents() {
+            if procfs::state_and_parent(root).is_some_and(|(state, _)| state == 'T') {
+                let n = self.stopped.get(&root).copied().unwrap_or(0) + 1;
+                if n < 2 {
+                    stopped.insert(root, n);
+                    continue;
+                }
+                warn!(pool = %self.name(), pid = root, "shared php-cgi parent {root} is stopped (SIGSTOP), so it forks no child: SIGKILL, a new one is started");
+                let _ = signal::send(&self.pool.name, Pid::from_raw(root), Signal::SIGKILL);
+            }
+        }
         self.stopped = stopped;
     }
 }

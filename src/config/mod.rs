@@ -84,6 +84,7 @@ pub use model::{
     CgroupLimits, Config, Credentials, Global, Isolation, Landlock, Listen, ListenAddress,
     LocalEndpoints, LogFormat, LogLevel, LogTarget, MinAvailable, Origins, PhpIni, PmMode,
     PoolConfig, ProcessManager, Sources, Spawn, DEFAULT_LIMIT_EXTENSIONS, DEFAULT_WARM_TIMEOUT,
+    SHARED_ORDER_MAX,
 };
 pub use raw::{ByteSize, Duration};
 

@@ -686,6 +686,12 @@ pub struct ProcessManager {
     pub max_memory: Option<u64>,
 }
 
+/// The largest order a shared php-cgi parent reads, in bytes
+/// (`pm.spawn = "shared"`: `order_buf` of `src/process/fork_server.c`):
+/// it carries the pool's environment, groups, working directory and
+/// process title to each child.
+pub const SHARED_ORDER_MAX: usize = 1 << 17;
+
 /// `pm.spawn`: how a pool's children are started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "lowercase")]

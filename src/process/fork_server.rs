@@ -135,8 +135,9 @@ pub struct ChildSetup {
     fds: Vec<OwnedFd>,
 }
 
-/// Largest order `fork_server.c` reads (its `order_buf`), in bytes.
-pub const MAX_ORDER: usize = 1 << 17;
+/// Largest order `fork_server.c` reads (its `order_buf`), in bytes;
+/// `fpmd -t` checks that a shared pool's fits.
+pub const MAX_ORDER: usize = crate::config::SHARED_ORDER_MAX;
 
 impl ChildSetup {
     /// The setup of `spec`'s children (a pool's spec as

@@ -311,11 +311,18 @@ impl Drop for Attachment {
             pid = self.parent.pid,
             "shared php-cgi parent has no pool left: stopping it"
         );
-        let _ = crate::process::signal::send(
-            "shared",
-            nix::unistd::Pid::from_raw(self.parent.pid),
+        // SIGCONT after it: a stopped parent would keep the SIGTERM
+        // pending and outlive fpmd.
+        for sig in [
             nix::sys::signal::Signal::SIGTERM,
-        );
+            nix::sys::signal::Signal::SIGCONT,
+        ] {
+            let _ = crate::process::signal::send(
+                "shared",
+                nix::unistd::Pid::from_raw(self.parent.pid),
+                sig,
+            );
+        }
     }
 }
 

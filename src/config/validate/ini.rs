@@ -188,6 +188,35 @@ pub(super) fn check_exec_size(
             "php-cgi's arguments and environment together are {total} bytes, more than ARG_MAX ({arg_max} bytes: a quarter of the stack limit, at most 6 MiB): php-cgi could not be started (execve: Argument list too long){what}"
         )));
     }
+    if pool.pm.spawn == crate::config::Spawn::Shared {
+        // The environment goes to each child in its order, with the
+        // groups, the working directory, the title and a 137-byte header;
+        // 512 bytes for USER, HOME, FPMD_STATUS_SOCKET and the rest.
+        let env: Vec<_> = items
+            .iter()
+            .filter(|(s, _, _)| s[0] != "php_value" && s[0] != "php_admin_value")
+            .collect();
+        let total = env.iter().map(|(_, _, b)| b).sum::<usize>()
+            + 4 * pool.user.groups.len()
+            + pool.chdir.as_os_str().len()
+            + pool.name.len()
+            + 137
+            + 512;
+        if total > crate::config::SHARED_ORDER_MAX {
+            let largest = env.iter().max_by_key(|(_, _, b)| *b);
+            let (segs, what) = match largest {
+                Some((segs, what, bytes)) => (
+                    key(segs),
+                    format!("; the largest is {what} ({bytes} bytes)"),
+                ),
+                None => (vec!["user"], String::new()),
+            };
+            return Err(ctx.err(&segs, format!(
+                "under pm.spawn = \"shared\" the pool's environment and groups go to each child in one order of at most {} bytes; they take about {total}{what}",
+                crate::config::SHARED_ORDER_MAX
+            )));
+        }
+    }
     Ok(())
 }
 /// `php_ini_scan_dir`: `:`-separated directories, each relative to the

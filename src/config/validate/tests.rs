@@ -107,6 +107,20 @@ fn exec_size_limits() {
     );
 }
 
+/// Under `pm.spawn = "shared"` the environment goes to each child in one
+/// order of the shared parent: one that does not fit is refused at `-t`,
+/// at its largest variable (it fits execve's limits).
+#[test]
+fn a_shared_pools_environment_fits_in_an_order() {
+    let big = "x".repeat(70_000);
+    let extra = format!("pm.spawn = \"shared\"\nenv.BIG1 = \"{big}\"\nenv.BIG2 = \"{big}y\"\n");
+    let (_, e) = load_err(&pool("www", &extra), &[]);
+    assert_eq!(e.key.as_deref(), Some("env.BIG2"), "{e}");
+    assert!(e.message.starts_with("under pm.spawn = \"shared\" the pool's environment and groups go to each child in one order of at most 131072 bytes"), "{e}");
+    // The same under prefork is started with execve, which takes it.
+    load_ok(&pool("www", &extra.replace("shared", "prefork")), &[]);
+}
+
 #[test]
 fn status_listen_needs_an_address_of_its_own() {
     let text = pool("www", "pm.status_listen = \"/tmp/www.sock\"\n");

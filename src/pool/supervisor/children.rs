@@ -372,7 +372,17 @@ impl Supervisor {
             } else {
                 continue;
             };
-            debug!(pool = %self.name(), pid, "php-cgi parent has no child and {why}: stopping it");
+            let shared = self
+                .children
+                .leaders
+                .get(&pid)
+                .and_then(|c| c.forker.as_ref())
+                .is_some_and(|f| f.orders.is_shared());
+            if shared {
+                debug!(pool = %self.name(), "no child of the shared php-cgi parent and {why}: letting go of it");
+            } else {
+                debug!(pool = %self.name(), pid, "php-cgi parent has no child and {why}: stopping it");
+            }
             self.stop_child(pid, Signal::SIGTERM, StopReason::Idle);
         }
     }

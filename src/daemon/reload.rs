@@ -81,6 +81,30 @@ impl Daemon {
             "reloading {}",
             self.config.file.display()
         );
+        // php-fpm's next lines (it re-execs itself: `reloading: execvp(…)`,
+        // then one `using inherited socket` per socket it held), which its
+        // tools and tests wait for; fpmd's log says the same in its own
+        // words. The sockets are those held now, as php-fpm's are.
+        info!(
+            php_fpm = %format_args!(
+                "reloading: in place, pid {} (fpmd keeps its sockets and the children of unchanged pools), configuration {}",
+                std::process::id(),
+                self.config.file.display()
+            ),
+            php_fpm_only = true,
+            ""
+        );
+        let held: Vec<(i32, String)> = self
+            .listeners
+            .fds()
+            .into_iter()
+            .map(|(key, fd)| {
+                (
+                    std::os::fd::AsRawFd::as_raw_fd(&fd),
+                    key.as_str().to_string(),
+                )
+            })
+            .collect();
         let loaded =
             crate::config::load_with(&self.config.file, &self.config.options).map(|mut c| {
                 self.activation.apply(&mut c);
@@ -103,6 +127,20 @@ impl Daemon {
         self.publish_pools();
         self.remetrics().await;
         self.move_control_socket();
+        if matches!(answer, Answer::Ok(_)) {
+            for (fd, address) in &held {
+                info!(
+                    php_fpm = %format_args!("using inherited socket fd={fd}, \"{address}\""),
+                    php_fpm_only = true,
+                    ""
+                );
+            }
+            info!(
+                php_fpm = %format_args!("fpm is running, pid {}", std::process::id()),
+                php_fpm_only = true,
+                ""
+            );
+        }
         match &answer {
             Answer::Ok(summary) => info!(
                 php_fpm = "ready to handle connections",

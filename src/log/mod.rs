@@ -41,6 +41,13 @@ pub use escape::{escape, escape_controls, field, Escape, Field};
 /// otherwise: `info!(php_fpm = "ready to handle connections", "…")`.
 pub const PHP_FPM_FIELD: &str = "php_fpm";
 
+/// Marks an event written under `log_format = "php-fpm"` only (its
+/// [`PHP_FPM_FIELD`] text), not in fpmd's own format: a line php-fpm's
+/// tools wait for whose fact fpmd's log already says in its own words
+/// (a reload's `reloading: …` and `using inherited socket …`):
+/// `info!(php_fpm = "…", php_fpm_only = true, "")`.
+pub const PHP_FPM_ONLY: &str = "php_fpm_only";
+
 /// `log_format` now: 0 fpmd's, 1 php-fpm's.
 static FORMAT: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
 /// `log_level = "debug"` now (php-fpm's lines then carry microseconds,
@@ -278,6 +285,9 @@ where
         });
         if format == LogFormat::PhpFpm {
             return php_fpm_line(&mut writer, event, debug);
+        }
+        if meta.fields().field(PHP_FPM_ONLY).is_some() {
+            return Ok(());
         }
         if self.timer.format_time(&mut writer).is_err() {
             writer.write_str("<unknown time>")?;
@@ -621,5 +631,39 @@ mod tests {
         assert!(line.ends_with(": d"), "{line}");
         let out = capture(|| tracing::info!(php_fpm = "Terminating ...", "fast stop"));
         assert!(out.trim_end().ends_with("NOTICE fast stop"), "{out}");
+    }
+
+    /// A line for php-fpm's tools only (`php_fpm_only`) is written under
+    /// `log_format = "php-fpm"` and nowhere in fpmd's own format.
+    #[test]
+    fn php_fpm_only_lines_are_php_fpms() {
+        let event = || {
+            tracing::info!(
+                php_fpm = "using inherited socket fd=7, \"/run/www.sock\"",
+                php_fpm_only = true,
+                ""
+            );
+            tracing::info!("after");
+        };
+        let as_php_fpm = PhpFpmFormat {
+            fixed: Some((LogFormat::PhpFpm, false)),
+            ..Default::default()
+        };
+        let out = capture_as(as_php_fpm, event);
+        let lines: Vec<&str> = out.lines().map(|l| &l[23..]).collect();
+        assert_eq!(
+            lines,
+            [
+                "NOTICE: using inherited socket fd=7, \"/run/www.sock\"",
+                "NOTICE: after"
+            ]
+        );
+        let as_fpmd = PhpFpmFormat {
+            fixed: Some((LogFormat::Fpmd, false)),
+            ..Default::default()
+        };
+        let out = capture_as(as_fpmd, event);
+        assert_eq!(out.lines().count(), 1, "{out}");
+        assert!(out.trim_end().ends_with("NOTICE after"), "{out}");
     }
 }

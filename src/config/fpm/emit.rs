@@ -206,6 +206,9 @@ impl Reading<'_> {
                 "the process manager is missing (static, dynamic or ondemand)",
             ));
         }
+        if !set.contains(&"pm.start_servers") {
+            self.start_servers_notice(p);
+        }
         for (key, v, at) in pool_defaults {
             if !set.contains(key) {
                 out.line(format!("{key} = {v}"), Some(at.clone()));
@@ -224,6 +227,35 @@ impl Reading<'_> {
         }
         self.prefix = saved_prefix;
         Ok(())
+    }
+
+    /// php-fpm's notice for a `dynamic` pool without `pm.start_servers`
+    /// (`fpm_conf.c`: `[pool www] pm.start_servers is not set. It's been set
+    /// to 2.`), with the value it and fpmd both take, halfway between the
+    /// spare servers (a pool whose spares are not numbers fails later, at
+    /// their keys).
+    fn start_servers_notice(&mut self, p: &PoolIni) {
+        let value = |key: &str| {
+            p.scalars
+                .iter()
+                .rev()
+                .find(|(n, _)| n == key)
+                .map(|(_, v)| v.value.trim().to_string())
+        };
+        if value("pm").as_deref() != Some("dynamic") {
+            return;
+        }
+        let spare = |key: &str| value(key).and_then(|v| v.parse::<i64>().ok());
+        if let (Some(min), Some(max)) = (
+            spare("pm.min_spare_servers"),
+            spare("pm.max_spare_servers"),
+        ) {
+            self.notices.push(format!(
+                "[pool {}] pm.start_servers is not set. It's been set to {}.",
+                p.name,
+                min + (max - min) / 2
+            ));
+        }
     }
 
     /// The pool's `prefix`, when it sets one, becomes the prefix of its

@@ -818,6 +818,11 @@ fn php_src_pm_configurations() {
             ("pool_static", PmMode::Static, "pong-static"),
         ]
     );
+    // php-fpm's notice for the start_servers it chose (proc-no-start-server.phpt).
+    assert_eq!(
+        c.notices,
+        ["[pool pool_dynamic] pm.start_servers is not set. It's been set to 2."]
+    );
 }
 
 #[test]

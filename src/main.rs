@@ -32,6 +32,9 @@ fn main() -> ExitCode {
         Ok(o) => o,
         Err(code) => return code,
     };
+    if cli.version {
+        return cli::version(cli::config_path(&cli).as_deref(), &options);
+    }
     if cli.info || cli.modules {
         let flag = if cli.info { "-i" } else { "-m" };
         return cli::php_cgi_info(cli::config_path(&cli).as_deref(), &options, flag);

@@ -4,6 +4,7 @@ lists and figures printed with the tables."""
 import json
 import os
 import platform
+import re
 import sys
 
 from . import REPO, procs
@@ -62,7 +63,11 @@ def machine_info(php_fpm, fpmd, nginx=None, wrk=None):
         out["nginx"] = (first_line([nginx, "-v"]) or "").replace("nginx version: ", "")
     if wrk is not None:
         out["wrk"] = first_line([wrk, "-v"])
-    out["fpmd"] = first_line([fpmd, "--version"])
+    # php-fpm's -v text, the SAPI named "fpm-fcgi, fpmd VERSION"
+    # (or "fpmd VERSION" alone): fpmd's part.
+    line = first_line([fpmd, "--version"]) or ""
+    m = re.search(r"fpmd [^\s),]+", line)
+    out["fpmd"] = m.group(0) if m else line or None
     out["fpmd_git"] = first_line(["git", "-C", REPO, "describe", "--always", "--dirty"])
     out["python"] = platform.python_version()
     out["load_average_at_start"] = os.getloadavg()

@@ -32,7 +32,7 @@ mod running;
 pub use convert::convert;
 pub use help::help;
 pub use options::{config_path, load_options, parse};
-pub use php_info::php_cgi_info;
+pub use php_info::{php_cgi_info, version};
 pub use running::{control_running, status};
 
 /// FastCGI process manager for PHP: runs stock php-cgi children behind
@@ -107,9 +107,10 @@ pub struct Cli {
     /// no effect.
     #[arg(short = 'e', hide = true)]
     pub _extended: bool,
-    /// Print the version and exit.
-    #[arg(short = 'v', short_alias = 'V', long = "version", action = clap::ArgAction::Version)]
-    pub version: (),
+    /// Print the version and exit: php-fpm's `-v` (PHP's version, as the
+    /// first pool's php-cgi says it) naming fpmd and its version.
+    #[arg(short = 'v', short_alias = 'V', long = "version")]
+    pub version: bool,
     /// Print the usage and exit.
     #[arg(short = 'h', long = "help", short_alias = '?')]
     pub help: bool,

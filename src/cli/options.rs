@@ -24,8 +24,11 @@ pub fn parse() -> Result<Cli, ExitCode> {
         // A command's -h/--help: its help on stdout, exit 0.
         Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => e.exit(),
         Err(e) => {
-            // As php-fpm: the usage on a bad command line, exit 64.
+            // As php-fpm: the usage on a bad command line, exit 64; its
+            // first line is the usage's (php-src bug78323.phpt reads it),
+            // what was wrong comes last.
             let text = e.to_string();
+            eprint!("{USAGE}");
             eprintln!(
                 "fpmd: {}",
                 text.lines()
@@ -33,7 +36,6 @@ pub fn parse() -> Result<Cli, ExitCode> {
                     .unwrap_or("")
                     .trim_start_matches("error: ")
             );
-            eprint!("{USAGE}");
             Err(ExitCode::from(EXIT_USAGE))
         }
     }

@@ -16,10 +16,25 @@ use crate::config;
 /// returns (exit 1) only when php-cgi cannot be run.
 pub fn php_cgi_info(path: Option<&Path>, options: &config::LoadOptions, flag: &str) -> ExitCode {
     use std::os::unix::process::CommandExt;
+    let (program, args) = first_pools_php_cgi(path, options);
+    let e = std::process::Command::new(&program)
+        .args(&args)
+        .args(["-q", flag])
+        .exec();
+    eprintln!("fpmd: cannot run {}: {e}", program.display());
+    ExitCode::FAILURE
+}
+
+/// The php-cgi of the first pool and its ini arguments, or `php-cgi` on
+/// PATH with the command line's `-n`/`-d` when there is no configuration.
+fn first_pools_php_cgi(
+    path: Option<&Path>,
+    options: &config::LoadOptions,
+) -> (PathBuf, Vec<String>) {
     let pool = path
         .and_then(|p| config::load_with(p, options).ok())
         .and_then(|c| c.pools.into_iter().next());
-    let (program, args) = match pool {
+    match pool {
         Some(p) => (p.php_cgi.clone(), p.ini_args()),
         None => {
             let mut args = Vec::new();
@@ -31,11 +46,41 @@ pub fn php_cgi_info(path: Option<&Path>, options: &config::LoadOptions, flag: &s
             }
             (PathBuf::from("php-cgi"), args)
         }
-    };
-    let e = std::process::Command::new(&program)
+    }
+}
+
+/// `-v`: php-fpm's version text (`PHP 8.2.36 (fpm-fcgi) (built: …)`,
+/// PHP's copyright and engine lines), which scripts parse for PHP's
+/// version, as the first pool's php-cgi gives it (`-n`/`-d` of the
+/// command line or of that pool), its SAPI named `fpm-fcgi, fpmd
+/// VERSION`: `PHP 8.2.36 (fpm-fcgi, fpmd 0.1.0) (built: …)`. When php-cgi
+/// cannot be run: `fpmd VERSION` alone. Exit 0.
+pub fn version(path: Option<&Path>, options: &config::LoadOptions) -> ExitCode {
+    let ours = format!("fpmd {}", env!("CARGO_PKG_VERSION"));
+    let (program, args) = first_pools_php_cgi(path, options);
+    // Only what PHP's start-up reads from the environment: with a CGI
+    // request's variables (GATEWAY_INTERFACE, SCRIPT_FILENAME…, as when a
+    // PHP script runs `php-fpm -v`) php-cgi ignores its options and runs
+    // the request's script instead.
+    let keep = ["PATH", "PHPRC", "PHP_INI_SCAN_DIR", "HOME", "LANG", "TZ"];
+    let php = std::process::Command::new(&program)
+        .env_clear()
+        .envs(std::env::vars_os().filter(|(k, _)| keep.iter().any(|w| k == w)))
         .args(&args)
-        .args(["-q", flag])
-        .exec();
-    eprintln!("fpmd: cannot run {}: {e}", program.display());
-    ExitCode::FAILURE
+        .arg("-v")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .filter(|text| text.starts_with("PHP ") && text.contains(" (cgi-fcgi)"));
+    match php {
+        Some(text) => print!(
+            "{}",
+            text.replacen(" (cgi-fcgi)", &format!(" (fpm-fcgi, {ours})"), 1)
+        ),
+        None => println!("{ours}"),
+    }
+    ExitCode::SUCCESS
 }

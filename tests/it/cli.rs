@@ -110,14 +110,37 @@ fn unknown_option_prints_usage_and_exits_64_as_php_fpm() {
     }
 }
 
+/// `-v` is php-fpm's text (php-src main-version.phpt: `PHP … (fpm… (built:
+/// …`, PHP's copyright, the engine), from php-cgi's `-v`, the SAPI naming
+/// fpmd and its version; with `-n`, php-cgi's `-n`.
 #[test]
 fn version_flag() {
     let t = TestDir::new();
+    let (_, php, _) = output_of(&php_cgi_bin(), &["-n", "-v"]);
+    let ours = format!("(fpm-fcgi, fpmd {})", env!("CARGO_PKG_VERSION"));
     for flag in ["-v", "--version"] {
-        let r = fpmd(&t, &[flag]);
+        let r = fpmd(&t, &["-n", flag]);
         assert_eq!(r.code(), Some(0), "{r}");
-        assert_eq!(r.stdout, format!("fpmd {}\n", env!("CARGO_PKG_VERSION")));
+        assert_eq!(r.stdout, php.replacen("(cgi-fcgi)", &ours, 1), "{r}");
+        assert!(r.stdout.starts_with("PHP "), "{r}");
+        assert_eq!(r.stdout.lines().count(), 3, "{r}");
     }
+    // Run by a PHP script (a CGI request's variables in its environment,
+    // which make php-cgi run the request's script instead of -v: the
+    // script that ran `php-fpm -v`, again and again).
+    let script = t.join("v.php");
+    std::fs::write(&script, "<?php echo 'the script ran';").unwrap();
+    let out = std::process::Command::new(FPMD_BIN)
+        .args(["-n", "-v"])
+        .current_dir(t.path())
+        .env("GATEWAY_INTERFACE", "CGI/1.1")
+        .env("REQUEST_METHOD", "GET")
+        .env("SCRIPT_FILENAME", &script)
+        .env("REDIRECT_STATUS", "200")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout, php.replacen("(cgi-fcgi)", &ours, 1));
 }
 
 /// `-m` and `-i` are php-cgi's, of the first pool's binary, with the

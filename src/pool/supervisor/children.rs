@@ -51,6 +51,14 @@ pub(super) struct ChildState {
     pub forker: Option<Forker>,
 }
 
+impl ChildState {
+    /// It is the pool's hold on a shared php-cgi parent (attached or let
+    /// go of), kept under an attachment id: never signalled.
+    pub fn is_shared_parent(&self) -> bool {
+        self.forker.as_ref().is_some_and(|f| f.orders.is_shared())
+    }
+}
+
 /// Where a pool's orders go.
 pub(super) enum OrderTo {
     /// The generation's own php-cgi parent (`pm.spawn = "prefork"`).
@@ -197,6 +205,8 @@ impl Children {
                 _ => None,
             })
             .collect();
+        // Two generations may hold the same parent.
+        pids.sort_unstable();
         pids.dedup();
         pids
     }
@@ -372,13 +382,12 @@ impl Supervisor {
             } else {
                 continue;
             };
-            let shared = self
+            if self
                 .children
                 .leaders
                 .get(&pid)
-                .and_then(|c| c.forker.as_ref())
-                .is_some_and(|f| f.orders.is_shared());
-            if shared {
+                .is_some_and(ChildState::is_shared_parent)
+            {
                 debug!(pool = %self.name(), "no child of the shared php-cgi parent and {why}: letting go of it");
             } else {
                 debug!(pool = %self.name(), pid, "php-cgi parent has no child and {why}: stopping it");
@@ -441,25 +450,24 @@ impl Supervisor {
                         OrderTo::Shared { attachment, .. } => Some(attachment),
                         _ => None,
                     });
-                match shared {
+                // The parent to page out: the pool's own, or a shared one
+                // by the pool that started it.
+                let page_out = match shared {
                     Some(a) => {
                         debug!(pool = %self.name(), pid = a.pid(), "shared php-cgi parent ready for the pool: it forks its children on order");
-                        if a.started_here() {
-                            tokio::spawn(page_out_parent(
-                                self.pool.name.clone(),
-                                a.pid(),
-                                p.alive.clone(),
-                            ));
-                        }
+                        a.started_here().then(|| a.pid())
                     }
                     None => {
                         debug!(pool = %self.name(), pid = p.leader, "php-cgi parent loaded PHP in {:.3} s: it forks children on order", p.since.elapsed().as_secs_f64());
-                        tokio::spawn(page_out_parent(
-                            self.pool.name.clone(),
-                            p.leader,
-                            p.alive.clone(),
-                        ));
+                        Some(p.leader)
                     }
+                };
+                if let Some(pid) = page_out {
+                    tokio::spawn(page_out_parent(
+                        self.pool.name.clone(),
+                        pid,
+                        p.alive.clone(),
+                    ));
                 }
             } else {
                 debug!(pool = %self.name(), pid = p.leader, "php-cgi started: it serves");
@@ -544,7 +552,7 @@ impl Supervisor {
         let _ = std::fs::remove_file(child.endpoint.as_path());
         let lived = child.started.elapsed();
         self.note_oom(exit.pid, exit.kind);
-        let shared = child.forker.as_ref().is_some_and(|f| f.orders.is_shared());
+        let shared = child.is_shared_parent();
         if shared && child.stop.is_some() {
             debug!(pool = %self.name(), "let go of the shared php-cgi parent (generation {})", child.gen);
         } else if shared {

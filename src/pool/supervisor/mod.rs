@@ -398,7 +398,7 @@ impl Supervisor {
                     // php-cgi only finishes its script on SIGTERM (an
                     // interrupted sleep() even returns early and the script
                     // runs on): a fast stop kills, as php-fpm's does.
-                    if !c.forker.as_ref().is_some_and(|f| f.orders.is_shared()) {
+                    if !c.is_shared_parent() {
                         let _ = signal::send(
                             &self.pool.name,
                             c.role.everything_of(*pid),
@@ -418,7 +418,7 @@ impl Supervisor {
             .children
             .leaders
             .iter()
-            .filter(|(_, c)| c.forker.as_ref().is_some_and(|f| f.orders.is_shared()))
+            .filter(|(_, c)| c.is_shared_parent())
             .map(|(id, _)| *id)
             .collect();
         for id in shared {
@@ -446,7 +446,7 @@ impl Supervisor {
         let name = self.pool.name.clone();
         for (pid, c) in self.children.leaders.iter_mut() {
             c.stop.get_or_insert(StopReason::Retired);
-            if c.forker.as_ref().is_some_and(|f| f.orders.is_shared()) {
+            if c.is_shared_parent() {
                 continue;
             }
             debug!(pool = %name, pid, "child still alive after the stop grace period: SIGKILL");

@@ -94,10 +94,14 @@ impl Daemon {
             php_fpm_only = true,
             ""
         );
+        // Only in that format: thousands of pools' addresses for nothing
+        // otherwise.
+        let php_fpm_log = crate::log::current_format() == crate::config::LogFormat::PhpFpm;
         let held: Vec<(i32, String)> = self
             .listeners
             .fds()
             .into_iter()
+            .filter(|_| php_fpm_log)
             .map(|(key, fd)| {
                 (
                     std::os::fd::AsRawFd::as_raw_fd(&fd),

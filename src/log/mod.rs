@@ -64,7 +64,8 @@ pub fn set_format(format: LogFormat) {
     FORMAT.store(n, std::sync::atomic::Ordering::Relaxed);
 }
 
-fn current_format() -> LogFormat {
+/// The `log_format` lines are written in now (a reload may change it).
+pub fn current_format() -> LogFormat {
     match FORMAT.load(std::sync::atomic::Ordering::Relaxed) {
         1 => LogFormat::PhpFpm,
         _ => LogFormat::Fpmd,

@@ -86,6 +86,15 @@ fn start_daemon(
     };
     let config = match config::load_with(&path, &options) {
         Ok(c) => c,
+        Err(e) if config::is_php_fpm_config(&path, &options) => {
+            for line in e.php_fpm_lines(&path) {
+                eprintln!("{}", log::php_fpm_stderr_line("ERROR", &line));
+            }
+            if let Some(h) = handover.take() {
+                h.refuse(&e.to_string());
+            }
+            return ExitCode::from(EXIT_CONFIG);
+        }
         Err(e) => {
             eprintln!("fpmd: {e}");
             if let Some(h) = handover.take() {
@@ -121,6 +130,7 @@ fn start_daemon(
         );
         return ExitCode::SUCCESS;
     }
+    log::set_limit(config.global.log_limit);
     let log = match log::init(
         &config.global.error_log,
         &config.global.log_level,

@@ -421,6 +421,7 @@ fn global_changes<'a>(old: &'a Global, new: &'a Global) -> GlobalChanges<'a> {
         watch,
         daemonize: _,  // read at start only
         log_format: _, // applied by the daemon on every reload
+        log_limit: _,  // applied by the daemon on every reload
         metrics_listen,
         php_ini: _,
         php_ini_scan_dir: _,
@@ -522,6 +523,7 @@ mod tests {
             watch: false,
             daemonize: false,
             log_format: Default::default(),
+            log_limit: crate::config::DEFAULT_LOG_LIMIT,
             metrics_listen: None,
             php_ini: None,
             php_ini_scan_dir: None,

@@ -78,6 +78,7 @@ pub(super) const KEYS: &[Key] = &[
     global("watch"),
     global("daemonize"),
     global("log_format"),
+    global("log_limit"),
     global("metrics.listen"),
     global("php_ini"),
     global("php_ini_scan_dir"),
@@ -409,7 +410,7 @@ mod tests {
             Some(2),
             None,
             Some("global.nothing_like_it"),
-            "unknown key (global keys are: pid, error_log, log_level, include, emergency_restart_threshold, emergency_restart_interval, process_control_timeout, control_socket, watch, daemonize, log_format, metrics.listen, php_ini, php_ini_scan_dir, warm_min_available, warm_timeout, sched_batch)",
+            "unknown key (global keys are: pid, error_log, log_level, include, emergency_restart_threshold, emergency_restart_interval, process_control_timeout, control_socket, watch, daemonize, log_format, log_limit, metrics.listen, php_ini, php_ini_scan_dir, warm_min_available, warm_timeout, sched_batch)",
         );
         let (dir, e) = load_err("pid = \"/run/fpmd.pid\"\n", &[]);
         assert_err(&dir, &e, "fpmd.toml", Some(1), None, Some("pid"), "unknown top-level key (did you mean 'global.pid'? global keys go in the [global] table)");

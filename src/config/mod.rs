@@ -83,8 +83,8 @@ pub use keys::{registry, RegistryKey};
 pub use model::{
     CgroupLimits, Config, Credentials, Global, Isolation, Landlock, Listen, ListenAddress,
     LocalEndpoints, LogFormat, LogLevel, LogTarget, MinAvailable, Origins, PhpIni, PmMode,
-    PoolConfig, ProcessManager, Sources, Spawn, DEFAULT_LIMIT_EXTENSIONS, DEFAULT_WARM_TIMEOUT,
-    SHARED_ORDER_MAX,
+    PoolConfig, ProcessManager, Sources, Spawn, DEFAULT_LIMIT_EXTENSIONS, DEFAULT_LOG_LIMIT,
+    DEFAULT_WARM_TIMEOUT, MIN_LOG_LIMIT, SHARED_ORDER_MAX,
 };
 pub use raw::{ByteSize, Duration};
 
@@ -111,6 +111,13 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
 pub fn load_with(path: &Path, options: &LoadOptions) -> Result<Config, ConfigError> {
     let ids = Ids::current();
     load_from(&FileSystem, path, ids, &users::Host::of(ids), options)
+}
+
+/// Whether the configuration at `path` is php-fpm's (read with php-fpm's
+/// rules: a `.conf` main file, or `-y`'s php-fpm syntax), whose errors
+/// are reported in php-fpm's words ([`ConfigError::php_fpm_lines`]).
+pub fn is_php_fpm_config(path: &Path, options: &LoadOptions) -> bool {
+    options.fpm_syntax || fpm::is_fpm_conf(path)
 }
 
 /// Which files a path names on fpmd's command line: `-c PATH` is the
@@ -236,6 +243,7 @@ php_admin_flag.log_errors = true
                 watch: true,
                 daemonize: false,
                 log_format: LogFormat::Fpmd,
+                log_limit: 1024,
                 metrics_listen: None,
                 php_ini: None,
                 php_ini_scan_dir: None,
@@ -361,6 +369,7 @@ php_admin_flag.log_errors = true
                 watch: false,
                 daemonize: false,
                 log_format: LogFormat::Fpmd,
+                log_limit: 1024,
                 metrics_listen: None,
                 php_ini: None,
                 php_ini_scan_dir: None,

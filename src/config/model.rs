@@ -123,6 +123,14 @@ pub struct Global {
     /// `log_format` (fpmd only): `"fpmd"` (default) or `"php-fpm"`
     /// ([`LogFormat`]); applies live on reload.
     pub log_format: LogFormat,
+    /// `log_limit`: the longest line fpmd writes of a child's output
+    /// (`catch_workers_output`), in bytes with its prefix (time stamp,
+    /// level, `[pool www] child 1234 said into stderr: "`) and its
+    /// newline, as php-fpm counts it (`zlog.c` `zlog_limit`); a longer
+    /// line of the child's is continued on the next log line. At least
+    /// 512 ([`MIN_LOG_LIMIT`]), default 1024. Applies live on reload.
+    /// php-fpm: `log_limit`.
+    pub log_limit: usize,
     /// `metrics.listen` (fpmd only): where fpmd serves `GET /metrics`
     /// (OpenMetrics text over HTTP/1.1, see [`crate::observe::metrics`]):
     /// `"IP:PORT"`, `"[IPv6]:PORT"`, a bare port (all IPv4 addresses) or a
@@ -207,6 +215,14 @@ pub enum LogLevel {
     Notice,
     Debug,
 }
+
+/// `log_limit`'s default (php-fpm's `ZLOG_DEFAULT_LIMIT`), in bytes.
+pub const DEFAULT_LOG_LIMIT: usize = 1024;
+
+/// The smallest `log_limit` (php-fpm's `ZLOG_MIN_LIMIT`), in bytes: a
+/// smaller one is refused, as php-fpm refuses it (`log_limit must be
+/// greater than 512`).
+pub const MIN_LOG_LIMIT: usize = 512;
 
 /// `log_format`: how fpmd's log lines look.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize)]

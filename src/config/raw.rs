@@ -159,6 +159,7 @@ pub(super) struct RawGlobal {
     pub(super) watch: Option<bool>,
     pub(super) daemonize: Option<bool>,
     pub(super) log_format: Option<LogFormat>,
+    pub(super) log_limit: Option<i64>,
     #[serde(default)]
     pub(super) metrics: RawMetrics,
     pub(super) php_ini: Option<String>,
@@ -464,7 +465,7 @@ pub(super) enum RawAddress {
 
 fn parse_port(s: &str) -> Result<u16, String> {
     match s.parse::<u16>() {
-        Ok(0) | Err(_) => Err(format!("invalid port '{s}' (expected 1-65535)")),
+        Ok(0) | Err(_) => Err(format!("invalid port value '{s}' (expected 1-65535)")),
         Ok(p) => Ok(p),
     }
 }
@@ -497,7 +498,11 @@ pub(super) fn parse_listen_address(s: &str) -> Result<RawAddress, String> {
         let ip = match host {
             "*" => Some(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
             "localhost" => Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
-            _ => None,
+            // An address with a port that is not one: said so below.
+            _ => host.parse::<Ipv4Addr>().ok().map(IpAddr::V4).or_else(|| {
+                let v6 = host.strip_prefix('[')?.strip_suffix(']')?;
+                v6.parse::<std::net::Ipv6Addr>().ok().map(IpAddr::V6)
+            }),
         };
         if let Some(ip) = ip {
             let port =

@@ -70,6 +70,7 @@ impl Config {
             "log_format = {}\n",
             toml_str(self.global.log_format.as_str())
         ));
+        out.push_str(&format!("log_limit = {}\n", self.global.log_limit));
         match &self.global.metrics_listen {
             Some(a) => out.push_str(&format!("metrics.listen = {}\n", toml_str(&a.to_string()))),
             None => out.push_str("# metrics.listen: not set (no metrics endpoint)\n"),

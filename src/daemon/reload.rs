@@ -216,6 +216,7 @@ impl Daemon {
             crate::log::set_level(&c.new);
         }
         crate::log::set_format(new.global.log_format);
+        crate::log::set_limit(new.global.log_limit);
         crate::pool::warm::configure(new.global.warm_min_available);
         crate::pool::warm::configure_timeout(new.global.warm_timeout);
         crate::sys::sched::apply(new.global.sched_batch);

@@ -54,6 +54,42 @@ static FORMAT: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0)
 /// the pid and where the event was logged).
 static DEBUG: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// `log_limit` now, in bytes ([`crate::config::Global::log_limit`]).
+static LIMIT: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(crate::config::DEFAULT_LOG_LIMIT);
+
+/// Sets `log_limit` (at start, and on every reload).
+pub fn set_limit(bytes: usize) {
+    LIMIT.store(bytes, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// `log_limit` now: the longest line of a child's output, in bytes with
+/// its prefix and newline (see [`crate::config::Global::log_limit`]).
+pub fn limit() -> usize {
+    LIMIT.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Bytes a line at `level` (php-fpm's name: `WARNING`) has before its
+/// message in the current format: php-fpm's `[05-Dec-2026 00:06:31]
+/// WARNING: ` (with `log_level = debug` 7 more for the microseconds; the
+/// `pid N, module(), line N: ` that follows is not counted), fpmd's RFC
+/// 3339 time stamp with microseconds (27 bytes), a space, the level
+/// right-aligned to 7 columns and a space. For cutting a child's output to
+/// `log_limit` as php-fpm does (`zlog_stream_buf_append`).
+pub fn prefix_len(level: &str) -> usize {
+    match current_format() {
+        LogFormat::PhpFpm => {
+            let micros = if DEBUG.load(std::sync::atomic::Ordering::Relaxed) {
+                7
+            } else {
+                0
+            };
+            "[05-Dec-2026 00:06:31] ".len() + micros + level.len() + ": ".len()
+        }
+        LogFormat::Fpmd => "2026-12-05T00:06:31.123456Z ".len() + level.len().max(7) + 1,
+    }
+}
+
 /// Switches the line format (at start, and when a reload changes
 /// `log_format`).
 pub fn set_format(format: LogFormat) {
@@ -270,9 +306,11 @@ where
         use tracing_subscriber::fmt::time::FormatTime;
         let meta = event.metadata();
         if meta.target() == RAW_TARGET {
+            let format = self.fixed.map_or_else(current_format, |(f, _)| f);
             let mut message = MessageOnly {
                 writer: writer.by_ref(),
                 result: Ok(()),
+                escape: format == LogFormat::Fpmd,
             };
             event.record(&mut message);
             message.result?;
@@ -297,6 +335,15 @@ where
         ctx.field_format().format_fields(writer.by_ref(), event)?;
         writeln!(writer)
     }
+}
+
+/// A line as php-fpm's `zlog` writes it before its log is open (to
+/// stderr): `[05-Dec-2026 00:06:31] LEVEL: text`, local time.
+pub fn php_fpm_stderr_line(level: &str, text: &str) -> String {
+    format!(
+        "[{}] {level}: {text}",
+        chrono::Local::now().format("%d-%b-%Y %H:%M:%S")
+    )
 }
 
 /// One line in php-fpm's form (see the module's documentation).
@@ -383,15 +430,19 @@ impl tracing::field::Visit for PhpFpmFields {
 }
 
 /// Writes the `message` field only (for [`RAW_TARGET`]), control
-/// characters escaped.
+/// characters escaped in fpmd's format; as it is in php-fpm's (php-fpm
+/// writes a child's undecorated output byte for byte).
 struct MessageOnly<'a> {
     writer: tracing_subscriber::fmt::format::Writer<'a>,
     result: fmt::Result,
+    escape: bool,
 }
 
 impl tracing::field::Visit for MessageOnly<'_> {
     fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn fmt::Debug) {
-        if field.name() == "message" && self.result.is_ok() {
+        if field.name() == "message" && self.result.is_ok() && !self.escape {
+            self.result = write!(self.writer, "{value:?}");
+        } else if field.name() == "message" && self.result.is_ok() {
             self.result = write!(
                 Escaping {
                     inner: &mut self.writer,

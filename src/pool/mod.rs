@@ -139,9 +139,10 @@ pub struct Worker {
     /// ([`Lease::note_usage`]).
     pub last_usage: Option<crate::process::sapi::Usage>,
     alive: Arc<AtomicBool>,
-    /// Closed when the php-cgi is handed its first request (see
+    /// To the task that reads the php-cgi's output: closed when the
+    /// php-cgi is handed its first request, told when a request ends (see
     /// `crate::process::output`).
-    startup: crate::process::output::StartupWindow,
+    startup: crate::process::output::OutputHandle,
 }
 
 impl Worker {
@@ -315,6 +316,10 @@ impl Lease<'_> {
             _ => None,
         };
         if let Some(w) = self.worker.take() {
+            if self.config.catch_workers_output {
+                // Where php-fpm's child writes its flush marker.
+                w.startup.request_ended(w.log_pid());
+            }
             self.pool.settle(w, fate, &self.config, rss);
         }
     }
@@ -873,7 +878,7 @@ pub(crate) mod tests {
             conn: None,
             last_usage: None,
             alive: Arc::new(AtomicBool::new(true)),
-            startup: crate::process::output::StartupWindow::new(),
+            startup: crate::process::output::OutputHandle::new(),
         }
     }
 }

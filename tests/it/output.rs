@@ -262,3 +262,102 @@ fn catch_on_php_messages_are_logged_as_php_fpm_logs_them() {
     );
     assert_eq!(ours, theirs, "fpmd's lines differ from php-fpm's");
 }
+
+/// php-fpm's master ends a child's unfinished line at the end of each
+/// request (its child writes a flush marker then) and cuts a line at
+/// `log_limit` bytes with its prefix (php-src `log-bwd-multiple-msgs`,
+/// `log-bwd-limit-*`, `log-bwp-msg-flush-split-*`): two requests that
+/// write without a newline are two log lines; a 1500-byte line under
+/// `log_limit = 600` is continued on lines of exactly 600 bytes, newline
+/// included, in php-fpm's format; the flush marker written by a script
+/// ends a line there.
+#[test]
+fn catch_on_lines_end_with_each_request_and_at_log_limit() {
+    let cfg = FpmdConfig::new()
+        .global("log_format = \"php-fpm\"")
+        .global("log_limit = 600")
+        .pool(
+            Pool::www()
+                .max_children(1)
+                .lines(&["catch_workers_output = true"]),
+        );
+    let s = Stack::start_with(cfg, NginxOpts::default());
+    s.fpmd.wait_workers(1, LONG);
+    let docroot = s.dir.docroot();
+    write_script(
+        &docroot.join("partial.php"),
+        "<?php file_put_contents('php://stderr', 'part-' . $_GET['n'] . ' a'); \
+         file_put_contents('php://stderr', ' b'); echo 'ok';",
+    );
+    write_script(
+        &docroot.join("long.php"),
+        "<?php file_put_contents('php://stderr', str_repeat('x', 1500) . \"\\n\"); echo 'ok';",
+    );
+    write_script(
+        &docroot.join("marker.php"),
+        "<?php file_put_contents('php://stderr', \"before\\0fscf\\0after\"); echo 'ok';",
+    );
+    let mark = s.fpmd.log_len();
+    for n in 1..=2 {
+        let r = get(&s.url(&format!("/partial.php?n={n}")));
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    for n in 1..=2 {
+        let line = wait_line(&s.fpmd, mark, &format!("part-{n}"));
+        assert!(
+            line.ends_with(&format!("said into stderr: \"part-{n} a b\"")),
+            "one request's unfinished output is one line of its own: {line}"
+        );
+    }
+
+    let mark = s.fpmd.log_len();
+    assert_eq!(get(&s.url("/long.php")).status, 200);
+    let mut text = String::new();
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            text = s
+                .fpmd
+                .log_lines_since(mark)
+                .iter()
+                .filter(|l| l.contains("said into stderr: \"x"))
+                .map(|l| {
+                    assert!(
+                        l.starts_with('[') && l.contains("] WARNING: [pool www] child "),
+                        "{l}"
+                    );
+                    assert!(
+                        l.len() < 600,
+                        "longer than log_limit: {} bytes",
+                        l.len() + 1
+                    );
+                    let quoted = &l[l.find("stderr: \"").unwrap() + 9..];
+                    quoted.strip_suffix('"').unwrap_or(quoted).to_string()
+                })
+                .collect();
+            text.len() == 1500
+        }),
+        "the 1500 bytes as continued lines:\n{}",
+        s.fpmd.log_since(mark)
+    );
+    let pieces: Vec<String> = s
+        .fpmd
+        .log_lines_since(mark)
+        .into_iter()
+        .filter(|l| l.contains("said into stderr: \"x"))
+        .collect();
+    assert_eq!(pieces.len(), 3, "{pieces:#?}");
+    for l in &pieces[..2] {
+        assert_eq!(l.len() + 1, 600, "a continued line is log_limit long: {l}");
+        assert!(
+            !l.contains("(continued)"),
+            "php-fpm's format marks nothing: {l}"
+        );
+    }
+    assert_eq!(text, "x".repeat(1500));
+
+    let mark = s.fpmd.log_len();
+    assert_eq!(get(&s.url("/marker.php")).status, 200);
+    wait_line(&s.fpmd, mark, "said into stderr: \"after\"");
+    let log = s.fpmd.log_since(mark);
+    assert!(log.contains("said into stderr: \"before\"\n"), "{log}");
+}

@@ -439,7 +439,6 @@ fn notices_and_pool_defaults() {
         "syslog.ident",
         "syslog.facility",
         "log_buffering",
-        "log_limit",
         "events.mechanism",
         "systemd_interval",
         "request_slowlog_trace_depth",
@@ -466,6 +465,7 @@ fn notices_and_pool_defaults() {
         "inherited from [global]"
     );
     assert_eq!(c.pool("b").unwrap().isolation.process_priority, Some(5));
+    assert_eq!(c.global.log_limit, 8192, "log_limit is fpmd's too");
     // Still checked as php-fpm checks them.
     let (_, e) = conf_err(
         &format!("[global]\nlog_buffering = sometimes\n{}", pool("www", "")),
@@ -845,5 +845,75 @@ fn fpmd_keys_in_a_conf_and_suggestions() {
     assert_eq!(
         e.message,
         "unknown entry 'pm.max_childern' (did you mean 'pm.max_children'?)"
+    );
+}
+
+/// A php-fpm configuration's errors in php-fpm's words
+/// (`ConfigError::php_fpm_lines`), as php-src's FPM tests read them
+/// (config-array-validation-*, bug68591-conf-test-*, log-invalid-port,
+/// log-bwd-limit-64-too-low-error).
+#[test]
+fn errors_in_php_fpms_words() {
+    let main = Path::new("/etc/php/8.2/fpm/php-fpm.conf");
+    let lines = |text: &str| {
+        let (dir, e) = conf_err(text, &[]);
+        let file = dir.path().join("php-fpm.conf");
+        let at = format!("[{}:", file.display());
+        e.php_fpm_lines(main)
+            .into_iter()
+            .map(|l| l.replace(&at, "[FILE:"))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        lines(&format!("[global]\nlog_limit = 64\n{}", pool("www", ""))),
+        [
+            "log_limit must be greater than 512",
+            "FPM initialization failed"
+        ]
+    );
+    assert_eq!(
+        lines(&pool("www", "php_value[] = 1\n")),
+        [
+            "[FILE:8] You must provide a key for field 'php_value'",
+            "failed to load configuration file '/etc/php/8.2/fpm/php-fpm.conf'",
+            "FPM initialization failed"
+        ]
+    );
+    assert_eq!(
+        lines(&pool("www", "pm.max_children = 0\n")),
+        [
+            "[FILE:8] [pool www] key 'pm.max_children': pm.max_children must be at least 1",
+            "failed to load configuration file '/etc/php/8.2/fpm/php-fpm.conf'",
+            "FPM initialization failed"
+        ]
+    );
+    let user = |extra: &str| {
+        format!("[www]\n{extra}\nphp_cgi = /bin/sh\nlisten = /tmp/www.sock\npm = static\npm.max_children = 5\n")
+    };
+    assert_eq!(
+        lines(&user("user = nosuchuser\ngroup = nosuchgroup")),
+        [
+            "[pool www] cannot get uid for user 'nosuchuser'",
+            "FPM initialization failed"
+        ]
+    );
+    assert_eq!(
+        lines(&user("user = root\ngroup = nosuchgroup")),
+        [
+            "[pool www] cannot get gid for group 'nosuchgroup'",
+            "FPM initialization failed"
+        ],
+        "an unknown name is reported before root is refused"
+    );
+    assert_eq!(
+        lines(&user("user = root\nlisten.owner = nosuchuser")),
+        [
+            "[pool www] cannot get uid for user 'nosuchuser': Success (0)",
+            "FPM initialization failed"
+        ]
+    );
+    assert_eq!(
+        lines(&pool("www", "").replace("/tmp/www.sock", "127.0.0.1:69002")),
+        ["invalid port value '69002'", "FPM initialization failed"]
     );
 }

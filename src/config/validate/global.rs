@@ -5,7 +5,8 @@ use super::ini::scan_dirs;
 use super::logs::log_dir;
 use super::nonzero;
 use crate::config::model::{
-    Global, ListenAddress, LogLevel, LogTarget, MinAvailable, DEFAULT_WARM_TIMEOUT,
+    Global, ListenAddress, LogLevel, LogTarget, MinAvailable, DEFAULT_LOG_LIMIT,
+    DEFAULT_WARM_TIMEOUT, MIN_LOG_LIMIT,
 };
 use crate::config::raw::{RawAddress, RawGlobal};
 use crate::config::source::SourceFile;
@@ -51,6 +52,17 @@ pub(in crate::config) fn validate_global(
     let warm_min_available = raw
         .warm_min_available
         .map_or(MinAvailable::DEFAULT, |m| m.0);
+    let log_limit = match raw.log_limit {
+        None => DEFAULT_LOG_LIMIT,
+        Some(n) if n < MIN_LOG_LIMIT as i64 => {
+            // php-fpm's words (fpm_conf.c); it means "at least".
+            return Err(err(
+                "log_limit",
+                format!("log_limit must be greater than {MIN_LOG_LIMIT}"),
+            ));
+        }
+        Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+    };
     let warm_timeout = raw.warm_timeout.map_or(DEFAULT_WARM_TIMEOUT, |d| d.0);
     Ok((
         Global {
@@ -68,6 +80,7 @@ pub(in crate::config) fn validate_global(
             watch: raw.watch.unwrap_or(false),
             daemonize: raw.daemonize.unwrap_or(false),
             log_format: raw.log_format.unwrap_or_default(),
+            log_limit,
             metrics_listen,
         },
         includes,

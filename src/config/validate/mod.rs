@@ -93,6 +93,25 @@ pub(super) fn validate_pool(
     let pm = pm::process_manager(&ctx, &raw.pm)?;
     let cgroup = isolation::cgroup(&ctx, &raw.cgroup, &pm, ids)?;
     let logs = logs::logs(&ctx, &raw)?;
+    // Every name first, in php-fpm's order (`fpm_unix_test_config`: user,
+    // group, listen.owner, listen.group): an unknown one is what `-t`
+    // reports before anything else about these keys.
+    let names = [
+        (&["user"][..], raw.user.as_ref(), true),
+        (&["group"][..], raw.group.as_ref(), false),
+        (&["listen", "owner"][..], raw.listen.owner.as_ref(), true),
+        (&["listen", "group"][..], raw.listen.group.as_ref(), false),
+    ];
+    for (key, name, is_user) in names {
+        if let Some(n @ crate::config::raw::IdOrName::Name(_)) = name {
+            let found = if is_user {
+                super::users::resolve_uid(n).map(drop)
+            } else {
+                super::users::resolve_gid(n).map(drop)
+            };
+            found.map_err(|m| ctx.err(key, m))?;
+        }
+    }
     let user = resolve_credentials(
         raw.user.as_ref(),
         raw.group.as_ref(),

@@ -1218,7 +1218,7 @@ fn metrics_listen() {
     // Errors, at the key.
     assert_global_errors(&[
         ("metrics.listen = \"nope\"", "global.metrics.listen", "invalid listen address 'nope' (expected a unix socket path (containing '/'), \"IP:PORT\", \"[IPv6]:PORT\" or a port)".to_string()),
-        ("metrics.listen = 0", "global.metrics.listen", "invalid port '0' (expected 1-65535)".to_string()),
+        ("metrics.listen = 0", "global.metrics.listen", "invalid port value '0' (expected 1-65535)".to_string()),
         ("metrics.lisen = 9253", "global.metrics.lisen", "unknown key (did you mean 'global.metrics.listen'?)".to_string()),
         ("metrics = 9253", "global.metrics", "unknown key (did you mean 'global.metrics.listen'?)".to_string()),
         (&format!("metrics.listen = \"/run/{}.sock\"", "x".repeat(120)), "global.metrics.listen", format!("unix socket path is too long (130 bytes, at most 107): /run/{}.sock", "x".repeat(120))),

@@ -94,7 +94,7 @@ pub(super) struct Forker {
     /// gone): an ondemand pool's warm period counts from there.
     pub childless_since: Instant,
     /// Its output's start-up window, shared with the children it forks.
-    pub startup: crate::process::output::StartupWindow,
+    pub startup: crate::process::output::OutputHandle,
 }
 
 /// A php-cgi whose slots wait for its PHP start-up (modules, ini) to be
@@ -107,7 +107,7 @@ pub(super) struct Pending {
     pub gen: GenId,
     pub endpoint: Arc<PathBuf>,
     pub alive: Arc<AtomicBool>,
-    pub startup: crate::process::output::StartupWindow,
+    pub startup: crate::process::output::OutputHandle,
     pub since: Instant,
     /// The slow start was reported.
     pub warned: bool,
@@ -690,7 +690,7 @@ impl Supervisor {
             // `cannot_start`) rather than get a 503 meant for the back-off.
             self.pool.table.lock().unwrap().unstartable = None;
         }
-        let startup = crate::process::output::StartupWindow::new();
+        let startup = crate::process::output::OutputHandle::new();
         crate::process::output::forward(&config, pid, output, startup.clone());
         let forker = match orders {
             Some(fd) => {
@@ -777,14 +777,14 @@ impl Supervisor {
                 .send(crate::pool::Event::Parent { parent: id, report })
                 .is_ok()
         });
-        let startup = crate::process::output::StartupWindow::new();
+        let startup = crate::process::output::OutputHandle::new();
         let first = config.clone();
         let attachment = Attachment::attach(id, root, &self.spawner, sink, |pid, out| {
             crate::process::output::forward(
                 &first,
                 pid,
                 out,
-                crate::process::output::StartupWindow::new(),
+                crate::process::output::OutputHandle::new(),
             );
         })
         .await?;
@@ -824,7 +824,7 @@ impl Supervisor {
         endpoint: Arc<PathBuf>,
         parent: Option<i32>,
         forker: Option<Forker>,
-        startup: crate::process::output::StartupWindow,
+        startup: crate::process::output::OutputHandle,
     ) -> Pending {
         let role = match forker {
             Some(_) => Role::Parent,
@@ -908,7 +908,7 @@ mod tests {
                     .map(|i| Arc::new(PathBuf::from(format!("/run/{i}.sock"))))
                     .collect(),
                 childless_since: Instant::now(),
-                startup: crate::process::output::StartupWindow::new(),
+                startup: crate::process::output::OutputHandle::new(),
             }),
             ..child(gen, None, None)
         }

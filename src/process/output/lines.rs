@@ -1,12 +1,47 @@
-//! A child's text cut into log lines ([`Lines`]: at newlines, at
-//! [`MAX_LINE`] bytes, never inside a UTF-8 character) and the rate limit
-//! of what is logged ([`TokenBucket`] at [`CHILD_RATE`]).
+//! A child's text cut into log lines ([`Lines`]: at newlines and
+//! php-fpm's flush marker, at the caller's most bytes per line, never
+//! inside a UTF-8 character) and the rate limit of what is logged
+//! ([`TokenBucket`] at [`CHILD_RATE`]).
 
 use std::time::{Duration, Instant};
 
-/// Longest line of a child's text in one log line, in bytes (php-fpm's
-/// default `log_limit`, 1024). Longer lines are split.
-pub const MAX_LINE: usize = 1024;
+/// php-fpm's flush marker (`FPM_STDIO_CMD_FLUSH` with its NUL, 6 bytes):
+/// its child writes it to stderr after each request, and its master ends
+/// the child's unfinished line there (`fpm_stdio_child_said`). A child of
+/// fpmd's writes it only if its script does; it ends a line here too.
+pub const FLUSH_MARKER: &[u8] = b"\0fscf\0";
+
+/// Where the text of one read ends a line, for [`Lines::feed`].
+enum End {
+    /// The line's text ends at the first index; the second is where the
+    /// next line's starts (past the newline or the marker).
+    At(usize, usize),
+    /// From this index on, the bytes may begin [`FLUSH_MARKER`], whose
+    /// end is still to come: kept until the next read says.
+    Held(usize),
+    /// No end in it.
+    None,
+}
+
+/// The first end of a line in `data` (see [`End`]).
+fn next_end(data: &[u8]) -> End {
+    let mut from = 0;
+    while let Some(j) = memchr::memchr2(b'\n', 0, &data[from..]) {
+        let i = from + j;
+        if data[i] == b'\n' {
+            return End::At(i, i + 1);
+        }
+        let rest = &data[i..];
+        if rest.starts_with(FLUSH_MARKER) {
+            return End::At(i, i + FLUSH_MARKER.len());
+        }
+        if FLUSH_MARKER.starts_with(rest) {
+            return End::Held(i);
+        }
+        from = i + 1;
+    }
+    End::None
+}
 
 /// The rate limit of each writer (pid), whatever `catch_workers_output`
 /// says: 1000 lines/s and 128 KiB/s sustained, bursts of 2000 lines and
@@ -126,15 +161,18 @@ impl TokenBucket {
     }
 }
 
-/// One writer's stream cut into log lines: bytes in, lines of at most
-/// [`MAX_LINE`] bytes out (without the `\n`, and without a `\r` before
-/// it; empty lines are skipped), each admitted by the writer's
+/// One writer's stream cut into log lines: bytes in, lines of at most the
+/// caller's `max` bytes out (without the `\n` or [`FLUSH_MARKER`], and
+/// without a `\r` before a newline; empty lines are skipped), each
+/// admitted by the writer's
 /// [`TokenBucket`]. Pure apart from the `emit` callback, which gets the
 /// line and whether it is a piece of a longer line that continues.
 #[derive(Debug, Default)]
 pub struct Lines {
-    /// The unfinished line (shorter than MAX_LINE, or exactly that long).
+    /// The unfinished line (shorter than `max`, or exactly that long).
     pub(super) partial: Vec<u8>,
+    /// The last bytes of the last read, which may begin [`FLUSH_MARKER`].
+    pub(super) held: Vec<u8>,
     /// When `partial` got its first byte.
     pub(super) since: Option<Instant>,
     /// The rest of the current line is dropped (its start was).
@@ -149,18 +187,42 @@ impl Lines {
     /// start was dropped.
     pub fn feed(
         &mut self,
+        data: &[u8],
+        max: usize,
+        now: Instant,
+        bucket: &mut TokenBucket,
+        emit: &mut dyn FnMut(&[u8], bool),
+    ) {
+        if self.held.is_empty() {
+            self.feed_bytes(data, max, now, bucket, emit);
+        } else {
+            let mut joined = std::mem::take(&mut self.held);
+            joined.extend_from_slice(data);
+            self.feed_bytes(&joined, max, now, bucket, emit);
+        }
+    }
+
+    fn feed_bytes(
+        &mut self,
         mut data: &[u8],
+        max: usize,
         now: Instant,
         bucket: &mut TokenBucket,
         emit: &mut dyn FnMut(&[u8], bool),
     ) {
         while !data.is_empty() {
             if self.skipping {
-                match memchr::memchr(b'\n', data) {
-                    None => return bucket.drop_bulk(now, 0, data.len() as u64),
-                    Some(i) => {
-                        bucket.drop_bulk(now, 0, i as u64 + 1);
-                        data = &data[i + 1..];
+                match next_end(data) {
+                    End::None => return bucket.drop_bulk(now, 0, data.len() as u64),
+                    End::Held(i) => {
+                        bucket.drop_bulk(now, 0, i as u64);
+                        self.held = data[i..].to_vec();
+                        self.since.get_or_insert(now);
+                        return;
+                    }
+                    End::At(_, next) => {
+                        bucket.drop_bulk(now, 0, next as u64);
+                        data = &data[next..];
                         self.skipping = false;
                         continue;
                     }
@@ -179,13 +241,19 @@ impl Lines {
                 self.skipping = tail;
                 return;
             }
-            match memchr::memchr(b'\n', data) {
-                Some(i) => {
-                    self.push(&data[..i], true, now, bucket, emit);
-                    data = &data[i + 1..];
+            match next_end(data) {
+                End::At(i, next) => {
+                    self.push(&data[..i], true, max, now, bucket, emit);
+                    data = &data[next..];
                 }
-                None => {
-                    self.push(data, false, now, bucket, emit);
+                End::Held(i) => {
+                    self.push(&data[..i], false, max, now, bucket, emit);
+                    self.held = data[i..].to_vec();
+                    self.since.get_or_insert(now);
+                    return;
+                }
+                End::None => {
+                    self.push(data, false, max, now, bucket, emit);
                     return;
                 }
             }
@@ -197,23 +265,24 @@ impl Lines {
         &mut self,
         mut bytes: &[u8],
         end: bool,
+        max: usize,
         now: Instant,
         bucket: &mut TokenBucket,
         emit: &mut dyn FnMut(&[u8], bool),
     ) {
-        // Whole MAX_LINE pieces while more than one piece is there.
-        while self.partial.len() + bytes.len() > MAX_LINE {
+        // Whole `max` pieces while more than one piece is there.
+        while self.partial.len() + bytes.len() > max {
             if self.partial.is_empty() {
-                let cut = char_cut(bytes, MAX_LINE);
+                let cut = char_cut(bytes, max);
                 Self::line(&bytes[..cut], true, now, bucket, emit);
                 bytes = &bytes[cut..];
             } else {
                 // One byte past the limit, so that char_cut sees what
                 // follows it (there are that many: the loop's condition).
-                let take = MAX_LINE + 1 - self.partial.len();
+                let take = max + 1 - self.partial.len();
                 self.partial.extend_from_slice(&bytes[..take]);
                 bytes = &bytes[take..];
-                let cut = char_cut(&self.partial, MAX_LINE);
+                let cut = char_cut(&self.partial, max);
                 Self::line(&self.partial[..cut], true, now, bucket, emit);
                 self.partial.drain(..cut);
             }
@@ -268,6 +337,11 @@ impl Lines {
             .since
             .is_some_and(|t| now.saturating_duration_since(t) >= after);
         if stale {
+            // Held bytes whose marker never came are the line's text.
+            if !self.skipping {
+                self.partial.append(&mut self.held);
+            }
+            self.held.clear();
             Self::line(&self.partial, false, now, bucket, emit);
             self.partial.clear();
             self.since = None;
@@ -279,7 +353,7 @@ impl Lines {
 
     /// Nothing unfinished is kept.
     pub fn is_empty(&self) -> bool {
-        self.partial.is_empty() && !self.skipping
+        self.partial.is_empty() && self.held.is_empty() && !self.skipping
     }
 }
 

@@ -8,7 +8,7 @@
 //! lines they become. Must not touch: processes (`spawn` forks, the
 //! supervisor decides), FastCGI, dispatch state. The one thing it needs to
 //! hear from the pool is that a php-cgi is given its first request
-//! ([`StartupWindow::close`]).
+//! ([`OutputHandle::close`]).
 //!
 //! # What is logged
 //!
@@ -35,12 +35,24 @@
 //!   Thrown-away output is read and dropped at once, without line
 //!   splitting; a child's writes never fail or block for it.
 //!
+//! # Where a line ends
+//!
+//! As php-fpm's master (`fpm_stdio_child_said`): at a newline; at
+//! php-fpm's flush marker `"\0fscf\0"` in the text (php-fpm's child writes
+//! it after each request; a script may write it too); and, with
+//! `catch_workers_output` on, at the end of each request
+//! ([`OutputHandle::request_ended`]: what the child wrote before it ended
+//! the request is read first). A line still unfinished after a second is
+//! logged as it is.
+//!
 //! # Limits
 //!
-//! A line is at most [`MAX_LINE`] bytes of the child's text (php-fpm's
-//! `log_limit` default); a longer one is split into several log lines, each
-//! but the last marked ` (continued)` when decorated (raw lines are split
-//! unmarked, as php-fpm's). Each writer pid has a token bucket of
+//! A log line of a child's text is at most `log_limit` bytes
+//! ([`crate::log::limit`], default 1024) with its prefix and newline, as
+//! php-fpm counts it; a longer line of the child's is continued on the
+//! next log line, each piece decorated (in fpmd's format each but the last
+//! marked ` (continued)`; in php-fpm's unmarked, as php-fpm writes them).
+//! Raw lines are `log_limit` - 1 bytes of text. Each writer pid has a token bucket of
 //! [`CHILD_RATE`] (lines and bytes per second, with bursts); lines beyond it
 //! are dropped, and one summary line per second per writer says how many
 //! lines and bytes were dropped. Text is escaped ([`crate::log::escape`]).
@@ -106,15 +118,23 @@ impl Stream {
 // Start-up window
 // ---------------------------------------------------------------------------
 
-/// Open while a php-cgi has not yet been given a request; the pool closes
-/// it when it hands the php-cgi its first request (under
-/// `pm.spawn = "exec"` it ends what is logged of its stderr with
-/// `catch_workers_output = false`). Closing takes note of how many bytes
-/// of stderr are queued at that instant: those were written while the
-/// php-cgi started and are logged, anything after is the scripts'. Cheap
-/// to clone; closing twice is a no-op that costs one atomic load.
+/// What the pool tells the task that reads a spawned php-cgi's output
+/// ([`forward`]), for it and the children it forks:
+///
+/// - its start-up window, open while the php-cgi has not yet been given a
+///   request; the pool closes it ([`OutputHandle::close`]) when it hands
+///   the php-cgi its first request (under `pm.spawn = "exec"` it ends what
+///   is logged of its stderr with `catch_workers_output = false`).
+///   Closing takes note of how many bytes of stderr are queued at that
+///   instant: those were written while the php-cgi started and are
+///   logged, anything after is the scripts'. Closing twice is a no-op
+///   that costs one atomic load.
+/// - that a child ended a request ([`OutputHandle::request_ended`]), where
+///   php-fpm's child writes its flush marker.
+///
+/// Cheap to clone.
 #[derive(Debug, Clone, Default)]
-pub struct StartupWindow(Arc<WindowState>);
+pub struct OutputHandle(Arc<WindowState>);
 
 #[derive(Debug, Default)]
 struct WindowState {
@@ -125,13 +145,39 @@ struct WindowState {
     stderr: std::sync::atomic::AtomicI32,
     /// Bytes queued on it when the window closed.
     queued_at_close: std::sync::atomic::AtomicUsize,
+    /// fpmd's reading end of the child's stdout, as `stderr`.
+    stdout: std::sync::atomic::AtomicI32,
+    /// Requests ended and not yet seen by the reader: the child's pid and
+    /// the bytes queued on stdout and stderr when it ended.
+    ended: std::sync::Mutex<Vec<(i32, [usize; 2])>>,
+    ended_notify: Notify,
 }
 
-impl StartupWindow {
-    pub fn new() -> StartupWindow {
-        let w = StartupWindow::default();
+impl OutputHandle {
+    pub fn new() -> OutputHandle {
+        let w = OutputHandle::default();
         w.0.stderr.store(-1, Ordering::Relaxed);
+        w.0.stdout.store(-1, Ordering::Relaxed);
         w
+    }
+
+    /// The child `pid` ended a request (its FastCGI `END_REQUEST` was
+    /// read): the reader is to read what is queued now on its stdout and
+    /// stderr (written before the end) and then end the child's
+    /// unfinished lines, as php-fpm's master ends them at the flush
+    /// marker its child writes after each request (`fpm_main.c`,
+    /// `fpm_stdio_flush_child`). Two `FIONREAD`s; the pool calls it only
+    /// with `catch_workers_output` on.
+    pub fn request_ended(&self, pid: i32) {
+        // Same runtime thread as the reader: the fds stay what they are
+        // between the loads and the ioctls (see `close`).
+        let queued_on = |fd: &std::sync::atomic::AtomicI32| match fd.load(Ordering::Acquire) {
+            fd if fd >= 0 => queued(fd),
+            _ => 0,
+        };
+        let q = [queued_on(&self.0.stdout), queued_on(&self.0.stderr)];
+        self.0.ended.lock().unwrap().push((pid, q));
+        self.0.ended_notify.notify_one();
     }
 
     /// The php-cgi is given its first request: its start-up is over.
@@ -147,7 +193,7 @@ impl StartupWindow {
         }
     }
 
-    /// Whether [`StartupWindow::close`] was called.
+    /// Whether [`OutputHandle::close`] was called.
     pub fn is_closed(&self) -> bool {
         self.0.closed.load(Ordering::Acquire)
     }
@@ -196,7 +242,7 @@ thread_local! {
 /// and logs it as `config` says (see the module documentation). The task
 /// ends when every writer has closed them. `window` is closed by the
 /// pool when it hands that php-cgi its first request.
-pub fn forward(config: &PoolConfig, spawned: i32, readers: Readers, window: StartupWindow) {
+pub fn forward(config: &PoolConfig, spawned: i32, readers: Readers, window: OutputHandle) {
     let policy = Policy {
         pool: config.name.as_str().into(),
         catch: config.catch_workers_output,
@@ -225,6 +271,7 @@ pub fn forward(config: &PoolConfig, spawned: i32, readers: Readers, window: Star
 enum Wake {
     Readable(usize, io::Result<()>),
     WindowClosed,
+    RequestEnded,
     Tick,
 }
 
@@ -246,10 +293,13 @@ async fn readable(sock: &Option<UnixStream>) -> io::Result<()> {
 }
 
 impl Output {
-    async fn run(mut self, mut socks: [Option<UnixStream>; 2], window: StartupWindow) {
+    async fn run(mut self, mut socks: [Option<UnixStream>; 2], window: OutputHandle) {
         let watch_window = !self.policy.catch && !self.policy.prefork;
         if let Some(sock) = &socks[1] {
             window.0.stderr.store(sock.as_raw_fd(), Ordering::Release);
+        }
+        if let Some(sock) = &socks[0] {
+            window.0.stdout.store(sock.as_raw_fd(), Ordering::Release);
         }
         while socks.iter().any(Option::is_some) {
             let tick = self.next_tick;
@@ -257,6 +307,7 @@ impl Output {
                 r = readable(&socks[0]) => Wake::Readable(0, r),
                 r = readable(&socks[1]) => Wake::Readable(1, r),
                 () = window.closed(), if watch_window && self.window_open => Wake::WindowClosed,
+                () = window.0.ended_notify.notified(), if self.policy.catch => Wake::RequestEnded,
                 () = crate::sys::timer::sleep_until_opt(tick.map(tokio::time::Instant::from_std)), if tick.is_some() => Wake::Tick,
             };
             match wake {
@@ -272,9 +323,12 @@ impl Output {
                     };
                     match turn {
                         Turn::Closed => {
-                            if i == 1 {
-                                window.0.stderr.store(-1, Ordering::Release);
-                            }
+                            let fd = if i == 1 {
+                                &window.0.stderr
+                            } else {
+                                &window.0.stdout
+                            };
+                            fd.store(-1, Ordering::Release);
                             socks[i] = None;
                             self.flush_stream(stream, Instant::now());
                         }
@@ -286,17 +340,23 @@ impl Output {
                     // What was queued when the window closed was written
                     // before the first request: log it, then stop logging.
                     if let Some(sock) = &socks[1] {
-                        let mut left = window.0.queued_at_close.load(Ordering::Acquire);
-                        while left > 0 {
-                            let (turn, n) = self.read_turn(sock, Stream::Stderr, left);
-                            left = left.saturating_sub(n);
-                            if n == 0 || !matches!(turn, Turn::More) {
-                                break;
-                            }
-                        }
+                        let left = window.0.queued_at_close.load(Ordering::Acquire);
+                        self.read_queued(sock, Stream::Stderr, left);
                     }
                     self.window_open = false;
                     self.flush_stream(Stream::Stderr, Instant::now());
+                }
+                Wake::RequestEnded => {
+                    let ended = std::mem::take(&mut *window.0.ended.lock().unwrap());
+                    for (pid, queued) in ended {
+                        for (i, stream) in [Stream::Stdout, Stream::Stderr].into_iter().enumerate()
+                        {
+                            if let Some(sock) = &socks[i] {
+                                self.read_queued(sock, stream, queued[i]);
+                            }
+                        }
+                        self.end_lines_of(pid, Instant::now());
+                    }
                 }
                 Wake::Tick => self.tick(Instant::now()),
             }
@@ -310,9 +370,21 @@ impl Output {
         self.tick(now);
     }
 
-    /// Up to [`READS_PER_TURN`] reads, none started once `limit` bytes
-    /// were read, each logged or dropped by [`Output::feed`]; how it ended
-    /// and the bytes read.
+    /// Reads the `left` bytes that were queued on `sock` at some instant
+    /// (fewer if fewer are there), and no more.
+    fn read_queued(&mut self, sock: &UnixStream, stream: Stream, mut left: usize) {
+        while left > 0 {
+            let (turn, n) = self.read_turn(sock, stream, left);
+            left = left.saturating_sub(n);
+            if n == 0 || !matches!(turn, Turn::More) {
+                break;
+            }
+        }
+    }
+
+    /// Up to [`READS_PER_TURN`] reads of at most `limit` bytes in all, each
+    /// logged or dropped by [`Output::feed`]; how it ended and the bytes
+    /// read.
     fn read_turn(&mut self, sock: &UnixStream, stream: Stream, limit: usize) -> (Turn, usize) {
         let mut read = 0;
         for _ in 0..READS_PER_TURN {
@@ -321,8 +393,9 @@ impl Output {
             }
             let got = BUF.with(|buf| {
                 let mut buf = buf.borrow_mut();
+                let cap = (limit - read).min(buf.len());
                 match sock.try_io(tokio::io::Interest::READABLE, || {
-                    recv(sock.as_raw_fd(), &mut buf)
+                    recv(sock.as_raw_fd(), &mut buf[..cap])
                 }) {
                     Ok((0, _)) => Err(Turn::Closed),
                     Ok((n, pid)) => {
@@ -362,13 +435,29 @@ impl Output {
             return;
         }
         let policy = &self.policy;
+        let max = line_budget(policy, pid, stream);
         let w = self.writers.entry(pid).or_insert_with(|| Writer {
             bucket: TokenBucket::new(CHILD_RATE, now),
             lines: Default::default(),
         });
-        w.lines[stream.index()].feed(data, now, &mut w.bucket, &mut |text, continued| {
+        w.lines[stream.index()].feed(data, max, now, &mut w.bucket, &mut |text, continued| {
             emit(policy, pid, stream, text, continued)
         });
+    }
+
+    /// Logs the unfinished lines of `pid` (it ended a request).
+    fn end_lines_of(&mut self, pid: i32, now: Instant) {
+        let policy = &self.policy;
+        if let Some(w) = self.writers.get_mut(&pid) {
+            for stream in [Stream::Stdout, Stream::Stderr] {
+                w.lines[stream.index()].flush(
+                    now,
+                    Duration::ZERO,
+                    &mut w.bucket,
+                    &mut |text, continued| emit(policy, pid, stream, text, continued),
+                );
+            }
+        }
     }
 
     /// Logs the unfinished lines of `stream` (it ended).
@@ -415,6 +504,42 @@ impl Output {
     }
 }
 
+/// The most bytes of a child's text in one log line of `pid`'s `stream`:
+/// `log_limit` less the newline and what [`said`] writes around the text
+/// (php-fpm's `zlog_stream_buf_append`: the time stamp and level, `[pool
+/// www] child 1234 said into stderr: `, the quotes; in fpmd's format room
+/// for ` (continued)` too). At least 1.
+fn line_budget(policy: &Policy, pid: i32, stream: Stream) -> usize {
+    let limit = crate::log::limit();
+    let around = if policy.catch && !policy.decorate {
+        0
+    } else {
+        let continued = match crate::log::current_format() {
+            crate::config::LogFormat::PhpFpm => 0,
+            crate::config::LogFormat::Fpmd => CONTINUED.len(),
+        };
+        crate::log::prefix_len("WARNING")
+            + "[pool ".len()
+            + policy.pool.len()
+            + "] child ".len()
+            + decimal_len(pid)
+            + " said into ".len()
+            + stream.as_str().len()
+            + ": \"\"".len()
+            + continued
+    };
+    limit.saturating_sub(1 + around).max(1)
+}
+
+/// Digits of `n` in decimal, with its sign.
+fn decimal_len(n: i32) -> usize {
+    let sign = usize::from(n < 0);
+    sign + n.unsigned_abs().checked_ilog10().unwrap_or(0) as usize + 1
+}
+
+/// What fpmd's format writes after a piece of a longer line.
+const CONTINUED: &str = " (continued)";
+
 /// One log line of a child's text (php-fpm's `fpm_stdio_child_said`).
 fn emit(policy: &Policy, pid: i32, stream: Stream, text: &[u8], continued: bool) {
     let decorate = !policy.catch || policy.decorate;
@@ -423,14 +548,19 @@ fn emit(policy: &Policy, pid: i32, stream: Stream, text: &[u8], continued: bool)
 
 /// Logs one line of text that `pool`'s child `pid` wrote on `stream`, as
 /// php-fpm's master logs it (`fpm_stdio_child_said`): `[pool www] child
-/// 1234 said into stderr: "text"`, with ` (continued)` after a line cut in
-/// pieces; with `decorate` off (`decorate_workers_output = false`) the
-/// text alone. Control characters are escaped.
+/// 1234 said into stderr: "text"`, in fpmd's format with ` (continued)`
+/// after a line cut in pieces; with `decorate` off
+/// (`decorate_workers_output = false`) the text alone. Control characters
+/// are escaped, but in a raw line under `log_format = "php-fpm"` (php-fpm
+/// writes those byte for byte; invalid UTF-8 becomes U+FFFD).
 pub fn said(pool: &str, decorate: bool, pid: i32, stream: Stream, text: &[u8], continued: bool) {
-    if !decorate {
+    let php_fpm = crate::log::current_format() == crate::config::LogFormat::PhpFpm;
+    if !decorate && php_fpm {
+        warn!(target: RAW_TARGET, "{}", String::from_utf8_lossy(text));
+    } else if !decorate {
         warn!(target: RAW_TARGET, "{}", escape_controls(text));
     } else {
-        let more = if continued { " (continued)" } else { "" };
+        let more = if continued && !php_fpm { CONTINUED } else { "" };
         warn!(
             "[pool {pool}] child {pid} said into {}: \"{}\"{more}",
             stream.as_str(),

@@ -1,5 +1,8 @@
 use super::*;
 
+/// The most bytes per line the tests cut at (php-fpm's default log_limit).
+const MAX_LINE: usize = 1024;
+
 const RATE: Rate = Rate {
     lines_per_sec: 10,
     bytes_per_sec: 100,
@@ -71,7 +74,7 @@ fn split(chunks: &[&[u8]], rate: Rate) -> (Vec<(String, bool)>, TokenBucket, Lin
     let mut l = Lines::default();
     let mut out = Vec::new();
     for c in chunks {
-        l.feed(c, t0, &mut b, &mut |t, cont| {
+        l.feed(c, MAX_LINE, t0, &mut b, &mut |t, cont| {
             out.push((String::from_utf8_lossy(t).into_owned(), cont))
         });
     }
@@ -188,12 +191,16 @@ fn the_rest_of_a_dropped_line_is_dropped_after_a_refill() {
     );
     let mut l = Lines::default();
     let mut out: Vec<Vec<u8>> = Vec::new();
-    l.feed(b"first\nsecond sta", t0, &mut b, &mut |t, _| {
+    l.feed(b"first\nsecond sta", MAX_LINE, t0, &mut b, &mut |t, _| {
         out.push(t.to_vec())
     });
-    l.feed(b"rt\nthird\n", ms(t0, 1500), &mut b, &mut |t, _| {
-        out.push(t.to_vec())
-    });
+    l.feed(
+        b"rt\nthird\n",
+        MAX_LINE,
+        ms(t0, 1500),
+        &mut b,
+        &mut |t, _| out.push(t.to_vec()),
+    );
     assert_eq!(
         out,
         [b"first".to_vec(), b"third".to_vec()],
@@ -227,13 +234,13 @@ proptest::proptest! {
         let t = Instant::now();
         let mut b = TokenBucket::new(WIDE, t);
         let mut l = Lines::default();
-        l.feed(&data, t, &mut b, &mut |text, _| assert!(text.len() <= MAX_LINE && !text.contains(&b'\n')));
+        l.feed(&data, MAX_LINE, t, &mut b, &mut |text, _| assert!(text.len() <= MAX_LINE && !text.contains(&b'\n')));
     }
 }
 
 #[test]
 fn window_close_is_idempotent() {
-    let w = StartupWindow::new();
+    let w = OutputHandle::new();
     assert!(!w.is_closed());
     let w2 = w.clone();
     w2.close();
@@ -243,9 +250,32 @@ fn window_close_is_idempotent() {
 
 #[tokio::test]
 async fn window_close_wakes_a_waiter_even_if_it_came_first() {
-    let w = StartupWindow::new();
+    let w = OutputHandle::new();
     w.close();
     tokio::time::timeout(Duration::from_secs(1), w.closed())
         .await
         .unwrap();
+}
+
+/// php-fpm's flush marker ends a line as a newline does, also when it is
+/// split across reads (php-src `log-bwp-msg-flush-split-*`); a NUL that
+/// does not begin the marker is text, and bytes held for a marker that
+/// never comes are the line's text when it is flushed.
+#[test]
+fn the_flush_marker_ends_a_line_even_across_reads() {
+    let (out, _, l) = split(&[b"one\0fscf\0two\0fs", b"cf\0three\0fabc\n"], WIDE);
+    let texts: Vec<&str> = out.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(texts, ["one", "two", "three\0fabc"]);
+    assert!(l.is_empty());
+    let (out, mut b, mut l) = split(&[b"four\0fs"], WIDE);
+    assert!(
+        out.is_empty() && !l.is_empty(),
+        "waits for the marker's end"
+    );
+    let mut got = Vec::new();
+    l.flush(Instant::now(), Duration::ZERO, &mut b, &mut |t, _| {
+        got.push(String::from_utf8_lossy(t).into_owned())
+    });
+    assert_eq!(got, ["four\0fs"]);
+    assert!(l.is_empty());
 }

@@ -116,6 +116,30 @@ fn start_daemon(
             return ExitCode::FAILURE;
         }
     };
+    if cli.test > 0 && config::is_php_fpm_config(&path, &options) {
+        // php-fpm's words: its notices, -tt's dump, its verdict.
+        for n in &config.notices {
+            eprintln!("{}", log::php_fpm_stderr_line("NOTICE", n));
+        }
+        for w in &config.warnings {
+            eprintln!("{}", log::php_fpm_stderr_line("WARNING", w));
+        }
+        if cli.test > 1 {
+            for line in config::php_fpm_dump(&config) {
+                eprintln!("{}", log::php_fpm_stderr_line("NOTICE", &line));
+            }
+        }
+        // fpmd's own reading, on stdout (php-fpm writes nothing there).
+        print!("{}", config.to_toml_with_origins());
+        eprintln!(
+            "{}",
+            log::php_fpm_stderr_line(
+                "NOTICE",
+                &format!("configuration file {} test is successful", path.display())
+            )
+        );
+        return ExitCode::SUCCESS;
+    }
     if cli.test > 0 {
         for n in &config.notices {
             eprintln!("fpmd: {n}");

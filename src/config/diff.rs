@@ -419,9 +419,10 @@ fn global_changes<'a>(old: &'a Global, new: &'a Global) -> GlobalChanges<'a> {
         process_control_timeout,
         control_socket,
         watch,
-        daemonize: _,  // read at start only
-        log_format: _, // applied by the daemon on every reload
-        log_limit: _,  // applied by the daemon on every reload
+        daemonize: _,        // read at start only
+        log_format: _,       // applied by the daemon on every reload
+        unused_error_log: _, // created at start only
+        log_limit: _,        // applied by the daemon on every reload
         metrics_listen,
         php_ini: _,
         php_ini_scan_dir: _,
@@ -517,6 +518,7 @@ mod tests {
             pid: None,
             error_log: LogTarget::Stderr,
             log_level: LogLevel::Notice,
+            unused_error_log: None,
             emergency_restart: None,
             process_control_timeout: None,
             control_socket: "/run/fpmd/fpmd.sock".into(),

@@ -240,7 +240,10 @@ fn load_document(
         global.daemonize = d;
     }
     if options.force_stderr && !global.daemonize {
-        global.error_log = LogTarget::Stderr;
+        let configured = std::mem::replace(&mut global.error_log, LogTarget::Stderr);
+        if let LogTarget::File(p) = configured {
+            global.unused_error_log = Some(p);
+        }
     }
 
     let mut files = vec![(main, raw_main.pools)];

@@ -113,6 +113,8 @@ pub fn load_with(path: &Path, options: &LoadOptions) -> Result<Config, ConfigErr
     load_from(&FileSystem, path, ids, &users::Host::of(ids), options)
 }
 
+pub use fpm::php_fpm_dump;
+
 /// Whether the configuration at `path` is php-fpm's (read with php-fpm's
 /// rules: a `.conf` main file, or `-y`'s php-fpm syntax), whose errors
 /// are reported in php-fpm's words ([`ConfigError::php_fpm_lines`]).
@@ -237,6 +239,7 @@ php_admin_flag.log_errors = true
                 pid: Some(d.join("run/fpmd.pid")),
                 error_log: LogTarget::File(d.join("log/fpmd.log")),
                 log_level: LogLevel::Debug,
+                unused_error_log: None,
                 emergency_restart: None,
                 process_control_timeout: Some(std::time::Duration::from_secs(10)),
                 control_socket: d.join("run/fpmd.sock"),
@@ -363,6 +366,7 @@ php_admin_flag.log_errors = true
                 pid: None,
                 error_log: LogTarget::Stderr,
                 log_level: LogLevel::Notice,
+                unused_error_log: None,
                 emergency_restart: None,
                 process_control_timeout: None,
                 control_socket: dir.path().join("fpmd.sock"),

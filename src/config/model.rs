@@ -88,6 +88,11 @@ pub struct Global {
     /// `error_log`: `"stderr"` (default) or a file path (relative to the main
     /// file's directory). php-fpm: `error_log` (`syslog` is not supported yet).
     pub error_log: LogTarget,
+    /// The `error_log` file that `-O` (log to stderr) put aside: fpmd
+    /// creates it at start (0600, empty if new) and writes nothing to it,
+    /// as php-fpm opens its `error_log` whatever `-O` says. `None` without
+    /// `-O` or without a file.
+    pub unused_error_log: Option<PathBuf>,
     /// `log_level`: `alert`, `error`, `warning`, `notice` (default), `debug`.
     /// php-fpm: `log_level`.
     pub log_level: LogLevel,

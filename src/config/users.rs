@@ -253,7 +253,12 @@ pub(super) fn resolve_credentials(
         Some(g) => lookup_group(g).map_err(|m| ("group", m))?,
         None => {
             let gid = if root {
-                entry.as_ref().map(|u| u.gid.as_raw())
+                // With -R, a user with no passwd entry keeps fpmd's own
+                // group, as php-fpm's children keep the master's.
+                entry
+                    .as_ref()
+                    .map(|u| u.gid.as_raw())
+                    .or(allow_root.then_some(ids.egid))
             } else {
                 Some(ids.egid)
             };
@@ -481,6 +486,12 @@ mod tests {
         )
         .unwrap();
         assert_eq!((c.uid, c.gid), (0, 0));
+        // A uid with no passwd entry and no group keeps fpmd's group, as
+        // php-fpm's children keep the master's (php-src
+        // socket-uds-numeric-ugid); without -R it must name a group.
+        let c = resolve_credentials(Some(&IdOrName::Id(4_000_001)), None, root, true).unwrap();
+        assert_eq!((c.uid, c.gid), (4_000_001, 0));
+        assert!(resolve_credentials(Some(&IdOrName::Id(4_000_001)), None, root, false).is_err());
         // Not as root, -R changes nothing: only fpmd's own ids.
         let (uid, gid) = nobody();
         let ids = Ids {

@@ -57,10 +57,11 @@ pub enum DaemonError {
     /// The private directory of the children's sockets could not be made.
     #[error("cannot create the runtime directory of the children's sockets: {0}")]
     RuntimeDir(io::Error),
-    /// An access log could not be opened (the text names pool and path);
+    /// An access log or slowlog could not be opened (the text names pool,
+    /// key and path);
     /// php-fpm does not start either.
     #[error("{0}")]
-    AccessLog(String),
+    PoolLog(String),
     /// The pid file could not be written (the text names it).
     #[error("{0}")]
     PidFile(io::Error),

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tracing::{error, info, warn};
 
-use super::start::{bind_all, listen_keys, open_access_logs, write_pid_file};
+use super::start::{bind_all, listen_keys, open_pool_logs, write_pid_file};
 use super::stop::remove_pid_file;
 use super::Daemon;
 use crate::config::{Config, ConfigDiff, GlobalChanges, ListenerChanges, PoolChange};
@@ -182,7 +182,7 @@ impl Daemon {
             .add_and_change_pools(&new, &old, &diff, &mut summary)
             .await;
         self.reroute(&new, &diff.listeners, &obtained).await;
-        retain_access_logs(&self.config);
+        retain_pool_logs(&self.config);
         drop(diff);
         share_unchanged(&mut self.config, &old);
         if failed {
@@ -198,12 +198,12 @@ impl Daemon {
     fn obtain(&mut self, new: &Config) -> Result<Vec<(ListenKey, Obtained)>, String> {
         let got = bind_all(&mut self.listeners, new)
             .map_err(|e| e.to_string())
-            .and_then(|o| open_access_logs(new).map(|()| o));
+            .and_then(|o| open_pool_logs(new).map(|()| o));
         if got.is_err() {
             self.listeners.retain(&listen_keys(&self.config));
             // Put the kept sockets' options back.
             let _ = bind_all(&mut self.listeners, &self.config);
-            retain_access_logs(&self.config);
+            retain_pool_logs(&self.config);
         }
         got
     }
@@ -377,13 +377,14 @@ fn share_unchanged(config: &mut Config, old: &Config) {
     }
 }
 
-/// Closes the access logs that no pool of `config` writes (once the
-/// requests still holding them are done).
-fn retain_access_logs(config: &Config) {
+/// Closes the access logs and slowlogs that no pool of `config` writes
+/// (once the requests still holding them are done).
+fn retain_pool_logs(config: &Config) {
     let paths: Vec<&std::path::Path> = config
         .pools
         .iter()
-        .filter_map(|p| p.access_log.as_deref())
+        .flat_map(|p| [p.access_log.as_deref(), p.slowlog.as_deref()])
+        .flatten()
         .collect();
     crate::observe::reopen::retain(&paths);
 }

@@ -123,18 +123,17 @@ pub(super) fn bind_all(
     Ok(got)
 }
 
-/// Opens the access log of every pool of `config` (those open already stay
-/// as they are). Errors: the first that cannot be opened, naming its pool
-/// and path.
-pub(super) fn open_access_logs(config: &Config) -> Result<(), String> {
+/// Opens (creating them, 0600) the access log and the slowlog of every
+/// pool of `config`, as php-fpm opens both at start (those open already
+/// stay as they are). Errors: the first that cannot be opened, naming its
+/// pool, key and path.
+pub(super) fn open_pool_logs(config: &Config) -> Result<(), String> {
     for p in &config.pools {
-        if let Some(path) = &p.access_log {
+        let files = [("access.log", &p.access_log), ("slowlog", &p.slowlog)];
+        for (key, path) in files {
+            let Some(path) = path else { continue };
             crate::observe::reopen::open(path).map_err(|e| {
-                format!(
-                    "pool {}: cannot open access.log {}: {e}",
-                    p.name,
-                    path.display()
-                )
+                format!("pool {}: cannot open {key} {}: {e}", p.name, path.display())
             })?;
         }
     }
@@ -225,7 +224,22 @@ pub(super) async fn start(
     };
     let sapi_dir = install_sapi();
     // As php-fpm: an access log that cannot be opened stops the start.
-    open_access_logs(&config).map_err(DaemonError::AccessLog)?;
+    open_pool_logs(&config).map_err(DaemonError::PoolLog)?;
+    if let Some(path) = &config.global.unused_error_log {
+        // php-fpm opens its error_log whatever -O says (fpm_stdio.c).
+        use std::os::unix::fs::OpenOptionsExt;
+        if let Err(e) = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .open(path)
+        {
+            warn!(
+                "cannot create error_log {} (-O logs to stderr): {e}",
+                path.display()
+            );
+        }
+    }
     let pid_file = write_pid_file(&config).map_err(DaemonError::PidFile)?;
     let (nofile, cap) = accept::raise_nofile(children_of(&config));
     debug!("RLIMIT_NOFILE {nofile}: at most {cap} web server connections");

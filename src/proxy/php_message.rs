@@ -92,8 +92,11 @@ pub struct Finished {
 
 /// Bytes of one message kept for the log (php-fpm's default `log_limit`).
 pub const MESSAGE_MAX: usize = 1024;
-/// Messages of one request kept for the log; the rest are counted.
-pub const MESSAGES_KEPT: usize = 64;
+/// Messages of one request kept for the log; the rest are counted. With
+/// [`MESSAGE_MAX`], at most 256 KiB per request in flight (only with
+/// `catch_workers_output`); php-fpm keeps no count, and php-src's
+/// bug72185-fcgi-empty-frame logs 167 messages in one request.
+pub const MESSAGES_KEPT: usize = 256;
 
 impl PhpMessages {
     /// Rewrites `span` (whole, valid records for request `id`, as

@@ -612,9 +612,12 @@ fn broken_conf_is_refused_and_a_reload_keeps_the_old_one() {
     assert_eq!(r.code(), Some(78), "{r}");
     assert!(
         r.stderr.contains(&format!(
-            "{}:6: [www] key 'pm.max_children': pm.max_children must be at least 1",
+            "] ERROR: [{}:6] [pool www] key 'pm.max_children': pm.max_children must be at least 1\n",
             pool_d.join("www.conf").display()
-        )),
+        )) && r.stderr.contains(&format!(
+            "] ERROR: failed to load configuration file '{}'\n",
+            main.display()
+        )) && r.stderr.ends_with("] ERROR: FPM initialization failed\n"),
         "{r}"
     );
     std::fs::write(pool_d.join("www.conf"), www(2)).unwrap();
@@ -965,7 +968,7 @@ fn y_flag_any_name_php_fpm_log_format_and_phprc() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(78), "{err}");
     assert!(
-        err.contains("fpm.ini:8:") && err.contains("pm.max_childrem"),
+        err.contains("fpm.ini:8] [pool www] key 'pm.max_childrem'"),
         "{err}"
     );
 }
@@ -1013,4 +1016,52 @@ fn two_php_fpm_configurations_two_control_sockets() {
     assert!(one.try_wait().is_none(), "the other daemon keeps running");
     assert!(!one.log().contains("another fpmd answers"), "{}", one.log());
     assert!(!two.log().contains("another fpmd answers"), "{}", two.log());
+}
+
+/// `-t`/`-tt` of a php-fpm configuration speak php-fpm's words on stderr
+/// (php-src config-array, pm-max-spawn-rate-config): `-tt` dumps the
+/// effective configuration as php-fpm's NOTICE lines, `E_ALL` evaluated
+/// and `php_flag` as `php_value … = 1`; the verdict is php-fpm's line;
+/// fpmd's own reading stays on stdout.
+#[test]
+fn tt_dumps_the_configuration_as_php_fpm_does() {
+    let t = TestDir::new();
+    let main = t.join("php-fpm.conf");
+    std::fs::write(
+        &main,
+        format!(
+            "[global]\nerror_log = {}\n[www]\nuser = www-data\ngroup = www-data\nlisten = {}\npm = dynamic\npm.max_children = 5\npm.start_servers = 2\npm.min_spare_servers = 1\npm.max_spare_servers = 3\npm.max_spawn_rate = 64\nphp_value[error_reporting] = E_ALL & ~E_NOTICE\nphp_flag[display_errors] = On\naccess.suppress_path[] = /ping\n",
+            t.join("fpm.log").display(),
+            t.join("www.sock").display()
+        ),
+    )
+    .unwrap();
+    let r = cli(t.path(), &main, &t.tag(), &["-tt"]);
+    assert_eq!(r.code(), Some(0), "{r}");
+    for line in [
+        "] NOTICE: [global]\n",
+        "] NOTICE: \tlog_limit = 1024\n",
+        "] NOTICE: [www]\n",
+        "] NOTICE: \tpm = dynamic\n",
+        "] NOTICE: \tpm.max_spawn_rate = 64\n",
+        "] NOTICE: \taccess.suppress_path[] = /ping\n",
+        "] NOTICE: \tphp_value[error_reporting] = 32759\n",
+        "] NOTICE: \tphp_value[display_errors] = 1\n",
+    ] {
+        assert!(r.stderr.contains(line), "no {line:?} in\n{r}");
+    }
+    assert!(
+        r.stderr.ends_with(&format!(
+            "] NOTICE: configuration file {} test is successful\n",
+            main.display()
+        )),
+        "{r}"
+    );
+    assert!(r.stdout.contains("pm.max_spawn_rate = 64"), "{r}");
+    let once = cli(t.path(), &main, &t.tag(), &["-t"]);
+    assert_eq!(once.code(), Some(0), "{once}");
+    assert!(
+        !once.stderr.contains("\tpm ="),
+        "-t alone dumps nothing: {once}"
+    );
 }

@@ -83,12 +83,14 @@
 //!   to its own.
 
 mod directives;
+mod dump;
 mod emit;
 mod read;
 pub(crate) mod scan;
 mod translation;
 mod values;
 
+pub use dump::php_fpm_dump;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 

@@ -74,6 +74,7 @@ pub(in crate::config) fn validate_global(
             pid,
             error_log,
             log_level,
+            unused_error_log: None,
             emergency_restart,
             process_control_timeout,
             control_socket,

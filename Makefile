@@ -22,7 +22,7 @@ demo: deps build
 # cargo-deb and the tools of the packaging checks (scripts/deps-deb.sh
 # --checks).
 test-deps:
-	scripts/deps.sh tmux lighttpd caddy h2o wordpress mariadb-server php-symfony-http-foundation
+	scripts/deps.sh tmux lighttpd caddy h2o wordpress mariadb-server php-symfony-http-foundation fail2ban zabbix-frontend-php
 	scripts/deps-deb.sh --checks
 
 # The Debian package, with cargo-deb ([package.metadata.deb] in Cargo.toml;

@@ -13,6 +13,7 @@ mod bad_fastcgi;
 mod children;
 mod cli;
 mod config_errors;
+mod debian_patterns;
 mod dokuwiki;
 mod drain;
 mod emergency;

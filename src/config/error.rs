@@ -88,11 +88,17 @@ impl ConfigError {
         };
         let mut lines = Vec::with_capacity(3);
         match php_fpm {
+            Some(text) if text.starts_with("log_limit ") => {
+                // Checked after the files are read (fpm_conf_post_process).
+                lines.push(text);
+                lines.push("failed to post process the configuration".into());
+            }
             Some(text) => lines.push(text),
             None => {
                 // php-fpm's own words for these are fpmd's message as it is
                 // (fpm_conf_set_array: "You must provide a key for field …").
-                let own_words = self.message.starts_with(|c: char| c.is_ascii_uppercase());
+                let own_words = self.message.starts_with(|c: char| c.is_ascii_uppercase())
+                    || self.message.starts_with("unknown entry '");
                 let mut text = at;
                 if !own_words {
                     if let Some(pool) = &self.pool {

@@ -91,6 +91,45 @@ pub fn fill(s: &FillState) -> usize {
     }
 }
 
+/// Children a dynamic pool starts for its demand within one second from
+/// which it says it is busy, as php-fpm says it once its spawn rate, which
+/// doubles each second the spares are short, reaches 8
+/// (`fpm_process_ctl.c`: `seems busy …, spawning 8 children`).
+pub const BUSY_SPAWNS: usize = 8;
+
+/// The children a dynamic pool started for its demand (not its start)
+/// in the current second, to say once per second that it is busy when
+/// they reach [`BUSY_SPAWNS`]. Pure: time comes in as `now`.
+#[derive(Debug, Default, Clone)]
+pub struct BusyWindow {
+    since: Option<Instant>,
+    spawned: usize,
+    said: bool,
+}
+
+impl BusyWindow {
+    /// `spawns` children are started for demand at `now`: the number
+    /// started in this second when it has just reached [`BUSY_SPAWNS`]
+    /// (say it, once per second), else `None`.
+    pub fn note(&mut self, now: Instant, spawns: usize) -> Option<usize> {
+        if spawns == 0 {
+            return None;
+        }
+        if self
+            .since
+            .is_none_or(|t| now.saturating_duration_since(t) >= Duration::from_secs(1))
+        {
+            *self = BusyWindow {
+                since: Some(now),
+                ..BusyWindow::default()
+            };
+        }
+        self.spawned += spawns;
+        (self.spawned >= BUSY_SPAWNS && !std::mem::replace(&mut self.said, true))
+            .then_some(self.spawned)
+    }
+}
+
 /// Dynamic: how many idle children to retire this tick, `idle` idle ones
 /// over `pm.max_spare_servers`: one, as php-fpm retires one per second.
 pub fn spares_to_retire(idle: usize, max_spare_servers: u32) -> usize {
@@ -343,5 +382,21 @@ mod tests {
         at.sort();
         let gaps: Vec<u128> = at.windows(2).map(|w| w[1] - w[0]).collect();
         assert!(gaps.iter().all(|g| *g >= 30 && *g <= 160), "{at:?}");
+    }
+
+    /// Busy is said once a second, when the children started for demand
+    /// in that second reach 8, with their number.
+    #[test]
+    fn busy_is_said_once_a_second_at_eight_spawns() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut w = BusyWindow::default();
+        assert_eq!(w.note(at(0), 3), None);
+        assert_eq!(w.note(at(100), 0), None);
+        assert_eq!(w.note(at(200), 4), None);
+        assert_eq!(w.note(at(300), 2), Some(9));
+        assert_eq!(w.note(at(400), 5), None, "once in that second");
+        assert_eq!(w.note(at(1300), 7), None, "a new second starts from 0");
+        assert_eq!(w.note(at(1400), 1), Some(8));
     }
 }

@@ -968,7 +968,7 @@ fn y_flag_any_name_php_fpm_log_format_and_phprc() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(78), "{err}");
     assert!(
-        err.contains("fpm.ini:8] [pool www] key 'pm.max_childrem'"),
+        err.contains("fpm.ini:8] unknown entry 'pm.max_childrem'"),
         "{err}"
     );
 }

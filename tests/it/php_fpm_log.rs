@@ -7,6 +7,7 @@ use crate::harness::phpfpm::{PhpFpm, PhpFpmOpts};
 use crate::harness::*;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
+use std::path::Path;
 
 /// A php-fpm log line with what differs between runs masked: the time
 /// stamp (`[T]`), the pool's name (`[pool P]`), every number (`N`).
@@ -258,5 +259,142 @@ fn request_lines_as_php_fpm_writes_them() {
         let pick = |v: &[String]| v.iter().find(|l| l.contains(kind)).cloned();
         let want = pick(&theirs).unwrap_or_else(|| panic!("php-fpm logged no {kind:?}"));
         assert_eq!(pick(&ours), Some(want), "{kind}");
+    }
+}
+
+/// A dynamic pool short of spares under a burst of slow requests: php-fpm
+/// says `seems busy (…), spawning 8 children, …` once its spawn rate,
+/// doubled each second, reaches 8; fpmd, which starts children as
+/// requests wait, once 8 were started within a second. The masked lines
+/// are the same.
+#[test]
+fn busy_dynamic_pool_line_as_php_fpm_writes_it() {
+    let t = TestDir::new();
+    let settings = [
+        "dynamic",
+        "pm.start_servers = 2",
+        "pm.min_spare_servers = 2",
+        "pm.max_spare_servers = 30",
+    ];
+    let burst = |web: &Nginx, log: &dyn Fn() -> String| {
+        let all: Vec<_> = (0..20)
+            .map(|_| {
+                let url = web.url("/sleep.php?ms=6000");
+                std::thread::spawn(move || get(&url).status)
+            })
+            .collect();
+        wait_lines("seems busy", 1, log);
+        for h in all {
+            assert_eq!(h.join().unwrap(), 200);
+        }
+        log()
+            .lines()
+            .find(|l| l.contains("seems busy"))
+            .map(mask)
+            .unwrap()
+    };
+    let mut opts = PhpFpmOpts::default().max_children(30);
+    opts = opts.line(format!("pm = {}", settings[0]));
+    for l in &settings[1..] {
+        opts = opts.line(*l);
+    }
+    let fpm = PhpFpm::start_with(&t, opts);
+    let web = Nginx::start(
+        &t,
+        NginxOpts {
+            upstream: Some(fpm.upstream()),
+            name: Some("php-fpm".into()),
+            ..Default::default()
+        },
+    );
+    let theirs = burst(&web, &|| fpm.log());
+    drop(web);
+    drop(fpm);
+    let mut lines = vec![format!("pm.mode = {:?}", settings[0])];
+    lines.extend(settings[1..].iter().map(|l| l.to_string()));
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    let cfg = FpmdConfig::new()
+        .pool(Pool::www().max_children(30).lines(&lines))
+        .error_log("fpmd.php-fpm.log")
+        .global("log_format = \"php-fpm\"");
+    let f = Fpmd::start(&t, cfg);
+    let web = Nginx::start(
+        &t,
+        NginxOpts {
+            upstream: Some(f.upstream(0)),
+            name: Some("fpmd".into()),
+            ..Default::default()
+        },
+    );
+    let ours = burst(&web, &|| f.log());
+    eprintln!("php-fpm: {theirs}\nfpmd:    {ours}");
+    assert_eq!(ours, theirs);
+}
+
+/// Broken configurations through `php-fpm -t` and `fpmd -t` (the same
+/// `.conf`): the same ERROR lines, masked, where both refuse the same
+/// thing for the same reason; where fpmd words its own refusal (a value
+/// php-fpm parses differently, or a refusal php-fpm makes only at start),
+/// php-fpm's framing: `ERROR: [FILE:LINE] …`, then `failed to load
+/// configuration file 'FILE'`, then `FPM initialization failed`.
+#[test]
+fn broken_configuration_lines_as_php_fpm_writes_them() {
+    let php_fpm = require_php_fpm();
+    let t = TestDir::new();
+    let conf = t.join("php-fpm.conf");
+    let test = |bin: &std::path::Path, text: &str| -> Vec<String> {
+        std::fs::write(&conf, text).unwrap();
+        let out = std::process::Command::new(bin)
+            .args(["-t", "-y"])
+            .arg(&conf)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{} accepted:\n{text}", bin.display());
+        String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .map(|l| mask(&l.replace(&conf.display().to_string(), "FILE")))
+            .collect()
+    };
+    let pool = |extra: &str| {
+        format!(
+            "[global]\nerror_log = {}\n[www]\nuser = www-data\ngroup = www-data\nlisten = {}\npm = static\npm.max_children = 2\n{extra}\n",
+            t.join("fpm.log").display(),
+            t.join("www.sock").display()
+        )
+    };
+    let same = [
+        pool("php_value[] = 1"),
+        pool("user = nosuchuser"),
+        pool("group = nosuchgroup"),
+        pool("").replace("[global]\n", "[global]\nlog_limit = 64\n"),
+    ];
+    for text in &same {
+        let theirs = test(&php_fpm, text);
+        let ours = test(Path::new(FPMD_BIN), text);
+        eprintln!("php-fpm: {theirs:#?}\nfpmd: {ours:#?}");
+        assert_eq!(ours, theirs, "{text}");
+    }
+    for (extra, key) in [
+        ("pm.max_childrem = 3", "unknown entry 'pm.max_childrem'"),
+        ("pm = sometimes", "'pm'"),
+        (
+            "request_terminate_timeout = 5x",
+            "'request_terminate_timeout'",
+        ),
+    ] {
+        let text = pool(extra);
+        let theirs = test(&php_fpm, &text);
+        let ours = test(Path::new(FPMD_BIN), &text);
+        eprintln!("php-fpm: {theirs:#?}\nfpmd: {ours:#?}");
+        assert_eq!(ours.len(), 3, "{ours:#?}");
+        assert_eq!(ours[1..], theirs[1..], "{extra}");
+        assert!(
+            theirs[0].starts_with("[T] ERROR: [FILE:N] ") && theirs[0].contains(key),
+            "{theirs:#?}"
+        );
+        assert!(
+            ours[0].starts_with("[T] ERROR: [FILE:N] ") && ours[0].contains(key),
+            "{ours:#?}"
+        );
     }
 }

@@ -868,6 +868,7 @@ fn errors_in_php_fpms_words() {
         lines(&format!("[global]\nlog_limit = 64\n{}", pool("www", ""))),
         [
             "log_limit must be greater than 512",
+            "failed to post process the configuration",
             "FPM initialization failed"
         ]
     );

@@ -86,6 +86,9 @@ struct Supervisor {
     /// replaced yet: their replacements are logged at NOTICE (php-fpm's
     /// `child N started` after a death; other starts at DEBUG).
     replacing: u32,
+    /// Children started for demand in the current second (dynamic's
+    /// `seems busy` line).
+    busy: policy::BusyWindow,
     stopping: Option<Stopping>,
     /// Recent unexpected deaths (`emergency_restart_threshold` within
     /// `emergency_restart_interval`); `None`: not configured.
@@ -148,6 +151,7 @@ pub fn start_pool(
         respawn_at: None,
         unstartable: None,
         replacing: 0,
+        busy: policy::BusyWindow::default(),
         stopping: None,
         crashes: emergency_restart.map(|(n, within)| CrashWindow::new(n, within)),
         gens,
@@ -541,6 +545,15 @@ impl Supervisor {
             idle,
             waiting,
         });
+        if matches!(pm.mode, PmMode::Dynamic { .. }) && !first_round && gen == self.current() {
+            if let Some(n) = self.busy.note(Instant::now(), spawns) {
+                // php-fpm's words once its spawn rate reaches 8
+                // (fpm_process_ctl.c); fpmd starts children as requests
+                // wait, not once a second.
+                let php_fpm = format!("seems busy (you may need to increase pm.start_servers, or pm.min/max_spare_servers), spawning {n} children, there are {idle} idle, and {mine} total children");
+                warn!(pool = %self.name(), php_fpm = %php_fpm, "busy: {n} children started for waiting requests within a second ({waiting} waiting, {idle} idle, {mine} children); consider raising pm.start_servers or pm.min/max_spare_servers");
+            }
+        }
         let forks = match pm.spawn {
             Spawn::Prefork => crate::process::fork_server::for_pool(&config).is_some(),
             Spawn::Shared => crate::process::fork_server::installed().is_some(),

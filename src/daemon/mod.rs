@@ -189,8 +189,22 @@ impl Daemon {
         let done = crate::observe::reopen::reopen();
         tokio::spawn(async move {
             let Ok(done) = done.await else { return };
-            if !done.reopened.is_empty() {
-                info!("access logs reopened ({})", done.reopened.len());
+            // php-fpm's line once every access log is open again
+            // (fpm_pctl's fpm_log_open(1)), pools with none included.
+            if done.failed.is_empty() && done.reopened.is_empty() {
+                info!(
+                    php_fpm = "access log file re-opened",
+                    php_fpm_only = true,
+                    ""
+                );
+            } else if done.failed.is_empty() {
+                info!(
+                    php_fpm = "access log file re-opened",
+                    "access logs and slowlogs reopened: {}",
+                    done.reopened.len()
+                );
+            } else if !done.reopened.is_empty() {
+                info!("access logs and slowlogs reopened: {}", done.reopened.len());
             }
             for (path, e) in done.failed {
                 error!(

@@ -260,7 +260,11 @@ fn sigusr1_after_mv_moves_new_lines_to_a_new_file_and_loses_none() {
     wait_for(
         LONG,
         "fpmd to log that the access logs were reopened",
-        || s.fpmd.log_since(mark).contains("access logs reopened (1)"),
+        || {
+            s.fpmd
+                .log_since(mark)
+                .contains("access logs and slowlogs reopened: 1")
+        },
     );
     let moved_len = read_lossy(&moved).len();
     during.join().unwrap();

@@ -63,6 +63,18 @@ fn comparable(masked: &str) -> &str {
     masked
 }
 
+/// An nginx named `name` in front of `upstream`.
+fn nginx_to(t: &TestDir, upstream: String, name: &str) -> Nginx {
+    Nginx::start(
+        t,
+        NginxOpts {
+            upstream: Some(upstream),
+            name: Some(name.into()),
+            ..Default::default()
+        },
+    )
+}
+
 /// Waits until `log()` has `n` lines containing `what`.
 fn wait_lines(what: &str, n: usize, log: impl Fn() -> String) {
     wait_for(LONG, what, || {
@@ -210,14 +222,7 @@ fn request_lines_as_php_fpm_writes_them() {
         opts = opts.line(l);
     }
     let fpm = PhpFpm::start_with(&t, opts);
-    let web = Nginx::start(
-        &t,
-        NginxOpts {
-            upstream: Some(fpm.upstream()),
-            name: Some("php-fpm".into()),
-            ..Default::default()
-        },
-    );
+    let web = nginx_to(&t, fpm.upstream(), "php-fpm");
     let theirs = request_lines(&request_events(&web, || fpm.log()));
     drop(web);
     drop(fpm);
@@ -240,14 +245,7 @@ fn request_lines_as_php_fpm_writes_them() {
         .error_log("fpmd.php-fpm.log")
         .global("log_format = \"php-fpm\"");
     let f = Fpmd::start(&t, cfg);
-    let web = Nginx::start(
-        &t,
-        NginxOpts {
-            upstream: Some(f.upstream(0)),
-            name: Some("fpmd".into()),
-            ..Default::default()
-        },
-    );
+    let web = nginx_to(&t, f.upstream(0), "fpmd");
     let ours = request_lines(&request_events(&web, || f.log()));
     eprintln!("--- php-fpm ---\n{theirs:#?}\n--- fpmd ---\n{ours:#?}");
     for kind in [
@@ -299,14 +297,7 @@ fn busy_dynamic_pool_line_as_php_fpm_writes_it() {
         opts = opts.line(*l);
     }
     let fpm = PhpFpm::start_with(&t, opts);
-    let web = Nginx::start(
-        &t,
-        NginxOpts {
-            upstream: Some(fpm.upstream()),
-            name: Some("php-fpm".into()),
-            ..Default::default()
-        },
-    );
+    let web = nginx_to(&t, fpm.upstream(), "php-fpm");
     let theirs = burst(&web, &|| fpm.log());
     drop(web);
     drop(fpm);
@@ -318,14 +309,7 @@ fn busy_dynamic_pool_line_as_php_fpm_writes_it() {
         .error_log("fpmd.php-fpm.log")
         .global("log_format = \"php-fpm\"");
     let f = Fpmd::start(&t, cfg);
-    let web = Nginx::start(
-        &t,
-        NginxOpts {
-            upstream: Some(f.upstream(0)),
-            name: Some("fpmd".into()),
-            ..Default::default()
-        },
-    );
+    let web = nginx_to(&t, f.upstream(0), "fpmd");
     let ours = burst(&web, &|| f.log());
     eprintln!("php-fpm: {theirs}\nfpmd:    {ours}");
     assert_eq!(ours, theirs);

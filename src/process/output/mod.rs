@@ -86,6 +86,10 @@ const SUMMARY_EVERY: Duration = Duration::from_secs(1);
 /// the runtime's thread).
 const READ_BUF: usize = 64 * 1024;
 
+/// Request ends kept for the reader at most ([`OutputHandle::request_ended`]):
+/// far more than one turn of the runtime can bring.
+const ENDED_KEPT: usize = 4096;
+
 /// Reads per wake-up before the task yields to the rest of fpmd (a child
 /// that writes without pause must not starve the dispatcher).
 const READS_PER_TURN: usize = 4;
@@ -176,7 +180,12 @@ impl OutputHandle {
             _ => 0,
         };
         let q = [queued_on(&self.0.stdout), queued_on(&self.0.stderr)];
-        self.0.ended.lock().unwrap().push((pid, q));
+        let mut ended = self.0.ended.lock().unwrap();
+        // Bounded: a reader that has ended takes none.
+        if ended.len() < ENDED_KEPT {
+            ended.push((pid, q));
+        }
+        drop(ended);
         self.0.ended_notify.notify_one();
     }
 
@@ -307,7 +316,7 @@ impl Output {
                 r = readable(&socks[0]) => Wake::Readable(0, r),
                 r = readable(&socks[1]) => Wake::Readable(1, r),
                 () = window.closed(), if watch_window && self.window_open => Wake::WindowClosed,
-                () = window.0.ended_notify.notified(), if self.policy.catch => Wake::RequestEnded,
+                () = window.0.ended_notify.notified() => Wake::RequestEnded,
                 () = crate::sys::timer::sleep_until_opt(tick.map(tokio::time::Instant::from_std)), if tick.is_some() => Wake::Tick,
             };
             match wake {
@@ -348,7 +357,10 @@ impl Output {
                 }
                 Wake::RequestEnded => {
                     let ended = std::mem::take(&mut *window.0.ended.lock().unwrap());
-                    for (pid, queued) in ended {
+                    // Started with catch off (a reload turned it on for the
+                    // running children): nothing of theirs is logged.
+                    let catch = self.policy.catch;
+                    for (pid, queued) in ended.into_iter().filter(|_| catch) {
                         for (i, stream) in [Stream::Stdout, Stream::Stderr].into_iter().enumerate()
                         {
                             if let Some(sock) = &socks[i] {

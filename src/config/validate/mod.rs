@@ -95,12 +95,11 @@ pub(super) fn validate_pool(
     let logs = logs::logs(&ctx, &raw)?;
     // Every name first, in php-fpm's order (`fpm_unix_test_config`: user,
     // group, listen.owner, listen.group): an unknown one is what `-t`
-    // reports before anything else about these keys. Not root, `user` and
-    // `group` are ignored with a notice (as php-fpm's), unknown or not.
-    let root = ids.euid == 0;
+    // reports before anything else about these keys (also not as root,
+    // where php-fpm's `-t` checks them too).
     let names = [
-        (&["user"][..], raw.user.as_ref().filter(|_| root), true),
-        (&["group"][..], raw.group.as_ref().filter(|_| root), false),
+        (&["user"][..], raw.user.as_ref(), true),
+        (&["group"][..], raw.group.as_ref(), false),
         (&["listen", "owner"][..], raw.listen.owner.as_ref(), true),
         (&["listen", "group"][..], raw.listen.group.as_ref(), false),
     ];

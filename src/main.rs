@@ -119,7 +119,7 @@ fn start_daemon(
     if cli.test > 0 && config::is_php_fpm_config(&path, &options) {
         // php-fpm's words: its notices, -tt's dump, its verdict.
         for n in &config.notices {
-            eprintln!("{}", log::php_fpm_stderr_line("NOTICE", n));
+            eprintln!("{}", log::php_fpm_stderr_line(config::notice_level(n), n));
         }
         for w in &config.warnings {
             eprintln!("{}", log::php_fpm_stderr_line("WARNING", w));
@@ -195,9 +195,7 @@ fn start_daemon(
     for w in &config.warnings {
         tracing::warn!("{w}");
     }
-    for n in &config.notices {
-        tracing::info!("{n}");
-    }
+    config::log_notices(&config.notices);
     // One thread: the FastCGI hop is I/O-bound, and on small machines the
     // cores belong to php-cgi and the web server.
     let runtime = match tokio::runtime::Builder::new_current_thread()

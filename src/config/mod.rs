@@ -115,6 +115,29 @@ pub fn load_with(path: &Path, options: &LoadOptions) -> Result<Config, ConfigErr
 
 pub use fpm::php_fpm_dump;
 
+/// The level of one of [`Config::notices`]: the php-fpm reader's notices
+/// carry php-fpm's own after their `FILE:LINE: ` (`NOTICE: 'log_buffering'
+/// is accepted …`, `WARNING: Nothing matches the include pattern …`);
+/// `"WARNING"` for those it words as php-fpm's warnings, else `"NOTICE"`.
+pub fn notice_level(notice: &str) -> &'static str {
+    if notice.contains(": WARNING: ") {
+        "WARNING"
+    } else {
+        "NOTICE"
+    }
+}
+
+/// Logs `notices` ([`Config::notices`]) at their level ([`notice_level`]):
+/// a php-fpm warning is a WARNING line, as php-fpm logs it.
+pub fn log_notices(notices: &[String]) {
+    for n in notices {
+        match notice_level(n) {
+            "WARNING" => tracing::warn!("{n}"),
+            _ => tracing::info!("{n}"),
+        }
+    }
+}
+
 /// Whether the configuration at `path` is php-fpm's (read with php-fpm's
 /// rules: a `.conf` main file, or `-y`'s php-fpm syntax), whose errors
 /// are reported in php-fpm's words ([`ConfigError::php_fpm_lines`]).

@@ -116,9 +116,7 @@ impl Daemon {
                 c
             });
         if let Ok(c) = &loaded {
-            for n in &c.notices {
-                info!("{n}");
-            }
+            crate::config::log_notices(&c.notices);
         }
         let answer = match loaded {
             Ok(new) => self.apply(new).await,

@@ -382,3 +382,41 @@ fn broken_configuration_lines_as_php_fpm_writes_them() {
         );
     }
 }
+
+/// A child recycled at `pm.max_requests`: php-fpm logs its exit and its
+/// replacement's start (`fpm_children_bury`); fpmd, which stops the child
+/// itself, writes the same two lines under `log_format = "php-fpm"`.
+#[test]
+fn recycled_child_lines_as_php_fpm_writes_them() {
+    let t = TestDir::new();
+    let recycle = |web: &Nginx, log: &dyn Fn() -> String| {
+        for _ in 0..3 {
+            assert_eq!(get(&web.url("/pid.php")).status, 200);
+        }
+        wait_lines(" started", 1, log);
+        log()
+            .lines()
+            .filter(|l| l.contains(" exited ") || l.contains(" started"))
+            .map(mask)
+            .collect::<Vec<_>>()
+    };
+    let fpm = PhpFpm::start_with(
+        &t,
+        PhpFpmOpts::default()
+            .max_children(1)
+            .line("pm.max_requests = 2"),
+    );
+    let web = nginx_to(&t, fpm.upstream(), "php-fpm");
+    let theirs = recycle(&web, &|| fpm.log());
+    drop(web);
+    drop(fpm);
+    let cfg = FpmdConfig::new()
+        .pool(Pool::www().max_children(1).max_requests(2))
+        .error_log("fpmd.php-fpm.log")
+        .global("log_format = \"php-fpm\"");
+    let f = Fpmd::start(&t, cfg);
+    let web = nginx_to(&t, f.upstream(0), "fpmd");
+    let ours = recycle(&web, &|| f.log());
+    eprintln!("php-fpm: {theirs:#?}\nfpmd: {ours:#?}");
+    assert_eq!(ours, theirs);
+}

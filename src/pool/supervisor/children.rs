@@ -238,6 +238,66 @@ impl Children {
 }
 
 impl Supervisor {
+    /// php-fpm logs every exit of a child (`fpm_children_bury`), those it
+    /// caused included: under `log_format = "php-fpm"` (only) the exit of
+    /// a child fpmd stopped is php-fpm's line, at NOTICE for a clean one
+    /// (exit code 0, SIGQUIT) and WARNING otherwise, as php-fpm's
+    /// severity; and a child that php-fpm would restart in its place
+    /// (after `pm.max_requests`, `pm.max_memory`, a terminate timeout, a
+    /// broken child) gets its `child N started` ([`Self::log_planned_replacement`]).
+    fn log_planned_exit(
+        &mut self,
+        exit: &Exit,
+        lived: Duration,
+        why: StopReason,
+        gen: GenId,
+        role: Role,
+    ) {
+        // Not a stop nor a reload's retirement (php-fpm's master logs no
+        // child's exit then: it exits, or re-execs), nor a php-cgi parent
+        // (php-fpm has none).
+        if crate::log::current_format() != crate::config::LogFormat::PhpFpm
+            || self.stopping.is_some()
+            || why == StopReason::Retired
+            || role != Role::Child
+        {
+            return;
+        }
+        let line = exit.describe(lived).to_string();
+        let clean = matches!(
+            exit.kind,
+            ExitKind::Code(0)
+                | ExitKind::Signal {
+                    signal: libc::SIGQUIT,
+                    ..
+                }
+        );
+        if clean {
+            info!(pool = %self.name(), php_fpm = %line, php_fpm_only = true, "");
+        } else {
+            warn!(pool = %self.name(), php_fpm = %line, php_fpm_only = true, "");
+        }
+        let replaced = matches!(
+            why,
+            StopReason::MaxRequests
+                | StopReason::MaxMemory
+                | StopReason::Terminated
+                | StopReason::Killed
+        );
+        if replaced && gen == self.gens.target() {
+            self.replacing_planned += 1;
+        }
+    }
+
+    /// `child N started` (php-fpm's format only) for the replacement of a
+    /// child counted by [`Self::log_planned_exit`].
+    fn log_planned_replacement(&mut self, pid: i32) {
+        if self.replacing_planned > 0 {
+            self.replacing_planned -= 1;
+            info!(pool = %self.name(), php_fpm = %format_args!("child {pid} started"), php_fpm_only = true, "");
+        }
+    }
+
     /// Signals one php-cgi fpmd knows (a child, exec'd or forked, or a
     /// parent), which is to stop for `why` (the first reason given counts;
     /// see [`super::stats::PoolStats::stopped`]). One fpmd does not know
@@ -327,6 +387,7 @@ impl Supervisor {
             info!(pool = %self.name(), pid, php_fpm = %format_args!("child {pid} started"), "child forked by php-cgi parent {forker} in place of one that exited");
         } else {
             debug!(pool = %self.name(), pid, "child forked by php-cgi parent {forker} (generation {gen})");
+            self.log_planned_replacement(pid);
         }
         self.add_slot(&child);
     }
@@ -557,8 +618,9 @@ impl Supervisor {
             debug!(pool = %self.name(), "let go of the shared php-cgi parent (generation {})", child.gen);
         } else if shared {
             warn!(pool = %self.name(), "the shared php-cgi parent {} after {:.3} s: its children of this pool are stopped", exit.kind, lived.as_secs_f64());
-        } else if child.stop.is_some() {
+        } else if let Some(why) = child.stop {
             debug!(pool = %self.name(), pid = exit.pid, "{}", exit.describe(lived));
+            self.log_planned_exit(&exit, lived, why, child.gen, child.role);
         } else {
             if child.gen == self.gens.target() && child.role == Role::Child {
                 self.replacing += 1;
@@ -727,6 +789,7 @@ impl Supervisor {
                     info!(pool = %self.name(), pid, php_fpm = %format_args!("child {pid} started"), "child started (generation {gen}) in place of one that exited");
                 } else {
                     debug!(pool = %self.name(), pid, "child started (generation {gen})");
+                    self.log_planned_replacement(pid);
                 }
                 None
             }

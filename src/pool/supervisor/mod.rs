@@ -86,6 +86,10 @@ struct Supervisor {
     /// replaced yet: their replacements are logged at NOTICE (php-fpm's
     /// `child N started` after a death; other starts at DEBUG).
     replacing: u32,
+    /// Children fpmd stopped that php-fpm would restart (`pm.max_requests`,
+    /// a terminate timeout, …), not replaced yet: their replacements get
+    /// php-fpm's `child N started` under `log_format = "php-fpm"`.
+    replacing_planned: u32,
     /// Children started for demand in the current second (dynamic's
     /// `seems busy` line).
     busy: policy::BusyWindow,
@@ -151,6 +155,7 @@ pub fn start_pool(
         respawn_at: None,
         unstartable: None,
         replacing: 0,
+        replacing_planned: 0,
         busy: policy::BusyWindow::default(),
         stopping: None,
         crashes: emergency_restart.map(|(n, within)| CrashWindow::new(n, within)),
@@ -513,6 +518,7 @@ impl Supervisor {
         } else {
             (0, 0)
         };
+        let idle_serving = idle;
         // An exec'd child still starting, or one ordered from a parent and
         // not forked yet, is idle as php-fpm counts a child it just forked:
         // `pm.start_servers` children do not make the first tick start one
@@ -549,9 +555,12 @@ impl Supervisor {
             if let Some(n) = self.busy.note(Instant::now(), spawns) {
                 // php-fpm's words once its spawn rate reaches 8
                 // (fpm_process_ctl.c); fpmd starts children as requests
-                // wait, not once a second.
-                let php_fpm = format!("seems busy (you may need to increase pm.start_servers, or pm.min/max_spare_servers), spawning {n} children, there are {idle} idle, and {mine} total children");
-                warn!(pool = %self.name(), php_fpm = %php_fpm, "busy: {n} children started for waiting requests within a second ({waiting} waiting, {idle} idle, {mine} children); consider raising pm.start_servers or pm.min/max_spare_servers");
+                // wait, not once a second: N is what it started in this
+                // second, the idle ones those that serve (not those still
+                // starting), the total what ran before this second's.
+                let before = mine.saturating_sub(n - spawns);
+                let php_fpm = format!("seems busy (you may need to increase pm.start_servers, or pm.min/max_spare_servers), spawning {n} children, there are {idle_serving} idle, and {before} total children");
+                warn!(pool = %self.name(), php_fpm = %php_fpm, "busy: {n} children started for waiting requests within a second ({waiting} waiting, {idle_serving} idle, {before} children before); consider raising pm.start_servers or pm.min/max_spare_servers");
             }
         }
         let forks = match pm.spawn {

@@ -44,9 +44,23 @@ pub fn write(
         crate::log::escape(uri.as_bytes()),
         crate::log::escape(method.as_bytes()),
     );
+    // The entry's head as php-fpm writes it (fpm_php_trace_dump:
+    // zlog_print_time's "[05-Dec-2026 01:05:24] ", a space, the pool)
+    // under log_format = "php-fpm"; else an RFC 3339 time in UTC.
+    let head = match crate::log::current_format() {
+        crate::config::LogFormat::PhpFpm => {
+            format!(
+                "[{}]  [pool {name}] pid {pid}",
+                chrono::Local::now().format("%d-%b-%Y %H:%M:%S")
+            )
+        }
+        crate::config::LogFormat::Fpmd => format!(
+            "[{}] [pool {name}] pid {pid}",
+            humantime::format_rfc3339_seconds(std::time::SystemTime::now())
+        ),
+    };
     let entry = format!(
-        "\n[{}] [pool {name}] pid {pid}\nscript_filename = {script}\nrequest_uri = {uri}\nrequest_method = {method}\nelapsed = {:.3} s\n",
-        humantime::format_rfc3339_seconds(std::time::SystemTime::now()),
+        "\n{head}\nscript_filename = {script}\nrequest_uri = {uri}\nrequest_method = {method}\nelapsed = {:.3} s\n",
         elapsed.as_secs_f64()
     );
     // Through the writer thread (no request waits on the disk); the file

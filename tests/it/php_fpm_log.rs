@@ -248,6 +248,18 @@ fn request_lines_as_php_fpm_writes_them() {
     let web = nginx_to(&t, f.upstream(0), "fpmd");
     let ours = request_lines(&request_events(&web, || f.log()));
     eprintln!("--- php-fpm ---\n{theirs:#?}\n--- fpmd ---\n{ours:#?}");
+    // Both wrote their slow request's entry to the same slowlog: its head
+    // is php-fpm's in both (fpm_php_trace_dump).
+    let heads: Vec<String> = std::fs::read_to_string(&slow)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(" [pool "))
+        .map(mask)
+        .collect();
+    assert!(
+        heads.len() >= 2 && heads.iter().all(|h| h == &heads[0]),
+        "slowlog entry heads: {heads:#?}"
+    );
     for kind in [
         "said into stderr",
         "executing too slow",

@@ -37,10 +37,14 @@ impl Reading<'_> {
             let scanned = scan::scan_line(line, &|name| std::env::var(name).ok())
                 .map_err(|m| error(&at(""), pool.as_deref(), None, m))?;
             for name in &scanned.unknown_constants {
-                self.notices.push(format!(
+                let notice = format!(
                     "{}: WARNING: '{name}' is kept as written: php-fpm would replace it by the PHP constant of that name, whose value fpmd cannot know (quote it to mean the text)",
                     place(&at(""))
-                ));
+                );
+                // Once per line and name (the scanner may meet it twice).
+                if !self.notices.contains(&notice) {
+                    self.notices.push(notice);
+                }
             }
             for statement in scanned.statements {
                 if let Statement::Array { key, .. } = &statement {

@@ -918,3 +918,20 @@ fn errors_in_php_fpms_words() {
         ["invalid port value '69002'", "FPM initialization failed"]
     );
 }
+
+/// An unknown PHP constant in a value is kept as written, and said once
+/// per line (it was said twice for `E_ALL & ~E_FOOBAR`).
+#[test]
+fn an_unknown_constant_is_said_once() {
+    let (_, c) = conf_ok(
+        &pool("www", "php_value[error_reporting] = E_ALL & ~E_FOOBAR\n"),
+        &[],
+    );
+    let said: Vec<&String> = c
+        .notices
+        .iter()
+        .filter(|n| n.contains("'E_FOOBAR' is kept as written"))
+        .collect();
+    assert_eq!(said.len(), 1, "{:?}", c.notices);
+    assert_eq!(crate::config::notice_level(said[0]), "WARNING");
+}

@@ -337,13 +337,16 @@ where
     }
 }
 
+/// php-fpm's time stamp (`zlog_print_time` without microseconds), local
+/// time: `05-Dec-2026 00:06:31`, for its log lines and slowlog entries.
+pub fn php_fpm_time(now: &chrono::DateTime<chrono::Local>) -> impl fmt::Display + '_ {
+    now.format("%d-%b-%Y %H:%M:%S")
+}
+
 /// A line as php-fpm's `zlog` writes it before its log is open (to
 /// stderr): `[05-Dec-2026 00:06:31] LEVEL: text`, local time.
 pub fn php_fpm_stderr_line(level: &str, text: &str) -> String {
-    format!(
-        "[{}] {level}: {text}",
-        chrono::Local::now().format("%d-%b-%Y %H:%M:%S")
-    )
+    format!("[{}] {level}: {text}", php_fpm_time(&chrono::Local::now()))
 }
 
 /// One line in php-fpm's form (see the module's documentation).
@@ -354,7 +357,7 @@ fn php_fpm_line(
 ) -> fmt::Result {
     let meta = event.metadata();
     let now = chrono::Local::now();
-    write!(w, "[{}", now.format("%d-%b-%Y %H:%M:%S"))?;
+    write!(w, "[{}", php_fpm_time(&now))?;
     if debug {
         write!(w, ".{:06}", now.timestamp_subsec_micros())?;
     }

@@ -51,7 +51,7 @@ pub fn write(
         crate::config::LogFormat::PhpFpm => {
             format!(
                 "[{}]  [pool {name}] pid {pid}",
-                chrono::Local::now().format("%d-%b-%Y %H:%M:%S")
+                crate::log::php_fpm_time(&chrono::Local::now())
             )
         }
         crate::config::LogFormat::Fpmd => format!(

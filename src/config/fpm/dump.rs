@@ -13,14 +13,34 @@
 
 use crate::config::{Config, ListenAddress, LogLevel, PmMode, PoolConfig};
 
+/// php-fpm's `STR2STR` of an unset string.
+fn undefined() -> String {
+    "undefined".to_string()
+}
+
+/// A path setting, `undefined` when unset.
+fn path(p: Option<&std::path::Path>) -> String {
+    p.map_or_else(undefined, |p| p.display().to_string())
+}
+
+/// A time setting in whole seconds, 0 when unset.
+fn secs(d: Option<std::time::Duration>) -> u64 {
+    d.map_or(0, |d| d.as_secs())
+}
+
+/// php-fpm's `BOOL2STR`.
+fn yes(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
 /// The dump's lines, each without php-fpm's `[TIME] NOTICE: ` (the
 /// caller writes them as NOTICE lines).
 pub fn php_fpm_dump(config: &Config) -> Vec<String> {
     let g = &config.global;
-    let undefined = || "undefined".to_string();
-    let path = |p: Option<&std::path::Path>| p.map_or_else(undefined, |p| p.display().to_string());
-    let secs = |d: Option<std::time::Duration>| d.map_or(0, |d| d.as_secs());
-    let yes = |b: bool| if b { "yes" } else { "no" };
     let mut out = vec!["[global]".to_string()];
     let kv = |out: &mut Vec<String>, k: &str, v: String| out.push(format!("\t{k} = {v}"));
     kv(&mut out, "pid", path(g.pid.as_deref()));
@@ -75,10 +95,6 @@ pub fn php_fpm_dump(config: &Config) -> Vec<String> {
 }
 
 fn pool_dump(out: &mut Vec<String>, p: &PoolConfig) {
-    let undefined = || "undefined".to_string();
-    let path = |p: Option<&std::path::Path>| p.map_or_else(undefined, |p| p.display().to_string());
-    let secs = |d: Option<std::time::Duration>| d.map_or(0, |d| d.as_secs());
-    let yes = |b: bool| if b { "yes" } else { "no" };
     let kv = |out: &mut Vec<String>, k: &str, v: String| out.push(format!("\t{k} = {v}"));
     let iso = &p.isolation;
     out.push(format!("[{}]", p.name));

@@ -52,7 +52,7 @@
 //! php-fpm counts it; a longer line of the child's is continued on the
 //! next log line, each piece decorated (in fpmd's format each but the last
 //! marked ` (continued)`; in php-fpm's unmarked, as php-fpm writes them).
-//! Raw lines are `log_limit` - 1 bytes of text. Each writer pid has a token bucket of
+//! Raw lines are at most `log_limit` - 1 bytes of text. Each writer pid has a token bucket of
 //! [`CHILD_RATE`] (lines and bytes per second, with bursts); lines beyond it
 //! are dropped, and one summary line per second per writer says how many
 //! lines and bytes were dropped. Text is escaped ([`crate::log::escape`]).

@@ -5,8 +5,9 @@
 //! script or test reading php-fpm's dump reads fpmd's. The values are
 //! fpmd's effective ones (what it will run with), written as php-fpm
 //! writes its own: `undefined` for a string not set, `yes`/`no`, seconds
-//! with an `s`, and an ini value made of PHP's `E_*` constants evaluated
-//! (`E_ALL` is `32767`), as php-fpm's ini scanner evaluates it. Settings
+//! with an `s`; ini values as the reader stored them (its scanner,
+//! `scan.rs`, evaluates PHP's constants as php-fpm's does: `E_ALL` is
+//! `32767`). Settings
 //! php-fpm has and fpmd does not (`syslog.*`, `events.mechanism`,
 //! `listen.setfib`) show what fpmd does instead, or php-fpm's value for
 //! "not used".
@@ -227,140 +228,10 @@ fn pool_dump(out: &mut Vec<String>, p: &PoolConfig) {
         kv(out, &format!("env[{k}]"), v.clone());
     }
     for (k, v) in &p.php_values {
-        kv(out, &format!("php_value[{k}]"), ini_value(v));
+        kv(out, &format!("php_value[{k}]"), v.clone());
     }
     for (k, v) in &p.php_admin_values {
-        kv(out, &format!("php_admin_value[{k}]"), ini_value(v));
+        kv(out, &format!("php_admin_value[{k}]"), v.clone());
     }
     out.push(" ".into());
-}
-
-/// An ini value as PHP's ini scanner reads it unquoted: an expression of
-/// `E_*` constants and integers with `|`, `&`, `^`, `~`, `!` and
-/// parentheses is evaluated (`E_ALL & ~E_NOTICE` is `32759`); anything
-/// else is as written.
-pub fn ini_value(v: &str) -> String {
-    let mut p = Expr {
-        s: v.as_bytes(),
-        at: 0,
-    };
-    match p.or() {
-        Some(n) if p.done() && v.contains("E_") => n.to_string(),
-        _ => v.to_string(),
-    }
-}
-
-/// PHP 8.2's error level constants (`Zend/zend_errors.h`).
-const E_CONSTANTS: &[(&str, i64)] = &[
-    ("E_ERROR", 1),
-    ("E_WARNING", 2),
-    ("E_PARSE", 4),
-    ("E_NOTICE", 8),
-    ("E_CORE_ERROR", 16),
-    ("E_CORE_WARNING", 32),
-    ("E_COMPILE_ERROR", 64),
-    ("E_COMPILE_WARNING", 128),
-    ("E_USER_ERROR", 256),
-    ("E_USER_WARNING", 512),
-    ("E_USER_NOTICE", 1024),
-    ("E_STRICT", 2048),
-    ("E_RECOVERABLE_ERROR", 4096),
-    ("E_DEPRECATED", 8192),
-    ("E_USER_DEPRECATED", 16384),
-    ("E_ALL", 32767),
-];
-
-/// A recursive-descent reader of the ini scanner's bitwise expressions
-/// (`zend_ini_parser.y`: `|` below `^` below `&`, unary `~` and `!`).
-struct Expr<'a> {
-    s: &'a [u8],
-    at: usize,
-}
-
-impl Expr<'_> {
-    fn skip(&mut self) {
-        while self.s.get(self.at).is_some_and(u8::is_ascii_whitespace) {
-            self.at += 1;
-        }
-    }
-    fn eat(&mut self, c: u8) -> bool {
-        self.skip();
-        if self.s.get(self.at) == Some(&c) {
-            self.at += 1;
-            true
-        } else {
-            false
-        }
-    }
-    fn done(&mut self) -> bool {
-        self.skip();
-        self.at == self.s.len()
-    }
-    fn or(&mut self) -> Option<i64> {
-        let mut v = self.xor()?;
-        while self.eat(b'|') {
-            v |= self.xor()?;
-        }
-        Some(v)
-    }
-    fn xor(&mut self) -> Option<i64> {
-        let mut v = self.and()?;
-        while self.eat(b'^') {
-            v ^= self.and()?;
-        }
-        Some(v)
-    }
-    fn and(&mut self) -> Option<i64> {
-        let mut v = self.unary()?;
-        while self.eat(b'&') {
-            v &= self.unary()?;
-        }
-        Some(v)
-    }
-    fn unary(&mut self) -> Option<i64> {
-        if self.eat(b'~') {
-            return Some(!self.unary()?);
-        }
-        if self.eat(b'!') {
-            return Some(i64::from(self.unary()? == 0));
-        }
-        if self.eat(b'(') {
-            let v = self.or()?;
-            return self.eat(b')').then_some(v);
-        }
-        self.skip();
-        let start = self.at;
-        while self
-            .s
-            .get(self.at)
-            .is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'_')
-        {
-            self.at += 1;
-        }
-        let word = std::str::from_utf8(&self.s[start..self.at]).ok()?;
-        if let Ok(n) = word.parse::<i64>() {
-            return Some(n);
-        }
-        E_CONSTANTS
-            .iter()
-            .find(|(n, _)| *n == word)
-            .map(|&(_, v)| v)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn error_level_expressions_are_evaluated_as_php_reads_them() {
-        assert_eq!(ini_value("E_ALL"), "32767");
-        assert_eq!(ini_value("E_ALL & ~E_NOTICE"), "32759");
-        assert_eq!(ini_value("E_ALL & ~E_DEPRECATED & ~E_STRICT"), "22527");
-        assert_eq!(ini_value("(E_ERROR | E_WARNING)"), "3");
-        assert_eq!(ini_value("Europe/London"), "Europe/London");
-        assert_eq!(ini_value("1"), "1");
-        assert_eq!(ini_value("E_BOGUS"), "E_BOGUS");
-        assert_eq!(ini_value("eval"), "eval");
-    }
 }

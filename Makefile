@@ -188,4 +188,5 @@ PHP_SRC_ARGS ?=
 php-src-fpm-tests:
 	@test -n "$(PHP_SRC)" || { echo "give PHP_SRC=/path/to/php-src" >&2; exit 2; }
 	cargo build --bin fpmd
+	DEPS_ONLY=1 scripts/deps.sh php-cli acl   # the tests' PHP; getfacl for socket-uds-acl
 	scripts/php-src-fpm-tests.sh $(PHP_SRC_ARGS) $(PHP_SRC) $(PHP_SRC_TESTS)

@@ -208,12 +208,23 @@ fn start_daemon(
             return ExitCode::FAILURE;
         }
     };
+    let php_fpm_log = config.global.log_format == config::LogFormat::PhpFpm;
+    let log_on_stderr = matches!(config.global.error_log, config::LogTarget::Stderr);
     runtime.block_on(async {
         let prepared = match daemon::prepare_inherited(config, inherited, activated) {
             Ok(p) => p,
             Err(e) => {
-                tracing::error!("{e}");
-                eprintln!("fpmd: {e}");
+                match (&e, php_fpm_log) {
+                    // php-fpm's lines (fpm_sockets.c, then fpm.c's fpm_init).
+                    (daemon::PrepareError::Bind(b), true) => {
+                        tracing::error!("{}", b.php_fpm_line());
+                        tracing::error!("FPM initialization failed");
+                    }
+                    _ => tracing::error!("{e}"),
+                }
+                if !log_on_stderr {
+                    eprintln!("fpmd: {e}");
+                }
                 return ExitCode::from(EXIT_CONFIG);
             }
         };

@@ -30,8 +30,9 @@
 //!   a `php_cgi` containing `/`) are relative to the directory of the file
 //!   that contains them (to the prefix with php-fpm's `-p`, see
 //!   [`LoadOptions`]), and are stored absolute;
-//! - a bare port in `listen.address` binds all IPv4 addresses (`0.0.0.0`),
-//!   as php-fpm does;
+//! - a bare port in `listen.address` binds `[::]` (IPv6 and IPv4 clients)
+//!   and falls back to `0.0.0.0`, as php-fpm does
+//!   ([`ListenAddress::Port`]);
 //! - `php_value.session.save_path` (unquoted, so a nested TOML table) means
 //!   the same as `php_value."session.save_path"`: nested tables under the
 //!   `php_*` tables are flattened with dots into the ini name;

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 
 use serde::Deserialize;
@@ -138,7 +138,7 @@ pub struct Global {
     pub log_limit: usize,
     /// `metrics.listen` (fpmd only): where fpmd serves `GET /metrics`
     /// (OpenMetrics text over HTTP/1.1, see [`crate::observe::metrics`]):
-    /// `"IP:PORT"`, `"[IPv6]:PORT"`, a bare port (all IPv4 addresses) or a
+    /// `"IP:PORT"`, `"[IPv6]:PORT"`, a bare port ([`ListenAddress::Port`]) or a
     /// unix socket path (relative to the main file's directory). Never a
     /// pool's listen address nor the control socket. `None` (default): no
     /// metrics endpoint.
@@ -644,7 +644,8 @@ pub struct Credentials {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listen {
     /// `listen.address` (required): unix socket path, `"IP:PORT"`,
-    /// `"[IPv6]:PORT"` or a bare port (all IPv4 addresses). php-fpm: `listen`.
+    /// `"[IPv6]:PORT"` or a bare port ([`ListenAddress::Port`]). php-fpm:
+    /// `listen`.
     pub address: ListenAddress,
     /// `listen.owner`: uid owning a unix socket. Default: the pool's user for
     /// a unix socket; `None` for TCP unless set (then ignored, as php-fpm).
@@ -677,6 +678,38 @@ pub enum ListenAddress {
     Unix(PathBuf),
     /// A TCP address.
     Tcp(SocketAddr),
+    /// A bare port (`listen = 9000`), php-fpm's implicit address: `[::]`
+    /// (every IPv6 address and, as IPv4-mapped ones, every IPv4 address),
+    /// and where that cannot be bound (no IPv6, or the port taken there)
+    /// `0.0.0.0`, with php-fpm's NOTICE `Failed implicitly binding to ::,
+    /// retrying with 0.0.0.0` (`fpm_socket_af_inet_listening_socket` in
+    /// `sapi/fpm/fpm/fpm_sockets.c`). Shown as the port alone, as written.
+    Port(u16),
+}
+
+impl ListenAddress {
+    /// The TCP address bound first: `[::]:PORT` for a bare port. `None` for
+    /// a unix socket.
+    pub fn tcp(&self) -> Option<SocketAddr> {
+        match self {
+            ListenAddress::Unix(_) => None,
+            ListenAddress::Tcp(addr) => Some(*addr),
+            ListenAddress::Port(port) => Some(SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), *port)),
+        }
+    }
+
+    /// Whether a socket bound to `bound` (as `getsockname` gives it) is
+    /// this address's: the same address, or for a bare port `[::]:PORT` or
+    /// `0.0.0.0:PORT` (what php-fpm, systemd's `ListenStream=PORT` or a
+    /// fallback bound).
+    pub fn is_bound_as(&self, bound: &ListenAddress) -> bool {
+        match (self, bound) {
+            (ListenAddress::Port(port), ListenAddress::Tcp(addr)) => {
+                addr.port() == *port && addr.ip().is_unspecified()
+            }
+            _ => self == bound,
+        }
+    }
 }
 
 impl fmt::Display for ListenAddress {
@@ -684,6 +717,7 @@ impl fmt::Display for ListenAddress {
         match self {
             ListenAddress::Unix(path) => write!(f, "{}", path.display()),
             ListenAddress::Tcp(addr) => write!(f, "{addr}"),
+            ListenAddress::Port(port) => write!(f, "{port}"),
         }
     }
 }

@@ -457,10 +457,12 @@ impl<'de> Deserialize<'de> for IdOrName {
     }
 }
 
-/// `listen.address` as written: a unix path (unresolved) or a TCP address.
+/// `listen.address` as written: a unix path (unresolved), a TCP address or
+/// a bare port.
 pub(super) enum RawAddress {
     Unix(String),
     Tcp(SocketAddr),
+    Port(u16),
 }
 
 fn parse_port(s: &str) -> Result<u16, String> {
@@ -480,11 +482,7 @@ pub(super) fn parse_listen_address(s: &str) -> Result<RawAddress, String> {
         return Ok(RawAddress::Unix(s.to_string()));
     }
     if s.bytes().all(|b| b.is_ascii_digit()) {
-        let port = parse_port(s)?;
-        return Ok(RawAddress::Tcp(SocketAddr::new(
-            IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-            port,
-        )));
+        return parse_port(s).map(RawAddress::Port);
     }
     if let Ok(addr) = s.parse::<SocketAddr>() {
         if addr.port() == 0 {
@@ -773,16 +771,16 @@ mod tests {
     fn listen_address_forms() {
         let tcp = |s: &str| match parse_listen_address(s) {
             Ok(RawAddress::Tcp(a)) => a,
+            Ok(RawAddress::Port(p)) => panic!("{s}: bare port {p}"),
             Ok(RawAddress::Unix(p)) => panic!("{s}: unix {p}"),
             Err(e) => panic!("{s}: {e}"),
         };
         assert_eq!(tcp("127.0.0.1:9000"), "127.0.0.1:9000".parse().unwrap());
         assert_eq!(tcp("[::1]:9000"), "[::1]:9000".parse().unwrap());
         assert_eq!(tcp("[::]:9000"), "[::]:9000".parse().unwrap());
-        assert_eq!(
-            tcp("9000"),
-            "0.0.0.0:9000".parse().unwrap(),
-            "a bare port binds all IPv4 addresses"
+        assert!(
+            matches!(parse_listen_address("9000"), Ok(RawAddress::Port(9000))),
+            "a bare port is php-fpm's implicit address"
         );
         assert_eq!(tcp("*:9000"), "0.0.0.0:9000".parse().unwrap());
         assert_eq!(tcp("localhost:9000"), "127.0.0.1:9000".parse().unwrap());
@@ -821,14 +819,12 @@ mod tests {
             ListenAddress::Unix("/run/x.sock".into()).to_string(),
             "/run/x.sock"
         );
+        assert_eq!(ListenAddress::Port(9000).to_string(), "9000");
 
         // Through files: every form, including an integer and a relative path.
         let cases: &[(&str, ListenAddress)] = &[
-            ("9000", ListenAddress::Tcp("0.0.0.0:9000".parse().unwrap())),
-            (
-                "\"9001\"",
-                ListenAddress::Tcp("0.0.0.0:9001".parse().unwrap()),
-            ),
+            ("9000", ListenAddress::Port(9000)),
+            ("\"9001\"", ListenAddress::Port(9001)),
             (
                 "\"10.1.2.3:9002\"",
                 ListenAddress::Tcp("10.1.2.3:9002".parse().unwrap()),
@@ -960,7 +956,7 @@ mod tests {
                 let ip = Ipv4Addr::from(a);
                 let ok = matches!(parse_listen_address(&format!("{ip}:{port}")), Ok(RawAddress::Tcp(s)) if s == SocketAddr::new(ip.into(), port));
                 prop_assert!(ok);
-                let ok = matches!(parse_listen_address(&port.to_string()), Ok(RawAddress::Tcp(s)) if s == SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), port));
+                let ok = matches!(parse_listen_address(&port.to_string()), Ok(RawAddress::Port(p)) if p == port);
                 prop_assert!(ok);
             }
         }

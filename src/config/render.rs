@@ -255,7 +255,7 @@ impl PoolConfig {
             "listen.address = {}\n",
             toml_str(&l.address.to_string())
         ));
-        let tcp_note = if matches!(l.address, ListenAddress::Tcp(_)) {
+        let tcp_note = if !matches!(l.address, ListenAddress::Unix(_)) {
             " # ignored for TCP"
         } else {
             ""

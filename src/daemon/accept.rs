@@ -83,7 +83,7 @@ impl Listener {
         Ok(Listener {
             key: key.clone(),
             socket,
-            tcp: matches!(key.address(), ListenAddress::Tcp(_)),
+            tcp: !matches!(key.address(), ListenAddress::Unix(_)),
         })
     }
 
@@ -260,7 +260,7 @@ pub fn serve_queued(
         let conn = match socket.accept() {
             Ok((s, _)) => {
                 let conn = match key.address() {
-                    ListenAddress::Tcp(_) => {
+                    ListenAddress::Tcp(_) | ListenAddress::Port(_) => {
                         let s = std::net::TcpStream::from(s);
                         s.peer_addr().and_then(|peer| {
                             Ok(Conn::Tcp(Stream::new(OwnedFd::from(s), false)?, peer))

@@ -15,9 +15,9 @@
 //! 2. **By address.** Any other usable socket is taken into the
 //!    [`ListenerTable`] under its address (`getsockname`), where the pool
 //!    (or `pm.status_listen`) configured on that very address finds it
-//!    (unix path, or TCP `ip:port`; systemd's `ListenStream=9000` is
-//!    `[::]:9000`, which is not fpmd's `9000` = `0.0.0.0:9000`: name such
-//!    a socket, or write `ListenStream=0.0.0.0:9000`).
+//!    (unix path, or TCP `ip:port`; a bare port, php-fpm's `[::]` or
+//!    `0.0.0.0`, is served by a socket on either, so systemd's
+//!    `ListenStream=9000`, which is `[::]:9000`, serves `listen = 9000`).
 //! 3. **No pool.** A usable socket that no pool matches is kept, unused
 //!    (warned): a reload that adds its pool serves on it. systemd's
 //!    convention is that a service uses what it is given; closing it would
@@ -119,7 +119,7 @@ impl Activation {
                 .pools
                 .iter()
                 .flat_map(|p| p.listeners().into_iter().map(move |(l, _)| (p, l)))
-                .find(|(_, l)| ListenKey::new(&l.address) == s.key);
+                .find(|(_, l)| l.address.is_bound_as(s.key.address()));
             match (config.pool(&s.name), by_address) {
                 (Some(p), _) => info!(pool = %p.name, "socket activation: serving on {} (FileDescriptorName={})", s.key, s.name),
                 (None, Some((p, _))) => info!(pool = %p.name, "socket activation: serving on {} (its listen address)", s.key),
@@ -167,6 +167,21 @@ impl Activation {
                 warn!(pool = %pool.name, "listen.allowed_clients does not apply to the unix socket systemd passed");
             }
             std::sync::Arc::make_mut(pool).listen.address = s.key.address().clone();
+        }
+        // A bare port is served by a socket bound as it (systemd's
+        // `ListenStream=9000` is `[::]:9000`, or `0.0.0.0:9000` without
+        // IPv6), which is kept under its own address.
+        for pool in config.pools.iter_mut() {
+            if !matches!(pool.listen.address, ListenAddress::Port(_)) {
+                continue;
+            }
+            let bound = self
+                .sockets
+                .iter()
+                .find(|s| pool.listen.address.is_bound_as(s.key.address()));
+            if let Some(s) = bound {
+                std::sync::Arc::make_mut(pool).listen.address = s.key.address().clone();
+            }
         }
     }
 }
@@ -236,6 +251,32 @@ mod tests {
         let address = |name: &str| config.pool(name).unwrap().listen.address.clone();
         assert_eq!(address("www"), ListenAddress::Unix(www.clone()));
         assert_eq!(address("api"), ListenAddress::Tcp(tcp_addr));
+    }
+
+    /// systemd's `ListenStream=PORT` (`[::]:PORT`) serves a pool whose
+    /// address is that bare port.
+    #[test]
+    fn a_bare_port_is_served_by_systemds_socket_on_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let any6 = std::net::TcpListener::bind("[::]:0").unwrap();
+        let port = any6.local_addr().unwrap().port();
+        let mut config = config(dir.path(), "127.0.0.1:1".parse().unwrap());
+        std::sync::Arc::make_mut(&mut config.pools[1])
+            .listen
+            .address = ListenAddress::Port(port);
+        let mut table = ListenerTable::new();
+        let passed = vec![("unknown".to_string(), OwnedFd::from(any6))];
+        let activation = Activation::adopt(passed, &config, &mut table).unwrap();
+        activation.apply(&mut config);
+        let api = &config.pool("api").unwrap().listen;
+        assert_eq!(
+            api.address,
+            ListenAddress::Tcp(format!("[::]:{port}").parse().unwrap())
+        );
+        assert_eq!(
+            table.obtain("api", api).unwrap(),
+            crate::listen::Obtained::Kept
+        );
     }
 
     /// A socket named after a pool that fpmd cannot accept on is an error

@@ -12,8 +12,10 @@ use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use std::net::{Ipv4Addr, SocketAddr};
+
 use socket2::{Domain, SockAddr, Socket, Type};
-use tracing::warn;
+use tracing::{info, warn};
 
 use crate::config::{Listen, ListenAddress};
 
@@ -28,6 +30,22 @@ pub enum BindError {
 }
 
 impl BindError {
+    /// php-fpm's line for the error (`fpm_sockets_get_listening_socket`,
+    /// logged with ZLOG_SYSERROR, which appends `strerror(errno) (errno)`):
+    /// `unable to bind listening socket for address '9000': Address
+    /// already in use (98)`, the address as the configuration wrote it.
+    pub fn php_fpm_line(&self) -> String {
+        let (address, errno) = match self {
+            BindError::InUse { address, .. } => (address, Some(libc::EADDRINUSE)),
+            BindError::Io { address, source } => (address, source.raw_os_error()),
+        };
+        let why = match errno {
+            Some(n) => format!("{} ({n})", nix::errno::Errno::from_raw(n).desc()),
+            None => self.to_string(),
+        };
+        format!("unable to bind listening socket for address '{address}': {why}")
+    }
+
     fn io(address: &ListenAddress, source: io::Error) -> BindError {
         if source.kind() == io::ErrorKind::AddrInUse {
             BindError::InUse {
@@ -138,26 +156,19 @@ pub(crate) fn bind(pool: &str, listen: &Listen) -> Result<(Socket, Option<Socket
     let err = |e| BindError::io(address, e);
     let backlog = backlog(pool, listen);
     match address {
-        ListenAddress::Tcp(addr) => {
-            let domain = if addr.is_ipv6() {
-                Domain::IPV6
-            } else {
-                Domain::IPV4
-            };
-            let socket = Socket::new(domain, Type::STREAM, None).map_err(err)?;
-            socket.set_reuse_address(true).map_err(err)?;
-            if addr.is_ipv6() {
-                // As php-fpm (which leaves IPV6_V6ONLY at Linux's default,
-                // off): `[::]` takes IPv4 clients too, as IPv4-mapped
-                // addresses; any other IPv6 address only IPv6 ones.
-                socket
-                    .set_only_v6(!addr.ip().is_unspecified())
-                    .map_err(err)?;
-            }
-            socket.bind(&SockAddr::from(*addr)).map_err(err)?;
-            socket.listen(backlog).map_err(err)?;
-            socket.set_nonblocking(true).map_err(err)?;
-            Ok((socket, None))
+        ListenAddress::Tcp(addr) => Ok((bind_tcp(*addr, backlog).map_err(err)?, None)),
+        ListenAddress::Port(port) => {
+            let any6 = address.tcp().expect("a port is a TCP address");
+            let socket = bind_tcp(any6, backlog).or_else(|_| {
+                // php-fpm's fallback and words (fpm_sockets.c), its error
+                // for `[::]` silenced.
+                info!("Failed implicitly binding to ::, retrying with 0.0.0.0");
+                bind_tcp(
+                    SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), *port),
+                    backlog,
+                )
+            });
+            Ok((socket.map_err(err)?, None))
         }
         ListenAddress::Unix(path) => {
             if let Ok(meta) = std::fs::symlink_metadata(path) {
@@ -204,6 +215,27 @@ pub(crate) fn bind(pool: &str, listen: &Listen) -> Result<(Socket, Option<Socket
             Ok((socket, Some(file)))
         }
     }
+}
+
+/// A listening TCP socket bound to `addr` (SO_REUSEADDR, non-blocking).
+/// As php-fpm, which leaves IPV6_V6ONLY at Linux's default (off), `[::]`
+/// takes IPv4 clients too, as IPv4-mapped addresses; any other IPv6
+/// address only IPv6 ones.
+fn bind_tcp(addr: SocketAddr, backlog: i32) -> io::Result<Socket> {
+    let domain = if addr.is_ipv6() {
+        Domain::IPV6
+    } else {
+        Domain::IPV4
+    };
+    let socket = Socket::new(domain, Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(!addr.ip().is_unspecified())?;
+    }
+    socket.bind(&SockAddr::from(addr))?;
+    socket.listen(backlog)?;
+    socket.set_nonblocking(true)?;
+    Ok(socket)
 }
 
 /// Re-applies `listen.backlog` (a second `listen()`) and, when `file` is
@@ -301,6 +333,72 @@ pub(crate) fn posix_acl(mode: u32, users: &[u32], groups: &[u32]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn tcp_listen(address: ListenAddress) -> Listen {
+        Listen {
+            address,
+            owner: None,
+            group: None,
+            mode: 0o660,
+            backlog: 16,
+            allowed_clients: None,
+            acl_users: Vec::new(),
+            acl_groups: Vec::new(),
+        }
+    }
+
+    /// A port free on both families now (`[::]` dual-stack, bound and
+    /// closed).
+    fn free_port() -> u16 {
+        let s = bind_tcp("[::]:0".parse().unwrap(), 1).unwrap();
+        s.local_addr().unwrap().as_socket().unwrap().port()
+    }
+
+    /// A bare port is `[::]` with IPv4 clients (php-fpm's implicit
+    /// address); with `[::]` taken for IPv6 only it is `0.0.0.0`; with
+    /// the port taken on both, the error is php-fpm's line.
+    #[test]
+    fn a_bare_port_binds_both_families_then_falls_back_to_ipv4() {
+        let port = free_port();
+        let listen = tcp_listen(ListenAddress::Port(port));
+        let (socket, _) = bind("www", &listen).unwrap();
+        let local = socket.local_addr().unwrap().as_socket().unwrap();
+        assert_eq!(
+            local,
+            SocketAddr::new(std::net::Ipv6Addr::UNSPECIFIED.into(), port)
+        );
+        std::net::TcpStream::connect(("127.0.0.1", port)).expect("an IPv4 client");
+        std::net::TcpStream::connect(("::1", port)).expect("an IPv6 client");
+        drop(socket);
+
+        let port = free_port();
+        let v6only = Socket::new(Domain::IPV6, Type::STREAM, None).unwrap();
+        v6only.set_reuse_address(true).unwrap();
+        v6only.set_only_v6(true).unwrap();
+        let any6 = SocketAddr::new(std::net::Ipv6Addr::UNSPECIFIED.into(), port);
+        v6only.bind(&SockAddr::from(any6)).unwrap();
+        v6only.listen(1).unwrap();
+        let listen = tcp_listen(ListenAddress::Port(port));
+        let (socket, _) = bind("www", &listen).unwrap();
+        let local = socket.local_addr().unwrap().as_socket().unwrap();
+        assert_eq!(local, SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), port));
+        drop((socket, v6only));
+
+        let port = free_port();
+        let both = bind_tcp(
+            SocketAddr::new(std::net::Ipv6Addr::UNSPECIFIED.into(), port),
+            1,
+        )
+        .unwrap();
+        let e = bind("www", &tcp_listen(ListenAddress::Port(port))).unwrap_err();
+        assert_eq!(
+            e.php_fpm_line(),
+            format!(
+                "unable to bind listening socket for address '{port}': Address already in use (98)"
+            )
+        );
+        drop(both);
+    }
 
     /// The layout the kernel reads (and `getfacl` shows as
     /// `user::rw- user:33:rw- group::rw- group:48:rw- mask::rw- other::---`).

@@ -57,7 +57,7 @@ impl ListenKey {
     pub fn new(address: &ListenAddress) -> ListenKey {
         let address = match address {
             ListenAddress::Unix(path) => ListenAddress::Unix(path.components().collect()),
-            ListenAddress::Tcp(addr) => ListenAddress::Tcp(*addr),
+            tcp => tcp.clone(),
         };
         let text = address.to_string().into_boxed_str();
         ListenKey { text, address }
@@ -71,6 +71,9 @@ impl ListenKey {
                 return Err(KeyError::Invalid(text.into()));
             }
             Ok(ListenKey::new(&ListenAddress::Unix(PathBuf::from(text))))
+        } else if let Ok(port) = text.parse::<u16>() {
+            // A bare port's socket (handed over by an fpmd).
+            Ok(ListenKey::new(&ListenAddress::Port(port)))
         } else {
             text.parse::<SocketAddr>()
                 .map(|a| ListenKey::new(&ListenAddress::Tcp(a)))
@@ -308,21 +311,26 @@ impl ListenerTable {
         if socket.r#type().map_err(io)? != Type::STREAM {
             return Err(invalid("not a stream socket"));
         }
-        let want = match key.address() {
-            ListenAddress::Tcp(a) if a.is_ipv4() => Domain::IPV4,
-            ListenAddress::Tcp(_) => Domain::IPV6,
-            ListenAddress::Unix(_) => Domain::UNIX,
+        let want: &[Domain] = match key.address() {
+            ListenAddress::Tcp(a) if a.is_ipv4() => &[Domain::IPV4],
+            ListenAddress::Tcp(_) => &[Domain::IPV6],
+            // `[::]`, or `0.0.0.0` where that could not be bound.
+            ListenAddress::Port(_) => &[Domain::IPV6, Domain::IPV4],
+            ListenAddress::Unix(_) => &[Domain::UNIX],
         };
         let domain = socket.domain().map_err(io)?;
-        if domain != want {
-            return Err(invalid(&format!("{domain:?} socket, not {want:?}")));
+        if !want.contains(&domain) {
+            return Err(invalid(&format!("{domain:?} socket, not {:?}", want[0])));
         }
         if !socket.is_listener().map_err(io)? {
             return Err(invalid("not listening"));
         }
         let local = socket.local_addr().map_err(io)?;
         let actual = address_of(&local);
-        if actual.as_ref() != Some(key.address()) {
+        if !actual
+            .as_ref()
+            .is_some_and(|a| key.address().is_bound_as(a))
+        {
             return Err(AdoptError::WrongAddress {
                 actual: actual.map_or_else(|| format!("{local:?}"), |a| a.to_string()),
                 key,
@@ -330,7 +338,7 @@ impl ListenerTable {
         }
         let file = match key.address() {
             ListenAddress::Unix(path) => Some(SocketFile::at(path).map_err(io)?),
-            ListenAddress::Tcp(_) => None,
+            ListenAddress::Tcp(_) | ListenAddress::Port(_) => None,
         };
         socket.set_nonblocking(true).map_err(io)?;
         socket.set_cloexec(true).map_err(io)?;
@@ -395,7 +403,9 @@ impl ListenerTable {
             return Ok(false);
         }
         match key.address() {
-            ListenAddress::Tcp(_) => entry.socket.attach_filter(&DROP_SYN)?,
+            ListenAddress::Tcp(_) | ListenAddress::Port(_) => {
+                entry.socket.attach_filter(&DROP_SYN)?
+            }
             ListenAddress::Unix(_) => {
                 if let Some(file) = entry.file.take() {
                     file.unlink();
@@ -623,7 +633,11 @@ mod tests {
             "127.0.0.1:9000"
         );
         assert!(ListenKey::parse("www.sock").is_err());
-        assert!(ListenKey::parse("9000").is_err());
+        // A bare port's key is the port (handed over by an fpmd).
+        let port = ListenKey::parse("9000").unwrap();
+        assert_eq!(port.address(), &ListenAddress::Port(9000));
+        assert_eq!(port, ListenKey::new(&ListenAddress::Port(9000)));
+        assert!(ListenKey::parse("90000").is_err());
         assert!(ListenKey::parse("/a\0b").is_err());
     }
 
@@ -880,6 +894,26 @@ mod tests {
             )
             .unwrap_err();
         assert!(matches!(e, AdoptError::Duplicate { .. }), "{e}");
+
+        // A bare port's socket handed over after its IPv4 fallback
+        // (`0.0.0.0`): the key is the port; any other address is not it.
+        let v4 = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+        let port = v4.local_addr().unwrap().port();
+        let key = ListenKey::parse(&port.to_string()).unwrap();
+        let lo = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let lo_key = ListenKey::parse(&lo.local_addr().unwrap().port().to_string()).unwrap();
+        let e = table
+            .adopt(lo_key, OwnedFd::from(lo), Inherited::Upgrade)
+            .unwrap_err();
+        assert!(matches!(e, AdoptError::WrongAddress { .. }), "{e}");
+        table
+            .adopt(key.clone(), OwnedFd::from(v4), Inherited::Upgrade)
+            .unwrap();
+        let port_listen = Listen {
+            address: ListenAddress::Port(port),
+            ..tcp_listen(addr, 8)
+        };
+        assert_eq!(table.obtain("www", &port_listen).unwrap(), Obtained::Kept);
     }
 
     /// A socket from systemd is the socket unit's: its mode stays, a

@@ -778,7 +778,7 @@ impl Session {
         let r = rd.req.as_mut().expect("busy");
         if !r.end_client_stdin() {
             info!(pool = %ctx.pool, peer = %ctx.peer, uri = %field(r.param(b"REQUEST_URI").unwrap_or_default()),
-                "request id {id}: the body ended after {} of {:?} bytes (CONTENT_LENGTH); answering 400, the script does not run", r.body, r.owed);
+                "request id {id}: the body ended after {} of {} bytes (CONTENT_LENGTH); answering 400, the script does not run", r.body, r.owed);
             Local::ShortBody.encode(&mut self.replies, id);
             return Step::Answered(Some(Local::ShortBody));
         }

@@ -75,9 +75,90 @@ fn tcp_ipv6_listener() {
     serves_over(format!("[::1]:{}", free_port_v6()));
 }
 
+/// A FastCGI request for hello.php straight to `addr` (no web server):
+/// how it ended and its STDOUT.
+fn hello_over(s: &Stack, addr: &str) -> (End, String) {
+    let addr: std::net::SocketAddr = addr.parse().unwrap();
+    let params = fcgi::params_for(&s.dir.docroot(), "hello.php", "name=dual", "GET", 0);
+    let (recs, end) = fcgi::exchange(
+        addr,
+        &fcgi::request(1, 0, &params, b""),
+        1,
+        Duration::from_secs(10),
+    );
+    (
+        end,
+        String::from_utf8_lossy(&fcgi::stdout_of(&recs, 1)).into_owned(),
+    )
+}
+
+/// A bare port is php-fpm's implicit address (php-src's
+/// sapi/fpm/tests/socket-ipv4-fallback.phpt): `[::]:PORT`, so IPv4 and
+/// IPv6 clients; with `[::]:PORT` taken for IPv6 only, `0.0.0.0:PORT`
+/// with php-fpm's NOTICE; with the port taken on both families, exit 78
+/// and, under `log_format = "php-fpm"`, php-fpm's two lines.
 #[test]
 fn tcp_bare_port_listener() {
     serves_over(free_port().to_string());
+
+    let port = free_port_v6();
+    let s = Stack::start(Pool::www().tcp(port.to_string()));
+    for addr in [format!("127.0.0.1:{port}"), format!("[::1]:{port}")] {
+        let (end, out) = hello_over(&s, &addr);
+        assert!(
+            out.contains("hello dual"),
+            "a client of the bare port {port} through {addr} got {end:?}: {out}"
+        );
+    }
+    drop(s);
+
+    // [::]:PORT taken for IPv6 only: IPv4 clients are served.
+    let port = free_port_v6();
+    let v6only = socket2::Socket::new(socket2::Domain::IPV6, socket2::Type::STREAM, None).unwrap();
+    v6only.set_only_v6(true).unwrap();
+    let any6: std::net::SocketAddr = format!("[::]:{port}").parse().unwrap();
+    v6only.bind(&any6.into()).unwrap();
+    v6only.listen(1).unwrap();
+    let s = Stack::start(Pool::www().tcp(port.to_string()));
+    let (end, out) = hello_over(&s, &format!("127.0.0.1:{port}"));
+    assert!(
+        out.contains("hello dual"),
+        "IPv4 after the fallback: {end:?}: {out}"
+    );
+    assert!(
+        s.fpmd
+            .log()
+            .contains("Failed implicitly binding to ::, retrying with 0.0.0.0"),
+        "no fallback notice:\n{}",
+        s.fpmd.log()
+    );
+    drop((s, v6only));
+
+    // The port taken on both families.
+    let port = free_port_v6();
+    let _both = std::net::TcpListener::bind(format!("[::]:{port}")).unwrap();
+    let t = TestDir::new();
+    let cfg = FpmdConfig::new().pool(Pool::www().tcp(port.to_string()));
+    refused_as_in_use(&t, &cfg, &port.to_string());
+    let t = TestDir::new();
+    let mut f = Fpmd::spawn(&t, &cfg.global(r#"log_format = "php-fpm""#), &[]);
+    let st = f.wait_exit(LONG).expect("fpmd on a taken port still runs");
+    assert_eq!(st.code(), Some(78), "{}", f.log());
+    let lines: Vec<String> = f
+        .log()
+        .lines()
+        .filter(|l| l.contains("ERROR: "))
+        .map(|l| l[l.find("ERROR: ").unwrap()..].to_string())
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            format!("ERROR: unable to bind listening socket for address '{port}': Address already in use (98)"),
+            "ERROR: FPM initialization failed".to_string(),
+        ],
+        "{}",
+        f.log()
+    );
 }
 
 /// php-fpm binds `[::]:PORT` without `IPV6_V6ONLY`, so it takes IPv4
@@ -89,23 +170,9 @@ fn tcp_bare_port_listener() {
 #[test]
 fn ipv6_any_listener_takes_ipv4_clients_too() {
     let port = free_port();
-    let hello = |s: &Stack, addr: &str| {
-        let addr: std::net::SocketAddr = addr.parse().unwrap();
-        let params = fcgi::params_for(&s.dir.docroot(), "hello.php", "name=dual", "GET", 0);
-        let (recs, end) = fcgi::exchange(
-            addr,
-            &fcgi::request(1, 0, &params, b""),
-            1,
-            Duration::from_secs(10),
-        );
-        (
-            end,
-            String::from_utf8_lossy(&fcgi::stdout_of(&recs, 1)).into_owned(),
-        )
-    };
     let s = Stack::start(Pool::www().tcp(format!("[::]:{port}")));
     for addr in [format!("127.0.0.1:{port}"), format!("[::1]:{port}")] {
-        let (end, out) = hello(&s, &addr);
+        let (end, out) = hello_over(&s, &addr);
         assert!(
             out.contains("hello dual"),
             "a client of [::]:{port} through {addr} got {end:?}: {out}"
@@ -121,12 +188,12 @@ fn ipv6_any_listener_takes_ipv4_clients_too() {
             .tcp(format!("[::]:{port}"))
             .line(r#"listen.allowed_clients = ["127.0.0.1"]"#),
     );
-    let (end, out) = hello(&s, &format!("127.0.0.1:{port}"));
+    let (end, out) = hello_over(&s, &format!("127.0.0.1:{port}"));
     assert!(
         out.contains("hello dual"),
         "127.0.0.1 refused: {end:?}: {out}"
     );
-    let (end, out) = hello(&s, &format!("[::1]:{port}"));
+    let (end, out) = hello_over(&s, &format!("[::1]:{port}"));
     assert!(
         end == End::Closed && out.is_empty(),
         "::1 is not in listen.allowed_clients but got {end:?}: {out}"

@@ -12,7 +12,7 @@
 //! `listen.setfib`) show what fpmd does instead, or php-fpm's value for
 //! "not used".
 
-use crate::config::{Config, ListenAddress, LogLevel, PmMode, PoolConfig};
+use crate::config::{Config, LogLevel, PmMode, PoolConfig};
 
 /// php-fpm's `STR2STR` of an unset string.
 fn undefined() -> String {
@@ -102,11 +102,7 @@ fn pool_dump(out: &mut Vec<String>, p: &PoolConfig) {
     kv(out, "prefix", undefined());
     kv(out, "user", p.user.user_name.clone());
     kv(out, "group", p.user.group_name.clone());
-    let address = match &p.listen.address {
-        ListenAddress::Unix(path) => path.display().to_string(),
-        ListenAddress::Tcp(a) => a.to_string(),
-    };
-    kv(out, "listen", address);
+    kv(out, "listen", p.listen.address.to_string());
     kv(out, "listen.backlog", p.listen.backlog.to_string());
     let ids = |v: &[u32]| {
         if v.is_empty() {

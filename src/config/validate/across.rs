@@ -70,7 +70,10 @@ pub(super) fn collision(a: &ListenAddress, b: &ListenAddress) -> Option<Collisio
 fn identity(a: &ListenAddress) -> ListenAddress {
     match a {
         ListenAddress::Unix(p) => ListenAddress::Unix(socket_identity(p)),
-        other => other.clone(),
+        // `[::]:PORT` first; its IPv4 fallback collides with no more.
+        other => other
+            .tcp()
+            .map_or_else(|| other.clone(), ListenAddress::Tcp),
     }
 }
 /// [`collision`] of two addresses already through [`identity`].

@@ -180,6 +180,7 @@ fn metrics_listen(
     let metrics_listen = match listen {
         None => None,
         Some(RawAddress::Tcp(addr)) => Some(ListenAddress::Tcp(addr)),
+        Some(RawAddress::Port(port)) => Some(ListenAddress::Port(port)),
         Some(RawAddress::Unix(p)) => {
             let path = src.resolve(&p);
             check_socket_path(&path).map_err(|m| err("metrics.listen", m))?;

@@ -79,7 +79,7 @@ pub(in crate::config) fn check_host_limits(
     host: &Host,
 ) -> Result<(), ConfigError> {
     let me = format!("fpmd runs as uid {}", ids.euid);
-    if let Some(ListenAddress::Tcp(addr)) = &global.metrics_listen {
+    if let Some(addr) = global.metrics_listen.as_ref().and_then(ListenAddress::tcp) {
         if let Some(m) = privileged_port(addr.port(), host, &me) {
             return Err(ConfigError {
                 file: main.path.clone(),
@@ -129,14 +129,15 @@ fn check_listeners(
         (["pm", "status_listen"], pool.local.status_listen.as_ref()),
     ] {
         match listen {
-            Some(ListenAddress::Tcp(addr)) => {
-                if let Some(m) = privileged_port(addr.port(), host, me) {
-                    return Err(ctx.err(&key, m));
-                }
-            }
             Some(ListenAddress::Unix(path)) => {
                 check_socket_dir(path).map_err(|m| ctx.err(&key, m))?;
                 check_socket_file(ctx, pool, path, ids, host)?
+            }
+            Some(tcp) => {
+                let port = tcp.tcp().map_or(0, |a| a.port());
+                if let Some(m) = privileged_port(port, host, me) {
+                    return Err(ctx.err(&key, m));
+                }
             }
             None => {}
         }

@@ -95,6 +95,7 @@ pub(super) fn address(
 ) -> Result<ListenAddress, ConfigError> {
     Ok(match raw {
         RawAddress::Tcp(addr) => ListenAddress::Tcp(addr),
+        RawAddress::Port(port) => ListenAddress::Port(port),
         RawAddress::Unix(p) => {
             let path = ctx.src.resolve(&p);
             check_socket_path(&path).map_err(|m| ctx.err(key, m))?;

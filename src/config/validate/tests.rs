@@ -1019,7 +1019,7 @@ fn two_pools_on_one_listen_address() {
             dir.path().join("fpmd.toml").display()
         ),
     );
-    // TCP: a bare port is 0.0.0.0:PORT.
+    // TCP: a bare port is `[::]:PORT` first, which takes IPv4 too.
     let tcp =
         |name: &str, addr: &str| pool(name, "").replace(&format!("\"/tmp/{name}.sock\""), addr);
     let (dir, e) = load_err(
@@ -1034,7 +1034,7 @@ fn two_pools_on_one_listen_address() {
         Some("b"),
         Some("listen.address"),
         &format!(
-            "0.0.0.0:9000 is already the listen address of pool 'a' ({}:7): two pools cannot listen on one address",
+            "0.0.0.0:9000 overlaps 9000, the listen address of pool 'a' ({}:7): all addresses and one of them on the same port cannot both be bound",
             dir.path().join("fpmd.toml").display()
         ),
     );
@@ -1051,7 +1051,7 @@ fn two_pools_on_one_listen_address() {
         Some("b"),
         Some("listen.address"),
         &format!(
-            "0.0.0.0:9000 overlaps 127.0.0.1:9000, the listen address of pool 'a' ({}:7): all addresses and one of them on the same port cannot both be bound",
+            "9000 overlaps 127.0.0.1:9000, the listen address of pool 'a' ({}:7): all addresses and one of them on the same port cannot both be bound",
             dir.path().join("fpmd.toml").display()
         ),
     );
@@ -1186,11 +1186,11 @@ fn metrics_listen() {
     assert!(c
         .to_toml()
         .contains("# metrics.listen: not set (no metrics endpoint)\n"));
-    // TCP, a bare port (all IPv4 addresses), IPv6, a unix path
+    // TCP, a bare port (`[::]`, else `0.0.0.0`), IPv6, a unix path
     // relative to the main file; as a dotted key or a table.
     for (text, want) in [
         ("metrics.listen = \"127.0.0.1:9253\"", "127.0.0.1:9253"),
-        ("metrics.listen = 9253", "0.0.0.0:9253"),
+        ("metrics.listen = 9253", "9253"),
         ("metrics.listen = \"[::1]:9253\"", "[::1]:9253"),
         (
             "[global.metrics]\nlisten = \"127.0.0.1:9253\"",
@@ -1198,7 +1198,10 @@ fn metrics_listen() {
         ),
     ] {
         let (_d, c) = load_ok(&global(text), &[]);
-        let want = ListenAddress::Tcp(want.parse().unwrap());
+        let want = match want.parse() {
+            Ok(port) => ListenAddress::Port(port),
+            Err(_) => ListenAddress::Tcp(want.parse().unwrap()),
+        };
         assert_eq!(c.global.metrics_listen.as_ref(), Some(&want), "{text}");
     }
     let (dir, c) = load_ok(&global("metrics.listen = \"run/metrics.sock\""), &[]);
@@ -1228,7 +1231,7 @@ fn metrics_listen() {
     let on_tcp = pool("www", "").replace("\"/tmp/www.sock\"", "\"127.0.0.1:9000\"");
     for (line, pool_text, msg) in [
         ("metrics.listen = \"/tmp/www.sock\"", pool("www", ""), "/tmp/www.sock collides with /tmp/www.sock, the listen address of pool 'www' ({main}:7): the metrics endpoint needs an address of its own"),
-        ("metrics.listen = 9000", on_tcp, "0.0.0.0:9000 collides with 127.0.0.1:9000, the listen address of pool 'www' ({main}:7): the metrics endpoint needs an address of its own"),
+        ("metrics.listen = 9000", on_tcp, "9000 collides with 127.0.0.1:9000, the listen address of pool 'www' ({main}:7): the metrics endpoint needs an address of its own"),
         ("control_socket = \"/run/m.sock\"\nmetrics.listen = \"/run/m.sock\"", pool("www", ""), "/run/m.sock is fpmd's control socket: the metrics endpoint needs an address of its own"),
     ] {
         let (dir, e) = load_err(&format!("[global]\n{line}\n{pool_text}"), &[]);

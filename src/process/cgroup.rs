@@ -142,8 +142,21 @@ impl Layout {
     /// Empties and removes the pool cgroups left by an fpmd that is gone
     /// (`fpmd-<pid>.<pool>` whose pid does not exist): what a SIGKILLed
     /// fpmd's scripts left running is killed now. Errors are logged.
+    ///
+    /// Across PID namespaces (containers sharing a cgroup) an fpmd's pid
+    /// may not be visible from here although it runs: a cgroup holding a
+    /// process this PID namespace cannot see (listed as pid 0) is left
+    /// alone, and so is every pool cgroup under an own cgroup that holds
+    /// one (their fpmd may be such a process).
     pub fn sweep_stale(&self) {
         for own in self.own_dirs() {
+            if has_foreign_processes(&own) {
+                tracing::info!(
+                    "the cgroup {} holds processes of another PID namespace: the pool cgroups under it are left as they are (their fpmd may run there)",
+                    own.display()
+                );
+                continue;
+            }
             let Ok(entries) = fs::read_dir(&own) else {
                 continue;
             };
@@ -164,6 +177,12 @@ impl Layout {
                     pool: name.clone(),
                     dirs: self.same_in_every_hierarchy(&name),
                 };
+                if stale.dirs.all().any(|d| has_foreign_processes(d)) {
+                    tracing::info!(
+                        "the cgroup {name} holds processes of another PID namespace: left as it is"
+                    );
+                    continue;
+                }
                 tracing::info!(
                     "removing the cgroup {name} left by an fpmd (pid {pid}) that is gone"
                 );
@@ -490,10 +509,25 @@ impl PoolCgroup {
     }
 }
 
+/// The pids a `cgroup.procs` file lists, as this PID namespace sees them.
+/// A process of a PID namespace fpmd cannot see is listed as 0 (the
+/// kernel's `pid_vnr`): never one to signal (`kill(0)` is fpmd's own
+/// process group), so left out here; [`has_foreign_processes`] tells.
 fn read_pids(file: &Path) -> Vec<i32> {
     fs::read_to_string(file)
-        .map(|t| t.lines().filter_map(|l| l.trim().parse().ok()).collect())
+        .map(|t| {
+            t.lines()
+                .filter_map(|l| l.trim().parse().ok())
+                .filter(|&pid: &i32| pid > 0)
+                .collect()
+        })
         .unwrap_or_default()
+}
+
+/// Whether the cgroup `dir` holds a process of a PID namespace fpmd cannot
+/// see (its `cgroup.procs` lists it as 0).
+fn has_foreign_processes(dir: &Path) -> bool {
+    fs::read_to_string(dir.join("cgroup.procs")).is_ok_and(|t| t.lines().any(|l| l.trim() == "0"))
 }
 
 fn mkdir(dir: &Path) -> io::Result<()> {
@@ -553,6 +587,42 @@ fn enable_v2_controllers(own: &Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A pool cgroup whose fpmd's pid is not visible is swept only when no
+    /// process of another PID namespace (pid 0 in `cgroup.procs`) is in it
+    /// or in fpmd's own cgroup; pid 0 is never a pid to signal.
+    #[test]
+    fn cgroups_of_another_pid_namespace_are_left_alone() {
+        let own = tempfile::tempdir().unwrap();
+        let layout = Layout::V2 {
+            own: own.path().to_path_buf(),
+        };
+        let pool = |name: &str, procs: &str| {
+            let d = own.path().join(name);
+            fs::create_dir(&d).unwrap();
+            fs::write(d.join("cgroup.procs"), procs).unwrap();
+            fs::write(d.join("cgroup.kill"), "").unwrap();
+            d
+        };
+        // i32::MAX: a pid the kernel never hands out, so "gone".
+        let foreign = pool(&format!("fpmd-{}.www", i32::MAX), "0\n");
+        assert_eq!(read_pids(&foreign.join("cgroup.procs")), Vec::<i32>::new());
+        assert!(has_foreign_processes(&foreign));
+        fs::write(own.path().join("cgroup.procs"), "0\n0\n").unwrap();
+        let empty = pool(&format!("fpmd-{}.api", i32::MAX - 1), "");
+        layout.sweep_stale();
+        let killed = |d: &Path| fs::read_to_string(d.join("cgroup.kill")).unwrap() == "1";
+        assert!(
+            !killed(&foreign) && !killed(&empty),
+            "swept under a shared own cgroup"
+        );
+        fs::write(own.path().join("cgroup.procs"), "").unwrap();
+        layout.sweep_stale();
+        assert!(
+            !killed(&foreign),
+            "a cgroup with another namespace's process was swept"
+        );
+    }
 
     const V1_CGROUP: &str = "9:name=systemd:/\n8:pids:/\n6:freezer:/\n4:memory:/process_api/abc\n2:cpuacct:/\n1:cpu:/\n0::/\n";
 

@@ -84,8 +84,8 @@ pub use keys::{registry, RegistryKey};
 pub use model::{
     CgroupLimits, Config, Credentials, Global, Isolation, Landlock, Listen, ListenAddress,
     LocalEndpoints, LogFormat, LogLevel, LogTarget, MinAvailable, Origins, PhpIni, PmMode,
-    PoolConfig, ProcessManager, Sources, Spawn, DEFAULT_LIMIT_EXTENSIONS, DEFAULT_LOG_LIMIT,
-    DEFAULT_WARM_TIMEOUT, MIN_LOG_LIMIT, SHARED_ORDER_MAX,
+    PoolConfig, ProcessManager, Sources, Spawn, ADDITIVE_INI, DEFAULT_LIMIT_EXTENSIONS,
+    DEFAULT_LOG_LIMIT, DEFAULT_WARM_TIMEOUT, MIN_LOG_LIMIT, SHARED_ORDER_MAX,
 };
 pub use raw::{ByteSize, Duration};
 

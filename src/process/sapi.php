@@ -64,6 +64,58 @@ namespace Fpmd {
         }
 
         /**
+         * php-fpm's lock on the pool's php_admin_value and php_admin_flag
+         * (fpm_php.c makes them PHP_INI_SYSTEM in the child): php-cgi
+         * applied the script's .user.ini files before this file runs, and
+         * to php-cgi an admin value is an ordinary ini value. Each name
+         * of fpmd.admin_values (space-separated) whose value is not its
+         * -d value (get_cfg_var) is restored to its value at the child's
+         * start, the -d value (ini_restore: what a .user.ini set is
+         * undone, nothing else changes). One PHP cannot set at run time
+         * (PHP_INI_PERDIR: upload_max_filesize, post_max_size,
+         * output_buffering; PHP has used it already) keeps the .user.ini's
+         * value, and fpmd is told ("admin-changed NAME"; it logs it once
+         * per pool and name). A value PHP itself changed at start (an
+         * opcache size it rounds) is not the -d value either; PHP's own
+         * start value tells it apart, read only then (ini_get_all(),
+         * ~25 µs). What the script sets with ini_set() stays unlocked.
+         * Cost: one get_cfg_var() without admin values; with them, two
+         * calls per name when no .user.ini changed it.
+         */
+        public static function admin(): void
+        {
+            $names = \get_cfg_var('fpmd.admin_values');
+            if (!\is_string($names) || $names === '') {
+                return;
+            }
+            $all = null;
+            foreach (\explode(' ', $names) as $name) {
+                $value = \ini_get($name);
+                // false: no such entry (its extension is not loaded).
+                if ($value === false || $value === \get_cfg_var($name)) {
+                    continue;
+                }
+                if (\function_exists('ini_restore')) {
+                    \ini_restore($name);
+                    if (\ini_get($name) === \get_cfg_var($name)) {
+                        continue;
+                    }
+                }
+                if (\function_exists('ini_get_all')) {
+                    $all ??= \ini_get_all(null, true);
+                    $entry = $all[$name] ?? null;
+                    if (\is_array($entry) && $entry['local_value'] === $entry['global_value']) {
+                        // Its start value: this request did not change it.
+                        continue;
+                    }
+                }
+                if (self::token() !== null) {
+                    self::tell('admin-changed ' . $name);
+                }
+            }
+        }
+
+        /**
          * php-fpm's fastcgi.error_header (fpm_main.c, after the script):
          * when the script ended with exit status 255 and the head is not
          * sent yet, that header line replaces what the script set (e.g.
@@ -281,6 +333,7 @@ namespace {
         }
     }
     \Fpmd\Sapi::start();
+    \Fpmd\Sapi::admin();
     if ((string) \get_cfg_var('fpmd.auto_prepend_file') !== '') {
         require \get_cfg_var('fpmd.auto_prepend_file');
     }

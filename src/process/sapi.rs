@@ -13,6 +13,8 @@
 //! own `auto_prepend_file` (php.ini, the scan directory, `php_value`) is
 //! passed as `fpmd.auto_prepend_file` and included at the end of
 //! `sapi.php`, so it still runs, in the global scope, before the script.
+//! Before it, `sapi.php` sets back the pool's admin values a `.user.ini`
+//! changed ([`admin_names`]), as php-fpm locks them.
 //!
 //! Must not touch: the FastCGI stream (the proxy reads the lines).
 
@@ -81,6 +83,13 @@ pub const STATUS_IN_CHROOT: &str = "/etc/fpmd/status.sock";
 /// The ini name `sapi.php`'s `fpm_get_status()` reads the pool's status
 /// socket from.
 pub const STATUS_SOCKET: &str = "fpmd.status_socket";
+
+/// The ini name `sapi.php` reads the names of the pool's
+/// `php_admin_value`/`php_admin_flag` from (space-separated: an ini name
+/// has no white space, `crate::config` refuses one), to set back at each
+/// request's start what a `.user.ini` changed of them (see
+/// [`admin_names`]).
+pub const ADMIN_VALUES: &str = "fpmd.admin_values";
 
 /// The environment variable that names the status socket to a child of a
 /// shared php-cgi parent (`pm.spawn = "shared"`), whose `-d` values are
@@ -173,18 +182,23 @@ fn searchable_by_all(dir: &Path) -> bool {
 
 /// The php-cgi arguments that make `config`'s children run `sapi.php`:
 /// `-d fpmd.status_socket=SOCKET -d fpmd.auto_prepend_file=ORIGINAL -d
-/// auto_prepend_file=SAPI` (SOCKET: [`status_socket`]), after
-/// [`PoolConfig::ini_args`] (a later `-d` of a name wins). ORIGINAL is the
-/// pool's `php_admin_value`/`php_value` `auto_prepend_file`, else
+/// auto_prepend_file=SAPI`, in that order (SOCKET: [`status_socket`]),
+/// then `-d fpmd.admin_values=NAME NAME …` when [`admin_names`] has any;
+/// after [`PoolConfig::ini_args`] (a later `-d` of a name wins). ORIGINAL
+/// is the pool's `php_admin_value`/`php_value` `auto_prepend_file`, else
 /// `${auto_prepend_file}`, which PHP's ini parser expands to php.ini's
 /// (and the scan directory's) value. None when the pool turned it off
 /// (`fpm_sapi = false`), when it was not installed, or when the pool's
 /// user cannot reach it.
-pub fn ini_args(config: &PoolConfig) -> Option<[String; 6]> {
+pub fn ini_args(config: &PoolConfig) -> Option<Vec<String>> {
     if !config.fpm_sapi {
         return None;
     }
-    let installed = installed()?;
+    ini_args_with(config, installed()?)
+}
+
+/// [`ini_args`] with `sapi.php` installed as `installed`.
+fn ini_args_with(config: &PoolConfig, installed: &Installed) -> Option<Vec<String>> {
     if !installed.for_everyone && config.user.uid != nix::unistd::geteuid().as_raw() {
         return None;
     }
@@ -208,7 +222,7 @@ pub fn ini_args(config: &PoolConfig) -> Option<[String; 6]> {
             &config.name,
         ),
     };
-    Some([
+    let mut args = vec![
         "-d".to_string(),
         format!("{STATUS_SOCKET}={}", status.display()),
         "-d".to_string(),
@@ -222,7 +236,32 @@ pub fn ini_args(config: &PoolConfig) -> Option<[String; 6]> {
             }
             .display()
         ),
-    ])
+    ];
+    let admin = admin_names(config);
+    if !admin.is_empty() {
+        args.push("-d".to_string());
+        args.push(format!("{ADMIN_VALUES}={}", admin.join(" ")));
+    }
+    Some(args)
+}
+
+/// The pool's admin names `sapi.php` keeps against `.user.ini` files:
+/// every `php_admin_value`/`php_admin_flag` name but `auto_prepend_file`
+/// (fpmd's own `-d` replaces it, and a `.user.ini` that changes it keeps
+/// `sapi.php` from running at all) and the [`ADDITIVE_INI`] names
+/// (PHP_INI_SYSTEM: no `.user.ini` changes them). php-fpm makes each
+/// admin value PHP_INI_SYSTEM in the child (`fpm_php_zend_ini_alter_master`
+/// in php-src `sapi/fpm/fpm/fpm_php.c`); php-cgi has no such lock and
+/// applies a script's `.user.ini` before `sapi.php` runs.
+///
+/// [`ADDITIVE_INI`]: crate::config::ADDITIVE_INI
+pub fn admin_names(config: &PoolConfig) -> Vec<&str> {
+    config
+        .php_admin_values
+        .keys()
+        .map(String::as_str)
+        .filter(|n| *n != "auto_prepend_file" && !crate::config::ADDITIVE_INI.contains(n))
+        .collect()
 }
 
 /// A request's figures, as php-fpm's scoreboard keeps them
@@ -307,5 +346,40 @@ mod tests {
             .unwrap()
             .to_string_lossy()
             .starts_with("fpmd-sapi-"));
+    }
+
+    /// The pool's admin names reach `sapi.php` as one `-d`, after fpmd's
+    /// own three, space-separated; not `auto_prepend_file` (fpmd's) nor
+    /// the additive lists; no `-d` without admin values.
+    #[test]
+    fn admin_names_are_one_d_after_the_others() {
+        let installed = Installed {
+            path: "/run/fpmd/fpmd-sapi-0.php".into(),
+            for_everyone: true,
+        };
+        let mut c = crate::pool::tests::test_config();
+        c.php_values
+            .insert("date.timezone".into(), "Europe/London".into());
+        let args = ini_args_with(&c, &installed).unwrap();
+        assert_eq!(args.len(), 6);
+        assert_eq!(args[5], "auto_prepend_file=/run/fpmd/fpmd-sapi-0.php");
+        for (name, value) in [
+            ("memory_limit", "32M"),
+            ("log_errors", "1"),
+            ("upload_max_filesize", "3M"),
+            ("auto_prepend_file", "/srv/prepend.php"),
+            ("disable_functions", "system"),
+        ] {
+            c.php_admin_values.insert(name.into(), value.into());
+        }
+        let args = ini_args_with(&c, &installed).unwrap();
+        assert_eq!(args[3], "fpmd.auto_prepend_file=/srv/prepend.php");
+        assert_eq!(
+            args[6..],
+            [
+                "-d",
+                "fpmd.admin_values=log_errors memory_limit upload_max_filesize"
+            ]
+        );
     }
 }

@@ -76,11 +76,11 @@ pub fn child_spec(config: &PoolConfig, endpoint: PathBuf) -> ChildSpec {
             match crate::process::sapi::ini_args(config) {
                 // The status socket is the pool's: in the environment, so
                 // that pools with the same ini values share a parent.
-                Some([_, status, rest @ ..]) if config.pm.spawn == Spawn::Shared => {
-                    if let Some((_, path)) = status.split_once('=') {
+                Some(sapi) if config.pm.spawn == Spawn::Shared => {
+                    if let Some((_, path)) = sapi[1].split_once('=') {
                         env.push((crate::process::sapi::STATUS_SOCKET_ENV.into(), path.into()));
                     }
-                    args.extend(rest);
+                    args.extend(sapi.into_iter().skip(2));
                 }
                 sapi => args.extend(sapi.into_iter().flatten()),
             }

@@ -274,8 +274,8 @@ impl<'a> Dispatch<'a, '_> {
     }
 
     /// Logs what the exchange reported of the script: PHP's messages, a
-    /// missing `fastcgi_finish_request()`, a primary script php-cgi could
-    /// not open.
+    /// missing `fastcgi_finish_request()`, admin values a `.user.ini`
+    /// changed for good, a primary script php-cgi could not open.
     fn log_exchange(&self, req: &Request, ran: &Ran) {
         let (ctx, report) = (self.ctx, &ran.report);
         let pid = ran.known;
@@ -288,6 +288,9 @@ impl<'a> Dispatch<'a, '_> {
                 ctx.pool,
                 req.param(b"SCRIPT_FILENAME").unwrap_or_default(),
             );
+        }
+        if !report.admin_changed.is_empty() {
+            super::sapi::log_admin_changed(&ran.limits, pid, &report.admin_changed);
         }
         if report.no_input_file {
             let script = field(req.param(b"SCRIPT_FILENAME").unwrap_or_default()).to_string();

@@ -79,7 +79,15 @@ pub struct PhpMessages {
     filtered: Vec<u8>,
     /// The request's figures, once its `sapi.php` reported them.
     pub end: Option<End>,
+    /// The admin values a `.user.ini` changed that PHP could not set back
+    /// ([`Event::AdminChanged`]), each once, at most
+    /// [`ADMIN_CHANGED_KEPT`].
+    pub admin_changed: Vec<String>,
 }
+
+/// Names of [`PhpMessages::admin_changed`] kept per request (a script can
+/// forge the lines of its own request).
+pub const ADMIN_CHANGED_KEPT: usize = 64;
 
 /// Where [`PhpMessages::rewrite`] stopped: the script called
 /// `fastcgi_finish_request()` in the record that ends at `at` (bytes
@@ -125,10 +133,15 @@ impl PhpMessages {
                 filtered.clear();
                 let content = match &mut self.sapi {
                     Some(lines) => {
-                        let end = &mut self.end;
+                        let (end, admin) = (&mut self.end, &mut self.admin_changed);
                         lines.filter(rec.content, &mut filtered, &mut |e| match e {
                             Event::Finish { head_pending } => finish = Some(head_pending),
                             Event::End(e) => *end = Some(e),
+                            Event::AdminChanged(name) => {
+                                if admin.len() < ADMIN_CHANGED_KEPT && !admin.contains(&name) {
+                                    admin.push(name);
+                                }
+                            }
                         });
                         &filtered[..]
                     }
@@ -525,5 +538,37 @@ mod tests {
         assert!(m.finish_request_missing);
         let (_, m) = run(&[b"PHP Warning: something else\n"]);
         assert!(!m.finish_request_missing);
+    }
+
+    /// `sapi.php`'s `admin-changed` lines leave the stream and name each
+    /// ini name once.
+    #[test]
+    fn admin_changed_lines_are_taken_out_and_kept_once() {
+        const T: &[u8; 32] = b"0123456789abcdef0123456789abcdef";
+        let line = |name: &str| {
+            [
+                b"\x1b[fpmd ",
+                &T[..],
+                b" admin-changed ",
+                name.as_bytes(),
+                b"]\n",
+            ]
+            .concat()
+        };
+        let mut m = PhpMessages {
+            sapi: Some(Lines::new(*T)),
+            ..PhpMessages::default()
+        };
+        let mut text = line("upload_max_filesize");
+        text.extend_from_slice(b"PHP Warning:  a\n");
+        text.extend(line("post_max_size"));
+        text.extend(line("upload_max_filesize"));
+        let mut span = Vec::new();
+        encode_record(&mut span, RecordType::Stderr, 1, &text).unwrap();
+        encode_empty(&mut span, RecordType::Stderr, 1);
+        let mut out = Vec::new();
+        assert_eq!(m.rewrite(&span, 1, &mut out), None);
+        assert_eq!(stderr_of(&out).0, b"PHP message: PHP Warning:  a");
+        assert_eq!(m.admin_changed, ["upload_max_filesize", "post_max_size"]);
     }
 }

@@ -15,6 +15,12 @@
 //! Must not touch: the records (the caller reframes what the filter lets
 //! through).
 
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+
+use tracing::warn;
+
+use crate::config::PoolConfig;
 pub use crate::process::sapi::{End, Usage};
 
 /// A request's token: 32 lowercase hex digits (128 random bits).
@@ -23,8 +29,9 @@ pub type Token = [u8; 32];
 /// The start of every line, up to the token.
 const START: &[u8] = b"\x1b[fpmd ";
 /// The longest line taken as one of fpmd's (its newline excluded); a
-/// longer one is text.
-const LINE_MAX: usize = 160;
+/// longer one is text. An `admin-changed` line holds an ini name of up to
+/// 200 bytes.
+const LINE_MAX: usize = 256;
 
 /// Random bytes from the kernel's random source, taken 4 KiB at a time
 /// per thread (one `getrandom` call for 256 tokens, not one a request)
@@ -83,7 +90,7 @@ pub fn new_token() -> Option<Token> {
 }
 
 /// What a request's `sapi.php` told fpmd.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
     /// `fastcgi_finish_request()`: the response ends now. `head_pending`:
     /// PHP had not sent its head yet; it follows on STDOUT with one byte
@@ -92,6 +99,12 @@ pub enum Event {
     Finish { head_pending: bool },
     /// The script ended: its peak memory and the CPU times.
     End(End),
+    /// A `.user.ini` changed the pool's `php_admin_value` of this ini name,
+    /// and PHP cannot set it back at run time (PHP_INI_PERDIR), so the
+    /// script runs with the file's value ("admin-changed NAME"; see
+    /// `sapi.php`'s `admin()`). Client text: a script can forge it for its
+    /// own request, so [`log_admin_changed`] logs only the pool's names.
+    AdminChanged(String),
 }
 
 /// The filter of one request's STDERR stream.
@@ -178,8 +191,12 @@ impl Lines {
         !self.held.is_empty()
     }
 
-    /// The held line as one of fpmd's, if it is one with this token.
+    /// The held line as one of fpmd's, if it is one with this token (and
+    /// no longer than [`LINE_MAX`], as when it comes in pieces).
     fn parse(&self) -> Option<Event> {
+        if self.held.len() > LINE_MAX {
+            return None;
+        }
         let line = self.held.strip_prefix(START)?;
         let rest = line.strip_prefix(&self.token[..])?;
         let rest = rest.strip_prefix(b" ")?.strip_suffix(b"]")?;
@@ -206,8 +223,41 @@ impl Lines {
                     started,
                 }))
             }
+            "admin-changed" => {
+                let name = words.next().filter(|n| !n.is_empty())?;
+                if words.next().is_some() {
+                    return None;
+                }
+                Some(Event::AdminChanged(name.to_string()))
+            }
             _ => None,
         }
+    }
+}
+
+/// The (pool, ini name) pairs [`log_admin_changed`] logged.
+static ADMIN_CHANGED_LOGGED: Mutex<BTreeSet<(String, String)>> = Mutex::new(BTreeSet::new());
+
+/// Logs, once per pool and name, that a request of `pool`'s child `pid`
+/// ran with a `.user.ini`'s value of the pool's `php_admin_value` (or
+/// `php_admin_flag`) `names`, which PHP cannot set back at run time
+/// (PHP_INI_PERDIR), where php-fpm locks it ([`Event::AdminChanged`]).
+/// Names that are not among the pool's admin values (a forged line) are
+/// not logged, which bounds the memory to the pools' admin names.
+pub fn log_admin_changed(pool: &PoolConfig, pid: i32, names: &[String]) {
+    let admin = crate::process::sapi::admin_names(pool);
+    let mut logged = ADMIN_CHANGED_LOGGED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    for name in names {
+        if !admin.contains(&name.as_str()) {
+            continue;
+        }
+        if !logged.insert((pool.name.clone(), name.clone())) {
+            continue;
+        }
+        warn!(pool = %pool.name, pid,
+            "a .user.ini changed the pool's php_admin_value '{name}', which PHP cannot set back at run time (PHP_INI_PERDIR): the script ran with the .user.ini's value; php-fpm locks it (README: php_admin_value). Logged once per pool and name");
     }
 }
 
@@ -322,6 +372,37 @@ mod tests {
         let (out, evs) = run(&[&s]);
         assert!(evs.is_empty());
         assert_eq!(out, s);
+    }
+
+    #[test]
+    fn admin_changed_names_one_ini_name() {
+        let mut s = line("admin-changed upload_max_filesize");
+        s.extend(line("admin-changed opcache.jit_buffer_size"));
+        let (out, evs) = run(&[&s]);
+        assert!(out.is_empty());
+        assert_eq!(
+            evs,
+            [
+                Event::AdminChanged("upload_max_filesize".into()),
+                Event::AdminChanged("opcache.jit_buffer_size".into()),
+            ]
+        );
+        // No name, two names, or a name past the longest line: text.
+        let long = format!("admin-changed {}", "x".repeat(LINE_MAX));
+        for bad in [
+            "admin-changed",
+            "admin-changed ",
+            "admin-changed a b",
+            &long,
+        ] {
+            let s = line(bad);
+            let (out, evs) = run(&[&s]);
+            assert!(evs.is_empty(), "{bad}");
+            assert_eq!(out, s, "{bad}");
+        }
+        // The longest ini name sapi.php may send fits.
+        let s = line(&format!("admin-changed {}", "x".repeat(200)));
+        assert_eq!(run(&[&s]).1.len(), 1);
     }
 
     #[test]

@@ -365,3 +365,81 @@ fn the_event_loop_runs_under_sched_batch_and_php_cgi_does_not() {
     );
     assert_eq!(get(&s.url("/hello.php")).status, 200);
 }
+
+/// php-src's bug75212 test, and the part of it php-cgi cannot do: a
+/// `.user.ini` in the script's directory changes the pool's `php_value`
+/// (`date.timezone`: Europe/Paris) but not its `php_admin_value` or
+/// `php_admin_flag` (`memory_limit` stays 32M over the pool's own
+/// `php_value` of that name and the file's 64M; `log_errors` stays on),
+/// as php-fpm locks them; `sapi.php` sets them back at the request's
+/// start. `upload_max_filesize` (PHP_INI_PERDIR) cannot be set back at run
+/// time: the file's value stays, and fpmd warns once for the pool and that
+/// name, however many requests and children meet it.
+#[test]
+fn php_admin_value_is_kept_against_a_user_ini() {
+    let s = Stack::start(Pool::www().max_children(2).lines(&[
+        r#"php_admin_value.memory_limit = "32M""#,
+        r#"php_value.memory_limit = "48M""#,
+        r#"php_value."date.timezone" = "Europe/London""#,
+        "php_admin_flag.log_errors = true",
+        r#"php_admin_value.upload_max_filesize = "3M""#,
+    ]));
+    let dir = s.dir.docroot().join("locked");
+    std::fs::create_dir(&dir).unwrap();
+    chmod(&dir, 0o755);
+    std::fs::copy(s.dir.docroot().join("ini.php"), dir.join("ini.php")).unwrap();
+    std::fs::write(
+        dir.join(".user.ini"),
+        "memory_limit=64M\ndate.timezone=Europe/Paris\nlog_errors=0\nupload_max_filesize=7M\n",
+    )
+    .unwrap();
+    for p in ["ini.php", ".user.ini"] {
+        chmod(&dir.join(p), 0o644);
+    }
+    let start = s.fpmd.log_len();
+    let ini = |name: &str| {
+        let r = get(&s.url(&format!("/locked/ini.php?name={name}")));
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.text()
+    };
+    for _ in 0..3 {
+        assert_eq!(ini("memory_limit"), "'32M'");
+        assert_eq!(ini("date.timezone"), "'Europe/Paris'");
+        assert_eq!(ini("log_errors"), "'1'");
+        assert_eq!(ini("upload_max_filesize"), "'7M'");
+    }
+    // Outside the .user.ini's directory, the pool's own values.
+    let r = get(&s.url("/ini.php?name=date.timezone"));
+    assert_eq!(r.text(), "'Europe/London'");
+    let warned = |name: &str| {
+        s.fpmd
+            .log_lines_since(start)
+            .iter()
+            .filter(|l| l.contains("php_admin_value") && l.contains(&format!("'{name}'")))
+            .count()
+    };
+    wait_for(LONG, "the warning about upload_max_filesize", || {
+        warned("upload_max_filesize") > 0
+    });
+    for _ in 0..4 {
+        assert_eq!(ini("upload_max_filesize"), "'7M'");
+    }
+    assert!(
+        holds_for(SLACK, || warned("upload_max_filesize") == 1),
+        "not one warning:\n{}",
+        s.fpmd.log_since(start)
+    );
+    let line = s
+        .fpmd
+        .log_lines_since(start)
+        .into_iter()
+        .find(|l| l.contains("'upload_max_filesize'"))
+        .unwrap();
+    assert!(
+        line.contains("WARN") && line.contains("www") && line.contains(".user.ini"),
+        "{line}"
+    );
+    for name in ["memory_limit", "log_errors", "date.timezone"] {
+        assert_eq!(warned(name), 0, "{}", s.fpmd.log_since(start));
+    }
+}

@@ -69,6 +69,10 @@ pub struct Report {
     /// reported them (the lease turns them into a
     /// [`crate::proxy::sapi::Usage`]).
     pub end: Option<crate::proxy::sapi::End>,
+    /// The pool's admin values a `.user.ini` changed for this request and
+    /// PHP could not set back, as its `sapi.php` said
+    /// ([`crate::proxy::sapi::Event::AdminChanged`]).
+    pub admin_changed: Vec<String>,
 }
 
 /// Writes every byte of `bufs` with `writev`.
@@ -344,6 +348,7 @@ impl ExchangeCtx<'_> {
             no_input_file,
             finished,
             end: down.messages.end,
+            admin_changed: std::mem::take(&mut down.messages.admin_changed),
         }
     }
 }

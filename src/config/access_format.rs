@@ -127,6 +127,11 @@ impl Format {
             .any(|p| matches!(p, Piece::Memory(_) | Piece::Cpu(_)))
     }
 
+    /// The format shows the response code (`%s`).
+    pub fn shows_status(&self) -> bool {
+        self.pieces().iter().any(|p| matches!(p, Piece::Status))
+    }
+
     /// Parses an `access.format` as php-fpm's `fpm_log_write` reads it in
     /// its test mode (`fpm_conf.c` checks the format that way): `%X`
     /// specifiers, each optionally preceded by `{modifier}` (only `C`, `d`,

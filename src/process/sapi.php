@@ -29,12 +29,18 @@ namespace Fpmd {
         private static $after = 0;
         /** @var string " USER SYSTEM": CPU µs when the request started */
         private static $started = '';
+        /** @var int|false|null the response code when PHP sent the head; null: not watched, or not sent */
+        private static $sentCode = null;
+        /** @var bool fpmd wants the code set after the head was sent */
+        private static $code = false;
 
         /**
          * The request starts: its token, and what to report when the
          * script ends. FPMD_SAPI is the token and one byte: "n" when fpmd
-         * wants no report (nothing shows the figures), "s" when it wants
-         * the figures (the CPU times are taken now and at the end).
+         * wants no report, "s" when it wants the figures (the CPU times
+         * are taken now and at the end), "c" when it wants the response
+         * code if the script changes it after its head was sent (an
+         * access log's %s, as php-fpm's), "a" both.
          */
         public static function start(): bool
         {
@@ -51,8 +57,17 @@ namespace Fpmd {
                 }
             } else {
                 self::$token = \substr($value, 0, 32);
-                self::$report = true;
-                self::$started = ' ' . self::cpu();
+                if ($report === 's' || $report === 'a') {
+                    self::$report = true;
+                    self::$started = ' ' . self::cpu();
+                }
+                if (($report === 'c' || $report === 'a') && \function_exists('header_register_callback')) {
+                    // Called as PHP sends the head; a script that
+                    // registers its own callback replaces this one (its
+                    // requests then log the code sent).
+                    self::$code = true;
+                    \header_register_callback([self::class, 'headSent']);
+                }
             }
             if (\function_exists('register_shutdown_function')) {
                 // The first shutdown function: it runs when the script
@@ -300,15 +315,28 @@ namespace Fpmd {
             return $status;
         }
 
+        /** The head goes out now: the code it carries. */
+        public static function headSent(): void
+        {
+            self::$sentCode = \http_response_code();
+        }
+
         /**
-         * The first shutdown function: php-fpm's error header, then the
-         * report "end MEMORY USER SYSTEM USER0 SYSTEM0": the request's
-         * peak memory in bytes and the CPU times now and at the start, in
-         * µs.
+         * The first shutdown function: php-fpm's error header; "status
+         * CODE" when the script set a response code after its head went
+         * out (php-fpm's %s logs that last one); then the report "end
+         * MEMORY USER SYSTEM USER0 SYSTEM0": the request's peak memory in
+         * bytes and the CPU times now and at the start, in µs.
          */
         public static function end(): void
         {
             self::errorHeader();
+            if (self::$code && self::$sentCode !== null) {
+                $code = \http_response_code();
+                if (\is_int($code) && $code !== self::$sentCode) {
+                    self::tell('status ' . $code);
+                }
+            }
             if (self::$report) {
                 self::$report = false;
                 self::tell('end ' . \memory_get_peak_usage(true) . ' ' . self::cpu() . self::$started);

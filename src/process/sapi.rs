@@ -50,20 +50,36 @@ pub const TOKEN_PARAM: &[u8] = b"FPMD_SAPI";
 /// request's report instead (one `posix_times()` less) put that request's
 /// teardown, freeing its memory, into the next one's `%C` (5,000 % for a
 /// hello world after a 48 MiB request).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Report {
-    /// Nothing ("n").
-    Nothing,
-    /// Peak memory, and the CPU times at the start and at the end ("s").
-    Figures,
+///
+/// The response code is reported only when it changed after PHP sent the
+/// head (`http_response_code(500)` after output: the client got the
+/// first, php-fpm's access log `%s` the last); watching for it costs a
+/// header callback and the shutdown function, so fpmd asks for it only
+/// when an access log shows `%s` or suppresses paths (which php-fpm
+/// decides on that code).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Report {
+    /// Peak memory, and the CPU times at the start and at the end.
+    pub figures: bool,
+    /// The response code, if it changed after the head was sent.
+    pub code: bool,
 }
 
 impl Report {
-    /// Its byte in [`TOKEN_PARAM`]'s value.
+    /// Nothing: "n".
+    pub const NOTHING: Report = Report {
+        figures: false,
+        code: false,
+    };
+
+    /// Its byte in [`TOKEN_PARAM`]'s value: "n" nothing, "s" the figures,
+    /// "c" the code, "a" both.
     pub fn byte(self) -> u8 {
-        match self {
-            Report::Nothing => b'n',
-            Report::Figures => b's',
+        match (self.figures, self.code) {
+            (false, false) => b'n',
+            (true, false) => b's',
+            (false, true) => b'c',
+            (true, true) => b'a',
         }
     }
 }

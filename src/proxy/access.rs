@@ -50,7 +50,13 @@ impl AccessLog {
             Answered::Fpmd(code) => (std::process::id() as i32, code, None),
             Answered::Child { pid, reply } => (
                 pid,
-                reply.unwrap_or_else(|| self.head.status().unwrap_or(200)),
+                // php-fpm's `%s`: the script's last response code, also
+                // one set after its head was sent.
+                reply.unwrap_or_else(|| {
+                    req.script_status
+                        .or_else(|| self.head.status())
+                        .unwrap_or(200)
+                }),
                 Some(&self.head),
             ),
         };

@@ -328,6 +328,7 @@ impl<'a> Dispatch<'a, '_> {
         let pid = lease.worker().log_pid();
         log_report(self.pool, self.ctx, pid, req, &report);
         req.usage = lease.note_end(report.end);
+        req.script_status = report.status;
         lease.give_back(fate).await;
         let reply = match v.reply {
             Reply::None => None,

@@ -137,9 +137,9 @@ async fn serve<R, W>(
             peer,
             script,
             access_log: access.is_some(),
-            report: match script.usage_shown || pool.rows_read() {
-                false => crate::process::sapi::Report::Nothing,
-                true => crate::process::sapi::Report::Figures,
+            report: crate::process::sapi::Report {
+                figures: script.usage_shown || pool.rows_read(),
+                code: script.code_shown,
             },
         };
         let mut req = match client.read_request(&ctx, &mut shutdown).await {

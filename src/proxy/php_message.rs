@@ -83,6 +83,9 @@ pub struct PhpMessages {
     /// ([`Event::AdminChanged`]), each once, at most
     /// [`ADMIN_CHANGED_KEPT`].
     pub admin_changed: Vec<String>,
+    /// The response code the script set after its head was sent
+    /// ([`Event::Status`]), the last one said.
+    pub status: Option<u16>,
 }
 
 /// Names of [`PhpMessages::admin_changed`] kept per request (a script can
@@ -133,10 +136,12 @@ impl PhpMessages {
                 filtered.clear();
                 let content = match &mut self.sapi {
                     Some(lines) => {
-                        let (end, admin) = (&mut self.end, &mut self.admin_changed);
+                        let (end, admin, status) =
+                            (&mut self.end, &mut self.admin_changed, &mut self.status);
                         lines.filter(rec.content, &mut filtered, &mut |e| match e {
                             Event::Finish { head_pending } => finish = Some(head_pending),
                             Event::End(e) => *end = Some(e),
+                            Event::Status(code) => *status = Some(code),
                             Event::AdminChanged(name) => {
                                 if admin.len() < ADMIN_CHANGED_KEPT && !admin.contains(&name) {
                                     admin.push(name);

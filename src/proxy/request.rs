@@ -149,6 +149,9 @@ pub struct Request {
     pub sapi_token: Option<crate::proxy::sapi::Token>,
     /// The peak memory and CPU its child reported (`%M`, `%C`).
     pub usage: Option<crate::process::sapi::Usage>,
+    /// The response code the script set after its head was sent, which
+    /// php-fpm's `%s` logs (see [`crate::process::sapi::Report`]).
+    pub script_status: Option<u16>,
     stdin: StreamWriter,
 }
 
@@ -208,6 +211,7 @@ impl Request {
             script_found: false,
             sapi_token: None,
             usage: None,
+            script_status: None,
             stdin: StreamWriter::new(RecordType::Stdin, id),
         }
     }

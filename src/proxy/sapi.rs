@@ -105,6 +105,11 @@ pub enum Event {
     /// `sapi.php`'s `admin()`). Client text: a script can forge it for its
     /// own request, so [`log_admin_changed`] logs only the pool's names.
     AdminChanged(String),
+    /// The script's response code changed after PHP sent its head
+    /// (`http_response_code()` after output; "status CODE", 100-999):
+    /// php-fpm's access log `%s` logs this last code
+    /// (`SG(sapi_headers).http_response_code` when the request ends).
+    Status(u16),
 }
 
 /// The filter of one request's STDERR stream.
@@ -222,6 +227,17 @@ impl Lines {
                     cpu,
                     started,
                 }))
+            }
+            "status" => {
+                let code = words
+                    .next()?
+                    .parse()
+                    .ok()
+                    .filter(|c| (100..=999).contains(c))?;
+                if words.next().is_some() {
+                    return None;
+                }
+                Some(Event::Status(code))
             }
             "admin-changed" => {
                 let name = words.next().filter(|n| !n.is_empty())?;
@@ -372,6 +388,26 @@ mod tests {
         let (out, evs) = run(&[&s]);
         assert!(evs.is_empty());
         assert_eq!(out, s);
+    }
+
+    #[test]
+    fn status_is_one_http_code() {
+        let s = line("status 500");
+        let (out, evs) = run(&[&s]);
+        assert!(out.is_empty());
+        assert_eq!(evs, [Event::Status(500)]);
+        for bad in [
+            "status",
+            "status 99",
+            "status 1000",
+            "status 500 x",
+            "status x",
+        ] {
+            let s = line(bad);
+            let (out, evs) = run(&[&s]);
+            assert!(evs.is_empty(), "{bad}");
+            assert_eq!(out, s, "{bad}");
+        }
     }
 
     #[test]

@@ -42,6 +42,9 @@ pub struct Options {
     /// The access log shows each request's peak memory or CPU (`%M`,
     /// `%C`): every request is to report them.
     pub usage_shown: bool,
+    /// The access log shows `%s` or suppresses paths: `sapi.php` reports a
+    /// response code the script set after its head was sent.
+    pub code_shown: bool,
 }
 
 impl Default for Options {
@@ -58,6 +61,7 @@ impl Default for Options {
             root: None,
             sapi: false,
             usage_shown: false,
+            code_shown: false,
         }
     }
 }
@@ -95,6 +99,9 @@ impl Options {
             root: config.isolation.chroot.clone(),
             sapi: crate::process::sapi::ini_args(config).is_some(),
             usage_shown: config.access_log.is_some() && config.access_format.shows_usage(),
+            code_shown: config.access_log.is_some()
+                && (config.access_format.shows_status()
+                    || !config.access_suppress_paths.is_empty()),
         }
     }
 

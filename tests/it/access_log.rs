@@ -412,6 +412,51 @@ fn fpmds_own_503_and_the_childs_pid() {
     );
 }
 
+/// `%s` is php-fpm's: the script's last response code, also one it set
+/// after its head went out (php-src's log-suppress-output: the client
+/// gets 200, php-fpm logs 500), which also decides `access.suppress_path`;
+/// a code set before the output, and one set twice, as sent. (The
+/// scripts flush their output: php.ini's output_buffering would hold the
+/// head back until the end.)
+#[test]
+fn status_is_the_scripts_last_response_code() {
+    let dir = TestDir::new();
+    let log = dir.join("www.access.log");
+    write_script(
+        &dir.docroot().join("late.php"),
+        "<?php if (isset($_GET['early'])) { http_response_code(404); } echo 'out'; while (ob_get_level() > 0) { ob_end_flush(); } flush(); if (isset($_GET['late'])) { http_response_code((int) $_GET['late']); }",
+    );
+    write_script(
+        &dir.docroot().join("late500.php"),
+        "<?php echo 'out'; while (ob_get_level() > 0) { ob_end_flush(); } flush(); http_response_code(500);",
+    );
+    let pool = access_pool(&log, Some("%s %r%Q%q"))
+        .line(r#"access.suppress_path = ["/late.php", "/late500.php"]"#);
+    let s = stack(dir, FpmdConfig::new().pool(pool), NginxOpts::default());
+    for (uri, sent) in [
+        ("/late.php?late=500", 200),
+        ("/late.php", 200),
+        ("/late500.php", 200),
+        ("/late.php?early=1", 404),
+        ("/late.php?early=1&late=503", 404),
+    ] {
+        let r = get(&s.url(uri));
+        assert_eq!((r.status, r.text().as_str()), (sent, "out"), "{uri}");
+    }
+    // /late.php's 200 without a query is suppressed, /late500.php's 500
+    // is not, as php-fpm decides.
+    let got = wait_lines(&log, 4);
+    assert_eq!(
+        got,
+        [
+            "500 /late.php?late=500",
+            "500 /late500.php",
+            "404 /late.php?early=1",
+            "503 /late.php?early=1&late=503",
+        ]
+    );
+}
+
 /// Issue 20, item 6: fpmd's log file, the access log and the slowlog are
 /// created 0600, as php-fpm creates its own: their lines name URIs with
 /// their query strings.

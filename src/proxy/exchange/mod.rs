@@ -73,6 +73,9 @@ pub struct Report {
     /// PHP could not set back, as its `sapi.php` said
     /// ([`crate::proxy::sapi::Event::AdminChanged`]).
     pub admin_changed: Vec<String>,
+    /// The response code the script set after its head went out, as its
+    /// `sapi.php` said ([`crate::proxy::sapi::Event::Status`]).
+    pub status: Option<u16>,
 }
 
 /// Writes every byte of `bufs` with `writev`.
@@ -349,6 +352,7 @@ impl ExchangeCtx<'_> {
             finished,
             end: down.messages.end,
             admin_changed: std::mem::take(&mut down.messages.admin_changed),
+            status: down.messages.status,
         }
     }
 }

@@ -131,7 +131,7 @@ async fn one_request(
         peer: "test",
         script: &script::Options::default(),
         access_log: false,
-        report: crate::process::sapi::Report::Nothing,
+        report: crate::process::sapi::Report::NOTHING,
     };
     let (_tx, mut rx) = tokio::sync::watch::channel(false);
     let Next::Request(mut req) = client.read_request(&ctx, &mut rx).await.unwrap() else {

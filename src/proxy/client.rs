@@ -516,7 +516,7 @@ impl Session {
                     kind: RecordType::Stdin,
                     ..
                 },
-            ) if busy == Some(id) => Ok(self.stdin_end(ctx, id, rd)),
+            ) if busy == Some(id) => Ok(self.stdin_end(rd)),
             (State::Params | State::Stdin, Piece::Record(_))
                 if kind == Some(RecordType::AbortRequest) && busy == Some(id) =>
             {
@@ -772,16 +772,12 @@ impl Session {
     }
 
     /// The web server's STDIN ended before dispatch: the request is
-    /// ready, or answered 400 when its body is shorter than its
-    /// `CONTENT_LENGTH` (php-fpm's answer).
-    fn stdin_end(&mut self, ctx: &Ctx<'_>, id: u16, rd: &mut Reading) -> Step {
-        let r = rd.req.as_mut().expect("busy");
-        if !r.end_client_stdin() {
-            info!(pool = %ctx.pool, peer = %ctx.peer, uri = %field(r.param(b"REQUEST_URI").unwrap_or_default()),
-                "request id {id}: the body ended after {} of {} bytes (CONTENT_LENGTH); answering 400, the script does not run", r.body, r.owed);
-            Local::ShortBody.encode(&mut self.replies, id);
-            return Step::Answered(Some(Local::ShortBody));
-        }
+    /// ready. A body shorter than its `CONTENT_LENGTH` runs with what came
+    /// and its child's input half-closed (see the exchange's
+    /// `Upstream::pump`), as when it ends short after dispatch and as
+    /// php-fpm runs it (php-src's log-suppress-output-request-body).
+    fn stdin_end(&mut self, rd: &mut Reading) -> Step {
+        rd.req.as_mut().expect("busy").end_client_stdin();
         Step::Ready
     }
 }

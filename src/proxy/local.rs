@@ -27,9 +27,6 @@ pub enum Local {
     /// php-fpm's 404 `No input file specified.` (the script cannot be
     /// opened).
     NoInputFile,
-    /// 400: the request body ended before `CONTENT_LENGTH` bytes, before it
-    /// was handed to a child (it never ran).
-    ShortBody,
     /// 431: the request's PARAMS (its CGI variables, mostly HTTP headers)
     /// are over fpmd's limit.
     HeadTooLarge,
@@ -44,7 +41,6 @@ impl Local {
             Local::GatewayTimeout => "504 Gateway Timeout",
             Local::ScriptUnknown | Local::NoInputFile => "404 Not Found",
             Local::AccessDenied => "403 Forbidden",
-            Local::ShortBody => "400 Bad Request",
             Local::HeadTooLarge => "431 Request Header Fields Too Large",
         }
     }
@@ -84,7 +80,6 @@ impl Local {
             // The reason (request_terminate_timeout) is in fpmd's log, not
             // told to visitors.
             Local::GatewayTimeout => "the script took too long",
-            Local::ShortBody => "the request body ended before CONTENT_LENGTH bytes",
             Local::HeadTooLarge => "the request headers are too large",
         };
         let retry = if matches!(self, Local::Unavailable(_) | Local::Stopping) {

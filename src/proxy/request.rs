@@ -415,8 +415,8 @@ impl Request {
     }
 
     /// Before dispatch: the web server's STDIN stream ended. Returns false
-    /// when it ended short of `CONTENT_LENGTH` (the request must not run:
-    /// php-cgi would wait for the rest).
+    /// when it ended short of `CONTENT_LENGTH`: the child gets no empty
+    /// STDIN record (php-cgi would wait for the rest) but end of input.
     pub fn end_client_stdin(&mut self) -> bool {
         self.client_stdin_done = true;
         if !self.child_stdin_ended && self.owed == Owed::UntilEnd {

@@ -329,6 +329,47 @@ fn body_longer_than_content_length_runs_once() {
     pool_serves(&s, 4, 3, "/pid.php");
 }
 
+/// Raw FastCGI: CONTENT_LENGTH says 100 bytes, STDIN carries 10 and ends
+/// (the whole request read before a child takes it, and a GET with
+/// CONTENT_LENGTH and no body, php-src's log-suppress-output-request-body):
+/// the script runs once with what came, as php-fpm runs it and as a body
+/// that ends short after dispatch does, and the children serve on.
+#[test]
+fn body_shorter_than_content_length_runs_once_with_what_came() {
+    let s = Stack::start(tcp_pool(2));
+    s.fpmd.wait_workers(2, LONG);
+    let addr = s.fpmd.addr(0).tcp();
+    let body = noise(10, 10);
+    let mut params = fcgi::params_for(&s.dir.docroot(), "post_once.php", "id=short", "POST", 100);
+    params.retain(|(k, _)| k != "CONTENT_TYPE");
+    let (recs, end) = exchange(addr, &request(1, 0, &params, &body), 1, LONG);
+    let (status, _, out) = cgi_response(&stdout_of(&recs, 1));
+    assert_eq!(runs_of(&s.dir, "short"), 1, "{end:?}: {recs:?}");
+    assert_eq!(
+        (status, String::from_utf8_lossy(&out).into_owned()),
+        (200, format!("10 {}", md5_hex(&body))),
+        "{end:?}"
+    );
+    let mut params = fcgi::params_for(&s.dir.docroot(), "post_once.php", "id=none", "GET", 100);
+    params.retain(|(k, _)| k != "CONTENT_TYPE");
+    let (recs, end) = exchange(addr, &request(1, 0, &params, b""), 1, LONG);
+    let (status, _, out) = cgi_response(&stdout_of(&recs, 1));
+    assert_eq!(runs_of(&s.dir, "none"), 1, "{end:?}: {recs:?}");
+    assert_eq!(
+        (status, String::from_utf8_lossy(&out).into_owned()),
+        (200, format!("0 {}", md5_hex(b""))),
+        "{end:?}"
+    );
+    assert!(
+        s.fpmd
+            .log()
+            .contains("the web server ended the body after 10 of 100 bytes (CONTENT_LENGTH): the script read end of input"),
+        "{}",
+        s.fpmd.log()
+    );
+    pool_serves(&s, 2, 3, "/pid.php");
+}
+
 // ---------------------------------------------------------------------------
 // 3. Record padding must not reach the shared child connection
 // ---------------------------------------------------------------------------

@@ -271,17 +271,24 @@ async fn aborted_upload_half_closes_and_php_finishes() {
     assert_eq!(v.child, Fate::Reconnect);
 }
 
+/// STDIN ends short of CONTENT_LENGTH, after dispatch (past the dispatch
+/// buffer) or before it: the child gets what came and the empty STDIN
+/// record (php-cgi's `fcgi_read` returns what it read there), then end of
+/// input; its connection is not reused.
 #[tokio::test]
-async fn short_body_half_closes() {
-    let body = vec![b'x'; DISPATCH_BUFFER_FOR_TESTS + 1];
-    let mut c = head(1, Some("1000000"));
-    c.extend(stdin(1, &body));
-    c.extend(rec(5, 1, &[], &[]));
-    let (v, o, seen, _) = exchange(c, false, answer(1)).await;
-    assert!(seen.eof);
-    assert_eq!(o.body, BodyEnd::Short);
-    assert_eq!(v.child, Fate::Reconnect);
-    assert!(v.keep_client);
+async fn short_body_ends_stdin_and_half_closes() {
+    for len in [DISPATCH_BUFFER_FOR_TESTS + 1, 10] {
+        let body = vec![b'x'; len];
+        let mut c = head(1, Some("1000000"));
+        c.extend(stdin(1, &body));
+        c.extend(rec(5, 1, &[], &[]));
+        let (v, o, seen, _) = exchange(c, false, answer(1)).await;
+        assert!(seen.ended, "{len}: no empty STDIN record");
+        assert_eq!(seen.stdin, body, "{len}");
+        assert_eq!(o.body, BodyEnd::Short, "{len}");
+        assert_eq!(v.child, Fate::Reconnect, "{len}");
+        assert!(v.keep_client, "{len}");
+    }
 }
 
 #[tokio::test]

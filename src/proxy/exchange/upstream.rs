@@ -63,6 +63,10 @@ impl<R: AsyncRead + Unpin> Upstream<'_, R> {
             // child sees the web server close).
             let _ = self.child_w.shutdown().await;
         }
+        if self.req.client_stdin_done && !self.req.child_stdin_ended {
+            // The body ended short of CONTENT_LENGTH before dispatch.
+            return self.ended_short().await;
+        }
         loop {
             if let Some(end) = self.take_buffered().await {
                 return end;
@@ -123,7 +127,7 @@ impl<R: AsyncRead + Unpin> Upstream<'_, R> {
                     if !self.req.child_stdin_ended {
                         self.buf.advance(used);
                         if self.req.owed != Owed::UntilEnd {
-                            return Some(self.half_close(UpEnd::Short).await);
+                            return Some(self.ended_short().await);
                         }
                         self.req.child_stdin_ended = true;
                         let end = self.req.stdin_end_record();
@@ -166,6 +170,18 @@ impl<R: AsyncRead + Unpin> Upstream<'_, R> {
             }
             self.buf.advance(used);
         }
+    }
+
+    /// The web server ended its STDIN short of `CONTENT_LENGTH`: the child
+    /// gets the empty STDIN record, as php-fpm's child gets the web
+    /// server's (php-cgi's `fcgi_read` then returns what it read; at end
+    /// of input alone it returns 0 and the script loses the last bytes),
+    /// and end of input after it (it would wait for the rest of
+    /// `CONTENT_LENGTH`).
+    async fn ended_short(&mut self) -> UpEnd {
+        let end = self.req.stdin_end_record();
+        let _ = self.child_w.write_all(&end).await;
+        self.half_close(UpEnd::Short).await
     }
 
     /// Ends the child's input by closing fpmd's writing side of the

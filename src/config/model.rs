@@ -421,6 +421,11 @@ pub struct PhpIni {
     /// load for all the pools that read the same files (most read
     /// Debian's ~30): see [`crate::config::php`]'s `ReadsCache`.
     pub reads: Option<std::sync::Arc<[PathBuf]>>,
+    /// The `open_basedir` those files set (the last assignment outside a
+    /// `[PATH=…]`/`[HOST=…]` section, quotes removed), when not empty:
+    /// `sapi.php` and the pool's status socket are added to it (see
+    /// [`crate::process::sapi::ini_args`]).
+    pub open_basedir: Option<String>,
 }
 
 /// A pool's confinement keys. Every one of them is applied in the child

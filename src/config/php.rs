@@ -129,16 +129,19 @@ pub(super) fn php_ini_reads(
 #[derive(Default)]
 pub(super) struct ReadsCache(ReadsByInputs);
 
-type ReadsByInputs = HashMap<(PathBuf, Option<PathBuf>, Option<String>), Option<Arc<[PathBuf]>>>;
+/// The files, and the `open_basedir` they set ([`ini_file_value`]).
+type Reads = (Option<Arc<[PathBuf]>>, Option<String>);
+type ReadsByInputs = HashMap<(PathBuf, Option<PathBuf>, Option<String>), Reads>;
 
 impl ReadsCache {
-    /// [`php_ini_reads`] of these, found earlier in this load or now.
+    /// [`php_ini_reads`] of these, found earlier in this load or now, with
+    /// the non-empty `open_basedir` they set.
     pub(super) fn reads(
         &mut self,
         php_cgi: &Path,
         file: Option<&Path>,
         scan: Option<&str>,
-    ) -> Option<Arc<[PathBuf]>> {
+    ) -> Reads {
         let key = (
             php_cgi.to_path_buf(),
             file.map(Path::to_path_buf),
@@ -146,9 +149,57 @@ impl ReadsCache {
         );
         self.0
             .entry(key)
-            .or_insert_with(|| php_ini_reads(php_cgi, file, scan).map(Arc::from))
+            .or_insert_with(|| {
+                let reads: Option<Arc<[PathBuf]>> =
+                    php_ini_reads(php_cgi, file, scan).map(Arc::from);
+                let basedir = reads
+                    .as_deref()
+                    .and_then(|r| ini_file_value(r, "open_basedir"))
+                    .filter(|v| !v.is_empty());
+                (reads, basedir)
+            })
             .clone()
     }
+}
+
+/// The value `files` (php.ini files, in PHP's order) give the ini entry
+/// `name`: its last assignment outside a `[PATH=…]` or `[HOST=…]` section
+/// (those apply per directory or host), with a trailing `;` comment and
+/// surrounding quotes removed. PHP's own reader (`zend_ini_scanner`) also
+/// expands `${…}` and constants; a value using them is taken as written.
+/// Unreadable files are skipped, as PHP skips them.
+pub(super) fn ini_file_value(files: &[PathBuf], name: &str) -> Option<String> {
+    let mut value = None;
+    for f in files {
+        let Ok(text) = std::fs::read_to_string(f) else {
+            continue;
+        };
+        let mut scoped = false;
+        for line in text.lines() {
+            let line = line.trim();
+            if let Some(section) = line.strip_prefix('[') {
+                let s = section.to_ascii_uppercase();
+                scoped = s.starts_with("PATH=") || s.starts_with("HOST=");
+                continue;
+            }
+            if scoped || line.starts_with(';') || line.starts_with('#') {
+                continue;
+            }
+            let Some((key, v)) = line.split_once('=') else {
+                continue;
+            };
+            if key.trim() != name {
+                continue;
+            }
+            let v = v.trim();
+            let v = match v.strip_prefix('"') {
+                Some(rest) => rest.split('"').next().unwrap_or(""),
+                None => v.split(';').next().unwrap_or("").trim(),
+            };
+            value = Some(v.to_string());
+        }
+    }
+    value
 }
 
 /// The bound on the argument and environment strings of an execve(2)
@@ -166,4 +217,38 @@ pub(super) fn arg_max() -> usize {
         .filter(|&n| n > 0)
         .unwrap_or(2 << 20)
         .min(KERNEL_CAP)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The last assignment outside `[PATH=]`/`[HOST=]` sections, across
+    /// files in order; comments and quotes off.
+    #[test]
+    fn ini_file_value_is_the_last_global_assignment() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("php.ini");
+        let b = dir.path().join("20-site.ini");
+        std::fs::write(
+            &a,
+            "[PHP]\nopen_basedir = /srv ; sites\n;open_basedir = /commented\n[PATH=/srv/x]\nopen_basedir = /scoped\n",
+        )
+        .unwrap();
+        assert_eq!(
+            ini_file_value(std::slice::from_ref(&a), "open_basedir").as_deref(),
+            Some("/srv")
+        );
+        std::fs::write(
+            &b,
+            "[Host=example.com]\nopen_basedir=/h\n[opcache]\nopen_basedir = \"/srv:/tmp;x\"\n",
+        )
+        .unwrap();
+        let missing = dir.path().join("none.ini");
+        assert_eq!(
+            ini_file_value(&[a.clone(), missing, b], "open_basedir").as_deref(),
+            Some("/srv:/tmp;x")
+        );
+        assert_eq!(ini_file_value(&[a], "memory_limit"), None);
+    }
 }

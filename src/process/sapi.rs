@@ -258,7 +258,44 @@ fn ini_args_with(config: &PoolConfig, installed: &Installed) -> Option<Vec<Strin
         args.push("-d".to_string());
         args.push(format!("{ADMIN_VALUES}={}", admin.join(" ")));
     }
+    if let Some(basedir) = open_basedir(config) {
+        // Else PHP refuses to open sapi.php (every request a 500) and
+        // fpm_get_status() its socket.
+        let sapi = match chrooted {
+            true => Path::new(IN_CHROOT),
+            false => installed.path.as_path(),
+        };
+        args.push("-d".to_string());
+        args.push(format!(
+            "open_basedir={basedir}:{}:{}",
+            sapi.display(),
+            status.display()
+        ));
+    }
     Some(args)
+}
+
+/// The `open_basedir` a pool's children get, before fpmd adds `sapi.php`
+/// and the pool's status socket to it (each as an exact path: PHP 8 takes
+/// every entry as a directory, and `/dir/file/` admits `/dir/file`
+/// itself): the pool's `php_admin_value`/`php_value`, else what its
+/// php.ini files set ([`crate::config::PhpIni::open_basedir`], as
+/// `${open_basedir}`, PHP's expansion of it). `None`: no `open_basedir`,
+/// nothing to add (an empty value turns it off).
+fn open_basedir(config: &PoolConfig) -> Option<String> {
+    let pool = config
+        .php_admin_values
+        .get("open_basedir")
+        .or_else(|| config.php_values.get("open_basedir"));
+    match pool {
+        Some(v) => (!v.is_empty()).then(|| v.clone()),
+        None if config.no_php_ini => None,
+        None => config
+            .php_ini
+            .open_basedir
+            .as_ref()
+            .map(|_| "${open_basedir}".to_string()),
+    }
 }
 
 /// The pool's admin names `sapi.php` keeps against `.user.ini` files:

@@ -660,3 +660,62 @@ fn error_header_is_set_as_php_fpm_sets_it() {
         assert_eq!(status(&ours[6]), None);
     }
 }
+
+/// A pool with an `open_basedir` (its own, or its php.ini's) that does not
+/// name fpmd's `sapi.php`: PHP must still open it (every request was a
+/// 500, "Failed opening required …fpmd-sapi…"), and `fpm_get_status()`
+/// its status socket; the site's scripts stay confined.
+#[test]
+fn open_basedir_of_the_pool_or_its_php_ini_admits_sapi_php() {
+    let t = TestDir::new();
+    let docroot = t.docroot();
+    write_script(
+        &docroot.join("basedir.php"),
+        "<?php echo ini_get('open_basedir') === '' ? 'none' : 'set', ' ', @file_get_contents('/etc/hostname') === false ? 'confined' : 'open';",
+    );
+    let ini = t.join("basedir-php.ini");
+    std::fs::write(
+        &ini,
+        format!("open_basedir = \"{}\" ; the site\n", docroot.display()),
+    )
+    .unwrap();
+    for (name, line) in [
+        (
+            "admin",
+            format!(
+                "php_admin_value.open_basedir = {:?}",
+                docroot.display().to_string()
+            ),
+        ),
+        (
+            "value",
+            format!(
+                "php_value.open_basedir = {:?}",
+                docroot.display().to_string()
+            ),
+        ),
+        ("ini", format!("php_ini = {:?}", ini.display().to_string())),
+    ] {
+        let f = Fpmd::start(
+            &t,
+            FpmdConfig::new().pool(Pool::new(name).max_children(1).line(line)),
+        );
+        let nginx = Nginx::start(
+            &t,
+            NginxOpts::default()
+                .upstream(f.upstream(0))
+                .name(&format!("nginx-{name}")),
+        );
+        let r = get(&nginx.url("/basedir.php"));
+        assert_eq!(
+            (r.status, r.text()),
+            (200, "set confined".to_string()),
+            "{name}:\n{}",
+            f.log()
+        );
+        let status: serde_json::Value =
+            serde_json::from_str(&get(&nginx.url("/fpm_status.php?a=1")).text())
+                .unwrap_or_else(|e| panic!("{name}: fpm_status.php: {e}"));
+        assert_eq!(status["rows"], 1, "{name}: fpm_get_status() {status}");
+    }
+}

@@ -284,11 +284,12 @@ pub(super) fn resolve_php_ini(
             }
         }
     }
-    let reads = reads.reads(php_cgi, file.as_deref(), scan_dir.as_deref());
+    let (reads, open_basedir) = reads.reads(php_cgi, file.as_deref(), scan_dir.as_deref());
     Ok(PhpIni {
         file,
         scan_dir,
         reads,
+        open_basedir,
     })
 }
 /// `$NAME` (the whole value) → fpmd's `NAME` (empty when unset); anything

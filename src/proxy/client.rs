@@ -95,6 +95,16 @@ pub enum ClientError {
     TooManyReplies,
     #[error("connection closed in the middle of request id {id} ({state})")]
     ClosedMidRequest { id: u16, state: &'static str },
+    /// The web server closed its connection in the middle of a body, before
+    /// a child took the request (its client aborted an upload): the script
+    /// does not run. `got` of `owed` bytes; `uri` its `REQUEST_URI`.
+    #[error("the web server closed the connection after {got} of {owed} bytes of request id {id}'s body; the script does not run uri={uri}")]
+    ClosedMidBody {
+        id: u16,
+        got: u64,
+        owed: String,
+        uri: String,
+    },
     #[error("connection closed in the middle of a record ({0} bytes buffered)")]
     ClosedMidRecord(usize),
     #[error("i/o error: {0}")]
@@ -417,6 +427,15 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> ClientConn<R, W> {
                     return match rd.state {
                         State::Idle if self.buf.is_empty() && self.deframer.at_boundary() => Ok(Some(Next::Closed)),
                         State::Idle => Err(ClientError::ClosedMidRecord(self.buf.len())),
+                        State::Stdin => {
+                            let r = rd.req.as_ref().expect("a request in its body");
+                            Err(ClientError::ClosedMidBody {
+                                id,
+                                got: r.body,
+                                owed: r.owed.to_string(),
+                                uri: field(r.param(b"REQUEST_URI").unwrap_or_default()).to_string(),
+                            })
+                        }
                         s => Err(ClientError::ClosedMidRequest { id, state: s.name() }),
                     };
                 }

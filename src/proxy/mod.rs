@@ -246,6 +246,8 @@ fn log_read_error(ctx: &Ctx<'_>, e: ClientError) {
             // The web server gave up on the connection (its client left).
             info!(pool = %ctx.pool, peer = %ctx.peer, "web server reset the connection: {e}");
         }
+        // Its client aborted an upload: the web server's ordinary way out.
+        e @ ClientError::ClosedMidBody { .. } => info!(pool = %ctx.pool, peer = %ctx.peer, "{e}"),
         e => {
             warn!(pool = %ctx.pool, peer = %ctx.peer, "closing FastCGI connection: {e}");
         }

@@ -367,6 +367,23 @@ fn body_shorter_than_content_length_runs_once_with_what_came() {
         "{}",
         s.fpmd.log()
     );
+    // The web server closes in the middle of the body (its client aborted
+    // an upload) before a child took the request: the script does not
+    // run, and the NOTICE names the request.
+    let mut params = fcgi::params_for(&s.dir.docroot(), "post_once.php", "id=cut", "POST", 100);
+    params.retain(|(k, _)| k != "CONTENT_TYPE");
+    let mut bytes = begin_request(1, 0);
+    bytes.extend(stream(PARAMS, 1, &encode_params(&params)));
+    bytes.extend(record(STDIN, 1, &noise(11, 10)));
+    let mut c = std::net::TcpStream::connect(addr).unwrap();
+    std::io::Write::write_all(&mut c, &bytes).unwrap();
+    c.shutdown(std::net::Shutdown::Write).unwrap();
+    let (recs, end) = read_records(&mut c, LONG, |_| false);
+    assert!(recs.is_empty() && end == End::Closed, "{end:?}: {recs:?}");
+    wait_for(LONG, "the NOTICE of the cut body", || {
+        s.fpmd.log().contains("NOTICE the web server closed the connection after 10 of 100 bytes of request id 1's body; the script does not run uri=")
+    });
+    assert_eq!(runs_of(&s.dir, "cut"), 0);
     pool_serves(&s, 2, 3, "/pid.php");
 }
 

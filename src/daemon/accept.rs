@@ -103,7 +103,12 @@ impl Listener {
                 Ok(Ok((fd, peer))) => {
                     let stream = Stream::new(fd, true)?;
                     return std::task::Poll::Ready(Ok(match (self.tcp, peer) {
-                        (true, Some(peer)) => Conn::Tcp(stream, peer),
+                        // An IPv4 client of `[::]` (a bare port) as itself,
+                        // not `::ffff:a.b.c.d`, in the log.
+                        (true, Some(peer)) => Conn::Tcp(
+                            stream,
+                            SocketAddr::new(peer.ip().to_canonical(), peer.port()),
+                        ),
                         _ => Conn::Unix(stream),
                     }));
                 }
@@ -306,7 +311,9 @@ fn serve(
     match conn {
         Conn::Tcp(stream, peer) => {
             if !client_allowed(&route.allowed_clients, &peer) {
-                warn!(pool = %name, peer = %peer, "connection refused: {} is not in listen.allowed_clients", peer.ip());
+                warn!(pool = %name, peer = %peer,
+                    php_fpm = %format_args!("Connection disallowed: IP address '{}' has been dropped.", peer.ip()),
+                    "connection refused: {} is not in listen.allowed_clients", peer.ip());
                 return;
             }
             let _ = socket2::SockRef::from(&stream).set_nodelay(true);

@@ -198,6 +198,25 @@ fn ipv6_any_listener_takes_ipv4_clients_too() {
         end == End::Closed && out.is_empty(),
         "::1 is not in listen.allowed_clients but got {end:?}: {out}"
     );
+    drop(s);
+
+    // The other way round, under log_format = "php-fpm": the IPv4 client
+    // is logged as itself (not ::ffff:127.0.0.1), in php-fpm's words.
+    let port = free_port();
+    let t = TestDir::new();
+    let cfg = FpmdConfig::new().global(r#"log_format = "php-fpm""#).pool(
+        Pool::www()
+            .tcp(format!("[::]:{port}"))
+            .line(r#"listen.allowed_clients = ["::1"]"#),
+    );
+    let f = Fpmd::start(&t, cfg);
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let _ = wait_closed(&mut c, LONG);
+    wait_for(LONG, "the refusal in php-fpm's words", || {
+        f.log().contains(
+            "WARNING: [pool www] Connection disallowed: IP address '127.0.0.1' has been dropped.",
+        )
+    });
 }
 
 #[test]

@@ -87,8 +87,8 @@ fn start_daemon(
     let config = match config::load_with(&path, &options) {
         Ok(c) => c,
         Err(e) if config::is_php_fpm_config(&path, &options) => {
-            for line in e.php_fpm_lines(&path) {
-                eprintln!("{}", log::php_fpm_stderr_line("ERROR", &line));
+            for (level, line) in e.php_fpm_lines(&path) {
+                eprintln!("{}", log::php_fpm_stderr_line(level.as_str(), &line));
             }
             if let Some(h) = handover.take() {
                 h.refuse(&e.to_string());

@@ -1,6 +1,7 @@
 //! [`ConfigError`]: what is wrong with a configuration, and where (file,
-//! line, pool, key), as every layer of `config` reports it; and
-//! [`EXIT_CONFIG`], the exit status it makes.
+//! line, pool, key), as every layer of `config` reports it, with how
+//! php-fpm reports the same refusal ([`PhpFpmWords`], set where the error
+//! is made); and [`EXIT_CONFIG`], the exit status it makes.
 
 use std::path::{Path, PathBuf};
 
@@ -26,6 +27,12 @@ pub struct ConfigError {
     pub key: Option<String>,
     /// What is wrong, in lower case.
     pub message: String,
+    /// How php-fpm reports the same refusal, for a php-fpm configuration
+    /// ([`ConfigError::php_fpm_lines`]); `None`: php-fpm refuses nothing
+    /// like it, or in words fpmd does not copy, and fpmd's message is
+    /// given in php-fpm's framing. (Boxed: most errors have none, and
+    /// `Result<_, ConfigError>` stays small.)
+    pub php_fpm: Option<Box<PhpFpmWords>>,
 }
 
 fn render_error(e: &ConfigError) -> String {
@@ -45,79 +52,75 @@ fn render_error(e: &ConfigError) -> String {
 }
 
 impl ConfigError {
-    /// The lines php-fpm 8.2 logs at `ERROR` for this error (each without
-    /// its time stamp and level), for a php-fpm configuration under
-    /// `log_format = "php-fpm"`: php-fpm's own words where both refuse
-    /// the same thing, else fpmd's message in php-fpm's framing
-    /// (`[FILE:LINE] ` first); then, for an error in a value as the file
-    /// is read, `failed to load configuration file 'FILE'`; last `FPM
-    /// initialization failed` (`fpm_conf.c`, `fpm_unix.c`,
-    /// `fpm_sockets.c`, `fpm.c`). Where php-fpm's words name no file or
-    /// line (`log_limit must be greater than 512`), the line naming them
-    /// is dropped, as php-fpm does; where they name no key, fpmd's key is
-    /// kept.
-    pub fn php_fpm_lines(&self, main_file: &Path) -> Vec<String> {
-        let at = match self.line {
-            Some(line) => format!("[{}:{line}] ", self.file.display()),
-            None => format!("[{}] ", self.file.display()),
-        };
-        let pool = self.pool.as_deref().unwrap_or("");
-        let quoted = |prefix: &str| self.message.strip_prefix(prefix).map(str::to_string);
-        let php_fpm = match self.key.as_deref() {
-            // fpm_unix.c: fpm_unix_get_passwd / fpm_unix_get_group; the
-            // listen ones are logged with ZLOG_SYSERROR (errno appended).
-            Some("user") => quoted("unknown user ")
-                .map(|n| format!("[pool {pool}] cannot get uid for user {n}")),
-            Some("group") => quoted("unknown group ")
-                .map(|n| format!("[pool {pool}] cannot get gid for group {n}")),
-            Some("listen.owner") => quoted("unknown user ")
-                .map(|n| format!("[pool {pool}] cannot get uid for user {n}: Success (0)")),
-            Some("listen.group") => quoted("unknown group ")
-                .map(|n| format!("[pool {pool}] cannot get gid for group {n}: Success (0)")),
-            // fpm_conf.c, after the files are read.
-            Some("global.log_limit" | "log_limit") => Some(self.message.clone()),
-            // fpm_sockets.c, when the pool's socket is made.
-            Some("listen.address" | "listen") => {
-                self.message.find("invalid port value '").map(|i| {
-                    let value = &self.message[i + "invalid port value '".len()..];
-                    let end = value.find('\'').unwrap_or(value.len());
-                    format!("invalid port value '{}'", &value[..end])
-                })
-            }
-            _ => None,
-        };
-        let mut lines = Vec::with_capacity(3);
-        match php_fpm {
-            Some(text) if text.starts_with("log_limit ") => {
-                // Checked after the files are read (fpm_conf_post_process).
-                lines.push(text);
-                lines.push("failed to post process the configuration".into());
-            }
-            Some(text) => lines.push(text),
+    /// The lines php-fpm 8.2 logs for this error, each with its level and
+    /// without its time stamp, for a php-fpm configuration under
+    /// `log_format = "php-fpm"`: the first as [`ConfigError::php_fpm`]
+    /// says (fpmd's message in php-fpm's framing when it says nothing),
+    /// then what its stage adds (`failed to load configuration file
+    /// 'MAIN'`, `failed to post process the configuration`, or nothing),
+    /// last `FPM initialization failed` (`fpm_conf.c`, `fpm.c`). E.g.
+    /// `(Alert, "[pool www] pm.max_children must be a positive value")`,
+    /// `(Error, "failed to post process the configuration")`, `(Error,
+    /// "FPM initialization failed")`; framed: `[FILE:LINE] [pool www] key
+    /// 'pm': invalid process manager 'x' …`, then `failed to load
+    /// configuration file 'MAIN'`. `main_file`: the configuration file as
+    /// given (`-y`).
+    pub fn php_fpm_lines(&self, main_file: &Path) -> Vec<(PhpFpmLevel, String)> {
+        let framed;
+        let words = match &self.php_fpm {
+            Some(words) => words,
             None => {
-                // php-fpm's own words for these are fpmd's message as it is
-                // (fpm_conf_set_array: "You must provide a key for field …").
-                let own_words = self.message.starts_with(|c: char| c.is_ascii_uppercase())
-                    || self.message.starts_with("unknown entry '");
-                let mut text = at;
-                if !own_words {
-                    if let Some(pool) = &self.pool {
-                        text.push_str(&format!("[pool {pool}] "));
-                    }
-                    if let Some(key) = &self.key {
-                        text.push_str(&format!("key '{key}': "));
-                    }
-                }
-                text.push_str(&self.message);
-                lines.push(text);
-                lines.push(format!(
-                    "failed to load configuration file '{}'",
-                    main_file.display()
-                ));
+                framed = PhpFpmWords::read(self.framed_message());
+                &framed
+            }
+        };
+        let mut first = String::new();
+        if words.located {
+            match self.line {
+                Some(line) => first.push_str(&format!("[{}:{line}] ", self.file.display())),
+                None => first.push_str(&format!("[{}] ", self.file.display())),
             }
         }
-        lines.push("FPM initialization failed".into());
+        first.push_str(&words.text);
+        let mut lines = vec![(words.level, first)];
+        match words.stage {
+            PhpFpmStage::Read => lines.push((
+                PhpFpmLevel::Error,
+                format!(
+                    "failed to load configuration file '{}'",
+                    main_file.display()
+                ),
+            )),
+            PhpFpmStage::PostProcess => lines.push((
+                PhpFpmLevel::Error,
+                "failed to post process the configuration".into(),
+            )),
+            PhpFpmStage::Init => {}
+        }
+        lines.push((PhpFpmLevel::Error, "FPM initialization failed".into()));
         lines
+    }
+
+    /// fpmd's message with its pool and key, as php-fpm frames an error
+    /// it has no words of its own for: `[pool POOL] key 'KEY': MESSAGE`.
+    fn framed_message(&self) -> String {
+        let mut text = String::new();
+        if let Some(pool) = &self.pool {
+            text.push_str(&format!("[pool {pool}] "));
+        }
+        if let Some(key) = &self.key {
+            text.push_str(&format!("key '{key}': "));
+        }
+        text.push_str(&self.message);
+        text
+    }
+
+    /// This error, reported under a php-fpm configuration in `words`.
+    pub(super) fn with_php_fpm(self, words: PhpFpmWords) -> Self {
+        ConfigError {
+            php_fpm: Some(Box::new(words)),
+            ..self
+        }
     }
 
     pub(super) fn file_only(file: &Path, message: impl Into<String>) -> Self {
@@ -127,6 +130,92 @@ impl ConfigError {
             pool: None,
             key: None,
             message: message.into(),
+            php_fpm: None,
         }
     }
+}
+
+/// How php-fpm 8.2 reports an error that fpmd refuses for the same
+/// reason: its words, their level, when in its start it finds it, and
+/// whether the line names the file and line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PhpFpmWords {
+    /// The level php-fpm logs the words at.
+    pub level: PhpFpmLevel,
+    /// The words, without time stamp, level or `[FILE:LINE] `.
+    pub text: String,
+    /// Whether `[FILE:LINE] ` (`[FILE] ` without a line) comes first, as
+    /// in the errors php-fpm finds as it reads the file.
+    pub located: bool,
+    /// When php-fpm finds it, which says the line after the words.
+    pub stage: PhpFpmStage,
+}
+
+impl PhpFpmWords {
+    /// An `ERROR` found as the files are read (`fpm_conf.c`'s ini
+    /// parser), at its file and line: `[FILE:LINE] TEXT`.
+    pub fn read(text: impl Into<String>) -> Self {
+        PhpFpmWords {
+            level: PhpFpmLevel::Error,
+            text: text.into(),
+            located: true,
+            stage: PhpFpmStage::Read,
+        }
+    }
+
+    /// Found after the files are read (`fpm_conf_post_process`), at
+    /// `level`, naming no file.
+    pub fn post_process(level: PhpFpmLevel, text: impl Into<String>) -> Self {
+        PhpFpmWords {
+            level,
+            text: text.into(),
+            located: false,
+            stage: PhpFpmStage::PostProcess,
+        }
+    }
+
+    /// An `ERROR` found later in `fpm_init` (`fpm_unix_init_main`,
+    /// `fpm_sockets_init_main`), naming no file.
+    pub fn init(text: impl Into<String>) -> Self {
+        PhpFpmWords {
+            level: PhpFpmLevel::Error,
+            text: text.into(),
+            located: false,
+            stage: PhpFpmStage::Init,
+        }
+    }
+}
+
+/// A level of php-fpm's log (`zlog.h`) that configuration errors use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PhpFpmLevel {
+    /// `ZLOG_ERROR`.
+    Error,
+    /// `ZLOG_ALERT`.
+    Alert,
+}
+
+impl PhpFpmLevel {
+    /// As php-fpm writes it before the text: `ERROR`, `ALERT`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PhpFpmLevel::Error => "ERROR",
+            PhpFpmLevel::Alert => "ALERT",
+        }
+    }
+}
+
+/// When php-fpm finds a configuration error, which decides the line it
+/// logs after the error's own (`fpm.c`: `fpm_init`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PhpFpmStage {
+    /// As the files are read (`fpm_conf_load_ini_file`): then
+    /// `failed to load configuration file 'MAIN'`.
+    Read,
+    /// After they are read (`fpm_conf_post_process`): then `failed to
+    /// post process the configuration`.
+    PostProcess,
+    /// Later in `fpm_init`: nothing more before `FPM initialization
+    /// failed`.
+    Init,
 }

@@ -344,6 +344,7 @@ fn find_includes(
         pool: None,
         key: Some("global.include".into()),
         message,
+        php_fpm: None,
     };
     let main_canon = reader.canonicalize(&main.path);
     let mut out: Vec<PathBuf> = Vec::new();

@@ -89,7 +89,7 @@ pub use model::{
 };
 pub use raw::{ByteSize, Duration};
 
-pub use error::{ConfigError, EXIT_CONFIG};
+pub use error::{ConfigError, PhpFpmLevel, PhpFpmStage, PhpFpmWords, EXIT_CONFIG};
 #[cfg(test)]
 use load::load_as;
 use load::{load_from, FileSystem, Memory, Reader};
@@ -728,6 +728,7 @@ php_admin_flag.log_errors = true
             pool: None,
             key: Some("global.include".into()),
             message: "x".into(),
+            php_fpm: None,
         };
         assert_eq!(e.to_string(), "fpmd.toml:4: key 'global.include': x");
         let e = ConfigError {
@@ -736,6 +737,7 @@ php_admin_flag.log_errors = true
             pool: None,
             key: None,
             message: "no pool defined".into(),
+            php_fpm: None,
         };
         assert_eq!(e.to_string(), "fpmd.toml: no pool defined");
         let e = ConfigError {
@@ -744,6 +746,7 @@ php_admin_flag.log_errors = true
             pool: Some("www".into()),
             key: None,
             message: "m".into(),
+            php_fpm: None,
         };
         assert_eq!(e.to_string(), "pool.d/www.toml:1: [www] m");
     }

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use super::model::{LogFormat, LogLevel, Spawn};
 use super::source::SourceFile;
 use super::toml::dotted;
-use super::ConfigError;
+use super::{ConfigError, PhpFpmWords};
 
 /// A size in bytes: PHP's ini shorthand (`"64M"`, `"1G"`, `"512K"`,
 /// 1024-based, case-insensitive) or a non-negative integer of bytes.
@@ -465,30 +465,76 @@ pub(super) enum RawAddress {
     Port(u16),
 }
 
-fn parse_port(s: &str) -> Result<u16, String> {
+/// Why a `listen.address` is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum AddressError {
+    /// The port is not 1 to 65535: `port` as written, in `address` when
+    /// it follows a host.
+    Port {
+        port: String,
+        address: Option<String>,
+    },
+    /// Any other: the whole message.
+    Other(String),
+}
+
+impl fmt::Display for AddressError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AddressError::Port { port, address } => {
+                if let Some(a) = address {
+                    write!(f, "invalid listen address '{a}': ")?;
+                }
+                write!(f, "invalid port value '{port}' (expected 1-65535)")
+            }
+            AddressError::Other(m) => f.write_str(m),
+        }
+    }
+}
+
+impl AddressError {
+    /// How php-fpm reports it (`fpm_sockets.c`, as the pool's socket is
+    /// made in `fpm_init`): `invalid port value 'PORT'`. `None` for the
+    /// others, whose php-fpm words (if it refuses them) fpmd does not copy.
+    pub(super) fn php_fpm(&self) -> Option<PhpFpmWords> {
+        match self {
+            AddressError::Port { port, .. } => {
+                Some(PhpFpmWords::init(format!("invalid port value '{port}'")))
+            }
+            AddressError::Other(_) => None,
+        }
+    }
+}
+
+fn parse_port(s: &str, address: Option<&str>) -> Result<u16, AddressError> {
     match s.parse::<u16>() {
-        Ok(0) | Err(_) => Err(format!("invalid port value '{s}' (expected 1-65535)")),
+        Ok(0) | Err(_) => Err(AddressError::Port {
+            port: s.to_string(),
+            address: address.map(str::to_string),
+        }),
         Ok(p) => Ok(p),
     }
 }
 
-pub(super) fn parse_listen_address(s: &str) -> Result<RawAddress, String> {
+pub(super) fn parse_listen_address(s: &str) -> Result<RawAddress, AddressError> {
     const FORMS: &str =
         "expected a unix socket path (containing '/'), \"IP:PORT\", \"[IPv6]:PORT\" or a port";
     if s.is_empty() {
-        return Err(format!("empty listen address ({FORMS})"));
+        return Err(AddressError::Other(format!(
+            "empty listen address ({FORMS})"
+        )));
     }
     if s.contains('/') {
         return Ok(RawAddress::Unix(s.to_string()));
     }
     if s.bytes().all(|b| b.is_ascii_digit()) {
-        return parse_port(s).map(RawAddress::Port);
+        return parse_port(s, None).map(RawAddress::Port);
     }
     if let Ok(addr) = s.parse::<SocketAddr>() {
         if addr.port() == 0 {
-            return Err(format!(
+            return Err(AddressError::Other(format!(
                 "invalid listen address '{s}': port 0 is not allowed"
-            ));
+            )));
         }
         return Ok(RawAddress::Tcp(addr));
     }
@@ -503,12 +549,13 @@ pub(super) fn parse_listen_address(s: &str) -> Result<RawAddress, String> {
             }),
         };
         if let Some(ip) = ip {
-            let port =
-                parse_port(port).map_err(|e| format!("invalid listen address '{s}': {e}"))?;
+            let port = parse_port(port, Some(s))?;
             return Ok(RawAddress::Tcp(SocketAddr::new(ip, port)));
         }
     }
-    Err(format!("invalid listen address '{s}' ({FORMS})"))
+    Err(AddressError::Other(format!(
+        "invalid listen address '{s}' ({FORMS})"
+    )))
 }
 
 impl<'de> Deserialize<'de> for RawAddress {
@@ -757,8 +804,24 @@ pub(super) fn deserialize_file(src: &SourceFile) -> Result<RawFile, ConfigError>
             pool,
             key,
             message,
+            php_fpm: listen_address_words(src, &refs).map(Box::new),
         }
     })
+}
+
+/// php-fpm's words for a pool's `listen.address` at `segs` (`[POOL,
+/// "listen", "address"]`, the path of a value that failed to
+/// deserialize), asked of the parser that refused it; `None` for any
+/// other path, or words php-fpm does not share.
+fn listen_address_words(src: &SourceFile, segs: &[&str]) -> Option<PhpFpmWords> {
+    let [pool, "listen", "address"] = segs else {
+        return None;
+    };
+    if *pool == "global" {
+        return None;
+    }
+    let written = src.value_text(segs)?;
+    parse_listen_address(&written).err()?.php_fpm()
 }
 
 #[cfg(test)]

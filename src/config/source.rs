@@ -42,6 +42,7 @@ impl SourceFile {
                     Some(c) => format!("syntax error at column {c}: {msg}{}", php_fpm_hint(&text)),
                     None => format!("syntax error: {msg}{}", php_fpm_hint(&text)),
                 },
+                php_fpm: None,
             }
         })?;
         Ok(SourceFile {
@@ -73,6 +74,22 @@ impl SourceFile {
             table = item.as_table_like()?;
         }
         None
+    }
+
+    /// The string or integer at `segs` (from the document root) as text
+    /// (an integer in decimal), if there is one.
+    pub(super) fn value_text(&self, segs: &[&str]) -> Option<String> {
+        let (last, tables) = segs.split_last()?;
+        let mut table: &dyn TableLike = self.doc.as_table();
+        for seg in tables {
+            table = table.get(seg)?.as_table_like()?;
+        }
+        let value = table.get(last)?.as_value()?;
+        match value {
+            toml_edit::Value::String(s) => Some(s.value().clone()),
+            toml_edit::Value::Integer(n) => Some(n.value().to_string()),
+            _ => None,
+        }
     }
 
     /// Whether the key at `segs` (from the document root) is set.

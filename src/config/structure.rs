@@ -91,6 +91,7 @@ pub(super) fn check_structure(src: &SourceFile, is_main: bool) -> Result<Vec<Str
             pool: pool.map(str::to_string),
             key,
             message,
+            php_fpm: None,
         };
         if name == "global" {
             if !is_main {
@@ -123,6 +124,7 @@ pub(super) fn check_structure(src: &SourceFile, is_main: bool) -> Result<Vec<Str
                     pool: None,
                     key: Some(full),
                     message,
+                    php_fpm: None,
                 });
             }
             continue;
@@ -232,6 +234,7 @@ fn check_pool_keys(
                     pool: Some(pool.to_string()),
                     key: Some(rel),
                     message,
+                    php_fpm: None,
                 });
             }
         }

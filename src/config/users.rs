@@ -7,6 +7,7 @@ use nix::unistd::{Gid, Group, Uid, User};
 
 use super::model::Credentials;
 use super::raw::IdOrName;
+use super::PhpFpmWords;
 
 /// The effective ids of the fpmd process (parameters so that tests can
 /// exercise the non-root rules).
@@ -140,26 +141,77 @@ pub(super) fn group_name_of(gid: u32) -> String {
     group_name(gid)
 }
 
-fn lookup_user(u: &IdOrName) -> Result<(Option<User>, u32), String> {
+/// A user or group name that cannot be resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum LookupError {
+    /// The system database has no such name: `unknown user 'NAME'`.
+    Unknown {
+        /// `"user"` or `"group"`.
+        what: &'static str,
+        name: String,
+    },
+    /// The lookup itself failed: `cannot look up user 'NAME': ERRNO`.
+    Failed(String),
+}
+
+impl std::fmt::Display for LookupError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LookupError::Unknown { what, name } => write!(f, "unknown {what} '{name}'"),
+            LookupError::Failed(m) => f.write_str(m),
+        }
+    }
+}
+
+impl LookupError {
+    /// How php-fpm reports it for pool `pool` (`fpm_unix.c`:
+    /// `fpm_unix_get_passwd`, `fpm_unix_get_group`): `[pool www] cannot
+    /// get uid for user 'NAME'`, at `ERROR` while `fpm_init` checks the
+    /// users. `syserror`: logged with `ZLOG_SYSERROR`, as php-fpm does for
+    /// `listen.owner` and `listen.group`, whose errno (none) is appended as
+    /// `: Success (0)`. `None` for a failed lookup.
+    pub(super) fn php_fpm(&self, pool: &str, syserror: bool) -> Option<PhpFpmWords> {
+        let LookupError::Unknown { what, name } = self else {
+            return None;
+        };
+        let id = if *what == "user" { "uid" } else { "gid" };
+        let errno = if syserror { ": Success (0)" } else { "" };
+        Some(PhpFpmWords::init(format!(
+            "[pool {pool}] cannot get {id} for {what} '{name}'{errno}"
+        )))
+    }
+}
+
+fn lookup_user(u: &IdOrName) -> Result<(Option<User>, u32), LookupError> {
     match u {
         IdOrName::Name(n) => match User::from_name(n) {
             Ok(Some(user)) => {
                 let uid = user.uid.as_raw();
                 Ok((Some(user), uid))
             }
-            Ok(None) => Err(format!("unknown user '{n}'")),
-            Err(e) => Err(format!("cannot look up user '{n}': {e}")),
+            Ok(None) => Err(LookupError::Unknown {
+                what: "user",
+                name: n.clone(),
+            }),
+            Err(e) => Err(LookupError::Failed(format!(
+                "cannot look up user '{n}': {e}"
+            ))),
         },
         IdOrName::Id(id) => Ok((User::from_uid(Uid::from_raw(*id)).ok().flatten(), *id)),
     }
 }
 
-fn lookup_group(g: &IdOrName) -> Result<(String, u32), String> {
+fn lookup_group(g: &IdOrName) -> Result<(String, u32), LookupError> {
     match g {
         IdOrName::Name(n) => match Group::from_name(n) {
             Ok(Some(group)) => Ok((group.name, group.gid.as_raw())),
-            Ok(None) => Err(format!("unknown group '{n}'")),
-            Err(e) => Err(format!("cannot look up group '{n}': {e}")),
+            Ok(None) => Err(LookupError::Unknown {
+                what: "group",
+                name: n.clone(),
+            }),
+            Err(e) => Err(LookupError::Failed(format!(
+                "cannot look up group '{n}': {e}"
+            ))),
         },
         IdOrName::Id(id) => Ok((group_name(*id), *id)),
     }
@@ -172,11 +224,11 @@ fn group_name(gid: u32) -> String {
     }
 }
 
-pub(super) fn resolve_uid(u: &IdOrName) -> Result<u32, String> {
+pub(super) fn resolve_uid(u: &IdOrName) -> Result<u32, LookupError> {
     lookup_user(u).map(|(_, uid)| uid)
 }
 
-pub(super) fn resolve_gid(g: &IdOrName) -> Result<u32, String> {
+pub(super) fn resolve_gid(g: &IdOrName) -> Result<u32, LookupError> {
     lookup_group(g).map(|(_, gid)| gid)
 }
 
@@ -224,7 +276,7 @@ pub(super) fn resolve_credentials(
 ) -> Result<Credentials, (&'static str, String)> {
     let root = ids.euid == 0;
     let (entry, uid) = match user {
-        Some(u) => lookup_user(u).map_err(|m| ("user", m))?,
+        Some(u) => lookup_user(u).map_err(|e| ("user", e.to_string()))?,
         None if root && !allow_root => {
             return Err((
                 "user",
@@ -250,7 +302,7 @@ pub(super) fn resolve_credentials(
         "remove 'user' to run the pool as fpmd's own user",
     )?;
     let (group_name, gid) = match group {
-        Some(g) => lookup_group(g).map_err(|m| ("group", m))?,
+        Some(g) => lookup_group(g).map_err(|e| ("group", e.to_string()))?,
         None => {
             let gid = if root {
                 // With -R, a user with no passwd entry keeps fpmd's own

@@ -362,6 +362,8 @@ fn broken_configuration_lines_as_php_fpm_writes_them() {
         pool("php_value[] = 1"),
         pool("user = nosuchuser"),
         pool("group = nosuchgroup"),
+        pool("listen.owner = nosuchuser"),
+        pool("listen.group = nosuchgroup"),
         pool("").replace("[global]\n", "[global]\nlog_limit = 64\n"),
     ];
     for text in &same {

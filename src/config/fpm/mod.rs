@@ -94,7 +94,7 @@ pub use dump::php_fpm_dump;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::{ConfigError, LoadOptions, Reader};
+use super::{ConfigError, LoadOptions, PhpFpmWords, Reader};
 #[cfg(test)]
 use values::somaxconn;
 
@@ -170,7 +170,22 @@ fn error(
         pool: pool.map(str::to_string),
         key: key.map(str::to_string),
         message: message.into(),
+        php_fpm: None,
     }
+}
+
+/// An error php-fpm reports in these very words as it reads the file
+/// (`fpm_conf.c`'s ini parser: `[FILE:LINE] MESSAGE`, then `failed to
+/// load configuration file`).
+fn own_words(
+    at: &Origin,
+    pool: Option<&str>,
+    key: Option<&str>,
+    message: impl Into<String>,
+) -> ConfigError {
+    let e = error(at, pool, key, message);
+    let words = PhpFpmWords::read(e.message.clone());
+    e.with_php_fpm(words)
 }
 
 fn place(at: &Origin) -> String {
@@ -206,10 +221,8 @@ pub(super) fn translate(
     };
     r.read_file(main)?;
     if r.pools.is_empty() {
-        return Err(ConfigError::file_only(
-            main,
-            "No pool defined. at least one pool section must be specified in config file (php-fpm's words)",
-        ));
+        let message = "No pool defined. at least one pool section must be specified in config file (php-fpm's words)";
+        return Err(ConfigError::file_only(main, message).with_php_fpm(PhpFpmWords::read(message)));
     }
     r.emit(main, &dir)
 }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use super::directives::{self, Action};
 use super::scan::{self, Statement};
 use super::values::{boolean, is_string};
-use super::{error, place, ConfigError, Origin, PoolIni, Reading, Val};
+use super::{error, own_words, place, ConfigError, Origin, PoolIni, Reading, Val};
 
 impl Reading<'_> {
     /// Reads `path` (an include at most 5 deep), line by line, applying
@@ -143,7 +143,7 @@ impl Reading<'_> {
             } else {
                 String::new()
             };
-            return Err(error(
+            return Err(own_words(
                 &origin,
                 pool,
                 Some(&name),
@@ -155,7 +155,7 @@ impl Reading<'_> {
             None if value.contains("$pool")
                 && matches!(directives::find(table, &name), Some((_, Action::To(_, k) | Action::PoolDefault(_, k) | Action::Notice(k, _))) if is_string(k)) =>
             {
-                return Err(error(
+                return Err(own_words(
                     &origin,
                     None,
                     Some(&name),
@@ -187,7 +187,7 @@ impl Reading<'_> {
     ) -> Result<(), ConfigError> {
         if name == "access.suppress_path" {
             if !key.is_empty() {
-                return Err(error(
+                return Err(own_words(
                     &origin,
                     pool,
                     Some(&origin.directive),
@@ -195,7 +195,7 @@ impl Reading<'_> {
                 ));
             }
             if !value.starts_with('/') {
-                return Err(error(
+                return Err(own_words(
                     &origin,
                     pool,
                     Some(&origin.directive),
@@ -203,7 +203,7 @@ impl Reading<'_> {
                 ));
             }
         } else if key.is_empty() {
-            return Err(error(
+            return Err(own_words(
                 &origin,
                 pool,
                 Some(&origin.directive),
@@ -211,7 +211,7 @@ impl Reading<'_> {
             ));
         }
         let Some(c) = self.current else {
-            return Err(error(
+            return Err(own_words(
                 &origin,
                 None,
                 Some(&origin.directive),
@@ -304,7 +304,7 @@ impl Reading<'_> {
                 dir.parent().map(Path::to_path_buf).unwrap_or_default()
             };
             if wildcard && self.reader.canonicalize(&dir).is_none() {
-                return Err(error(at, pool.as_deref(), Some("include"), format!(
+                return Err(own_words(at, pool.as_deref(), Some("include"), format!(
                     "Unable to globalize '{full}' (ret=2) (php-fpm's words: the directory {} does not exist)", dir.display()
                 )));
             }

@@ -861,32 +861,44 @@ fn errors_in_php_fpms_words() {
         let at = format!("[{}:", file.display());
         e.php_fpm_lines(main)
             .into_iter()
-            .map(|l| l.replace(&at, "[FILE:"))
+            .map(|(level, l)| format!("{}: {}", level.as_str(), l.replace(&at, "[FILE:")))
             .collect::<Vec<_>>()
     };
+    let load_failed = "ERROR: failed to load configuration file '/etc/php/8.2/fpm/php-fpm.conf'";
+    let post_process = "ERROR: failed to post process the configuration";
+    let failed = "ERROR: FPM initialization failed";
     assert_eq!(
         lines(&format!("[global]\nlog_limit = 64\n{}", pool("www", ""))),
         [
-            "log_limit must be greater than 512",
-            "failed to post process the configuration",
-            "FPM initialization failed"
+            "ERROR: log_limit must be greater than 512",
+            post_process,
+            failed
         ]
     );
     assert_eq!(
         lines(&pool("www", "php_value[] = 1\n")),
         [
-            "[FILE:8] You must provide a key for field 'php_value'",
-            "failed to load configuration file '/etc/php/8.2/fpm/php-fpm.conf'",
-            "FPM initialization failed"
+            "ERROR: [FILE:8] You must provide a key for field 'php_value'",
+            load_failed,
+            failed
         ]
     );
     assert_eq!(
-        lines(&pool("www", "pm.max_children = 0\n")),
+        lines(&pool("www", "pm.max_childern = 3\n")),
         [
-            "[FILE:8] [pool www] key 'pm.max_children': pm.max_children must be at least 1",
-            "failed to load configuration file '/etc/php/8.2/fpm/php-fpm.conf'",
-            "FPM initialization failed"
+            "ERROR: [FILE:8] unknown entry 'pm.max_childern' (did you mean 'pm.max_children'?)",
+            load_failed,
+            failed
         ]
+    );
+    assert_eq!(
+        lines(&pool("www", "pm = sometimes\n")),
+        [
+            "ERROR: [FILE:8] [pool www] key 'pm': invalid process manager 'sometimes' (static, dynamic or ondemand)",
+            load_failed,
+            failed
+        ],
+        "fpmd's own words in php-fpm's framing"
     );
     let user = |extra: &str| {
         format!("[www]\n{extra}\nphp_cgi = /bin/sh\nlisten = /tmp/www.sock\npm = static\npm.max_children = 5\n")
@@ -894,28 +906,58 @@ fn errors_in_php_fpms_words() {
     assert_eq!(
         lines(&user("user = nosuchuser\ngroup = nosuchgroup")),
         [
-            "[pool www] cannot get uid for user 'nosuchuser'",
-            "FPM initialization failed"
+            "ERROR: [pool www] cannot get uid for user 'nosuchuser'",
+            failed
         ]
     );
     assert_eq!(
         lines(&user("user = root\ngroup = nosuchgroup")),
         [
-            "[pool www] cannot get gid for group 'nosuchgroup'",
-            "FPM initialization failed"
+            "ERROR: [pool www] cannot get gid for group 'nosuchgroup'",
+            failed
         ],
         "an unknown name is reported before root is refused"
     );
     assert_eq!(
         lines(&user("user = root\nlisten.owner = nosuchuser")),
         [
-            "[pool www] cannot get uid for user 'nosuchuser': Success (0)",
-            "FPM initialization failed"
+            "ERROR: [pool www] cannot get uid for user 'nosuchuser': Success (0)",
+            failed
+        ]
+    );
+    assert_eq!(
+        lines(&user("user = root\nlisten.group = nosuchgroup")),
+        [
+            "ERROR: [pool www] cannot get gid for group 'nosuchgroup': Success (0)",
+            failed
         ]
     );
     assert_eq!(
         lines(&pool("www", "").replace("/tmp/www.sock", "127.0.0.1:69002")),
-        ["invalid port value '69002'", "FPM initialization failed"]
+        ["ERROR: invalid port value '69002'", failed]
+    );
+    assert_eq!(
+        lines(&pool("www", "").replace("/tmp/www.sock", "70000")),
+        ["ERROR: invalid port value '70000'", failed]
+    );
+    assert_eq!(
+        lines(&pool("www", "pm.max_children = 0\n")),
+        [
+            "ERROR: [FILE:8] [pool www] key 'pm.max_children': pm.max_children must be at least 1",
+            load_failed,
+            failed
+        ]
+    );
+    let dynamic = |spare: &str| pool("www", &format!("pm = dynamic\n{spare}\n"));
+    // php-fpm takes pm.start_servers = 0 as unset: fpmd's refusal is its
+    // own, in php-fpm's framing.
+    assert_eq!(
+        lines(&dynamic("pm.min_spare_servers = 2\npm.max_spare_servers = 3\npm.start_servers = 0")),
+        [
+            "ERROR: [FILE:11] [pool www] key 'pm.start_servers': pm.start_servers (0) must be between pm.min_spare_servers (2) and pm.max_spare_servers (3)",
+            load_failed,
+            failed
+        ]
     );
 }
 

@@ -33,6 +33,7 @@ impl Translation {
                 },
                 pool: e.pool,
                 message,
+                php_fpm: e.php_fpm,
             },
             None => ConfigError {
                 line: None,

@@ -27,6 +27,7 @@ pub(in crate::config) fn check_pool_names(files: &Files) -> Result<(), ConfigErr
                     pool: Some(name.clone()),
                     key: None,
                     message: format!("pool '{name}' is defined twice: here and in {at}"),
+                    php_fpm: None,
                 });
             }
             seen.insert(name.clone(), (src.path.clone(), line));
@@ -139,6 +140,7 @@ pub(in crate::config) fn check_listen_addresses(
             pool: None,
             key: Some("global.metrics.listen".into()),
             message,
+            php_fpm: None,
         };
         let metrics_id = identity(metrics);
         if collision_of(&control, &metrics_id).is_some() {

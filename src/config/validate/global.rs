@@ -11,7 +11,7 @@ use crate::config::model::{
 use crate::config::raw::{RawAddress, RawGlobal};
 use crate::config::source::SourceFile;
 use crate::config::users::Ids;
-use crate::config::ConfigError;
+use crate::config::{ConfigError, PhpFpmLevel, PhpFpmWords};
 
 pub(in crate::config) fn validate_global(
     src: &SourceFile,
@@ -55,11 +55,11 @@ pub(in crate::config) fn validate_global(
     let log_limit = match raw.log_limit {
         None => DEFAULT_LOG_LIMIT,
         Some(n) if n < MIN_LOG_LIMIT as i64 => {
-            // php-fpm's words (fpm_conf.c); it means "at least".
-            return Err(err(
-                "log_limit",
-                format!("log_limit must be greater than {MIN_LOG_LIMIT}"),
-            ));
+            // php-fpm's words (fpm_conf.c: fpm_conf_post_process); it
+            // means "at least".
+            let message = format!("log_limit must be greater than {MIN_LOG_LIMIT}");
+            let words = PhpFpmWords::post_process(PhpFpmLevel::Error, message.clone());
+            return Err(err("log_limit", message).with_php_fpm(words));
         }
         Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
     };
@@ -100,6 +100,7 @@ fn global_error(src: &SourceFile, key: &str, message: String) -> ConfigError {
         pool: None,
         key: Some(format!("global.{key}")),
         message,
+        php_fpm: None,
     }
 }
 

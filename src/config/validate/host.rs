@@ -87,6 +87,7 @@ pub(in crate::config) fn check_host_limits(
                 pool: None,
                 key: Some("global.metrics.listen".into()),
                 message: m,
+                php_fpm: None,
             });
         }
     }

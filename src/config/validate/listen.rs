@@ -5,7 +5,7 @@
 use super::{check_socket_path, PoolCtx};
 use crate::config::model::{Credentials, Listen, ListenAddress};
 use crate::config::raw::{AllowedClients, IdOrName, RawAddress, RawListen, StrList};
-use crate::config::users::{resolve_gid, resolve_uid};
+use crate::config::users::{resolve_gid, resolve_uid, LookupError};
 use crate::config::ConfigError;
 
 /// The pool's `listen.*`. A unix socket is owned by the pool's user and
@@ -21,12 +21,12 @@ pub(super) fn listen(
     };
     let is_unix = matches!(address, ListenAddress::Unix(_));
     let owner = match &l.owner {
-        Some(o) => Some(resolve_uid(o).map_err(|m| ctx.err(&["listen", "owner"], m))?),
+        Some(o) => Some(resolve_uid(o).map_err(|e| ctx.err(&["listen", "owner"], e.to_string()))?),
         None if is_unix => Some(user.uid),
         None => None,
     };
     let group = match &l.group {
-        Some(g) => Some(resolve_gid(g).map_err(|m| ctx.err(&["listen", "group"], m))?),
+        Some(g) => Some(resolve_gid(g).map_err(|e| ctx.err(&["listen", "group"], e.to_string()))?),
         None if is_unix => Some(user.gid),
         None => None,
     };
@@ -111,7 +111,7 @@ pub(super) fn acl_ids(
     ctx: &PoolCtx<'_>,
     list: Option<StrList>,
     key: &str,
-    resolve: fn(&IdOrName) -> Result<u32, String>,
+    resolve: fn(&IdOrName) -> Result<u32, LookupError>,
 ) -> Result<Vec<u32>, ConfigError> {
     let mut out = Vec::new();
     for item in list.map(|l| l.0).unwrap_or_default() {
@@ -120,7 +120,7 @@ pub(super) fn acl_ids(
                 Ok(n) => IdOrName::Id(n),
                 Err(_) => IdOrName::Name(name.to_string()),
             };
-            out.push(resolve(&id).map_err(|m| ctx.err(&["listen", key], m))?);
+            out.push(resolve(&id).map_err(|e| ctx.err(&["listen", key], e.to_string()))?);
         }
     }
     Ok(out)

@@ -72,6 +72,7 @@ impl PoolCtx<'_> {
                 Some(dotted(&segs))
             },
             message: message.into(),
+            php_fpm: None,
         }
     }
 }
@@ -97,20 +98,37 @@ pub(super) fn validate_pool(
     // group, listen.owner, listen.group): an unknown one is what `-t`
     // reports before anything else about these keys (also not as root,
     // where php-fpm's `-t` checks them too).
+    // php-fpm logs the listen ones with their errno (`: Success (0)`).
     let names = [
-        (&["user"][..], raw.user.as_ref(), true),
-        (&["group"][..], raw.group.as_ref(), false),
-        (&["listen", "owner"][..], raw.listen.owner.as_ref(), true),
-        (&["listen", "group"][..], raw.listen.group.as_ref(), false),
+        (&["user"][..], raw.user.as_ref(), true, false),
+        (&["group"][..], raw.group.as_ref(), false, false),
+        (
+            &["listen", "owner"][..],
+            raw.listen.owner.as_ref(),
+            true,
+            true,
+        ),
+        (
+            &["listen", "group"][..],
+            raw.listen.group.as_ref(),
+            false,
+            true,
+        ),
     ];
-    for (key, name, is_user) in names {
+    for (key, name, is_user, syserror) in names {
         if let Some(n @ crate::config::raw::IdOrName::Name(_)) = name {
             let found = if is_user {
                 super::users::resolve_uid(n).map(drop)
             } else {
                 super::users::resolve_gid(n).map(drop)
             };
-            found.map_err(|m| ctx.err(key, m))?;
+            found.map_err(|e| {
+                let err = ctx.err(key, e.to_string());
+                match e.php_fpm(ctx.name, syserror) {
+                    Some(words) => err.with_php_fpm(words),
+                    None => err,
+                }
+            })?;
         }
     }
     let user = resolve_credentials(

@@ -328,11 +328,13 @@ fn busy_dynamic_pool_line_as_php_fpm_writes_it() {
 }
 
 /// Broken configurations through `php-fpm -t` and `fpmd -t` (the same
-/// `.conf`): the same ERROR lines, masked, where both refuse the same
-/// thing for the same reason; where fpmd words its own refusal (a value
-/// php-fpm parses differently, or a refusal php-fpm makes only at start),
-/// php-fpm's framing: `ERROR: [FILE:LINE] …`, then `failed to load
-/// configuration file 'FILE'`, then `FPM initialization failed`.
+/// `.conf`): the same lines and levels, masked, where both refuse the
+/// same thing for the same reason (the process manager's checks are
+/// `ALERT`s, then `failed to post process the configuration`); where
+/// fpmd words its own refusal (a value php-fpm parses differently, or a
+/// refusal php-fpm makes only at start), php-fpm's framing: `ERROR:
+/// [FILE:LINE] …`, then `failed to load configuration file 'FILE'`, then
+/// `FPM initialization failed`.
 #[test]
 fn broken_configuration_lines_as_php_fpm_writes_them() {
     let php_fpm = require_php_fpm();
@@ -365,6 +367,18 @@ fn broken_configuration_lines_as_php_fpm_writes_them() {
         pool("listen.owner = nosuchuser"),
         pool("listen.group = nosuchgroup"),
         pool("").replace("[global]\n", "[global]\nlog_limit = 64\n"),
+        // The process manager's checks (fpm_conf_process_all_pools): an
+        // ALERT, then "failed to post process the configuration".
+        pool("pm.max_children = 0"),
+        pool("").replace("pm.max_children = 2\n", ""),
+        pool("pm = dynamic\npm.min_spare_servers = 0\npm.max_spare_servers = 1"),
+        pool("pm = dynamic\npm.max_spare_servers = 1"),
+        pool("pm = dynamic\npm.min_spare_servers = 1\npm.max_spare_servers = 0"),
+        pool("pm = dynamic\npm.min_spare_servers = 1\npm.max_spare_servers = 3"),
+        pool("pm = dynamic\npm.min_spare_servers = 3\npm.max_spare_servers = 1"),
+        pool("pm = dynamic\npm.min_spare_servers = 2\npm.max_spare_servers = 1"),
+        pool("pm = dynamic\npm.min_spare_servers = 1\npm.max_spare_servers = 1\npm.start_servers = 2"),
+        pool("pm = ondemand\npm.process_idle_timeout = 0"),
     ];
     for text in &same {
         let theirs = test(&php_fpm, text);

@@ -848,10 +848,11 @@ fn fpmd_keys_in_a_conf_and_suggestions() {
     );
 }
 
-/// A php-fpm configuration's errors in php-fpm's words
+/// A php-fpm configuration's errors in php-fpm's words and levels
 /// (`ConfigError::php_fpm_lines`), as php-src's FPM tests read them
 /// (config-array-validation-*, bug68591-conf-test-*, log-invalid-port,
-/// log-bwd-limit-64-too-low-error).
+/// log-bwd-limit-64-too-low-error) and as `php-fpm8.2 -t` writes the
+/// process manager's (`fpm_conf_process_all_pools`).
 #[test]
 fn errors_in_php_fpms_words() {
     let main = Path::new("/etc/php/8.2/fpm/php-fpm.conf");
@@ -940,15 +941,69 @@ fn errors_in_php_fpms_words() {
         lines(&pool("www", "").replace("/tmp/www.sock", "70000")),
         ["ERROR: invalid port value '70000'", failed]
     );
-    assert_eq!(
-        lines(&pool("www", "pm.max_children = 0\n")),
-        [
-            "ERROR: [FILE:8] [pool www] key 'pm.max_children': pm.max_children must be at least 1",
-            load_failed,
-            failed
-        ]
-    );
+    // The process manager's checks, as php-fpm 8.2 makes them after the
+    // files are read.
     let dynamic = |spare: &str| pool("www", &format!("pm = dynamic\n{spare}\n"));
+    for (text, alert) in [
+        (
+            pool("www", "pm.max_children = 0\n"),
+            "pm.max_children must be a positive value",
+        ),
+        (
+            pool("www", "").replace("pm.max_children = 5\n", ""),
+            "pm.max_children must be a positive value",
+        ),
+        (
+            dynamic("pm.min_spare_servers = 0\npm.max_spare_servers = 3"),
+            "pm.min_spare_servers(0) must be a positive value",
+        ),
+        (
+            dynamic("pm.max_spare_servers = 3"),
+            "pm.min_spare_servers(0) must be a positive value",
+        ),
+        (
+            dynamic("pm.min_spare_servers = 1\npm.max_spare_servers = 0"),
+            "pm.max_spare_servers(0) must be a positive value",
+        ),
+        (
+            dynamic("pm.min_spare_servers = 1"),
+            "pm.max_spare_servers(0) must be a positive value",
+        ),
+        (
+            dynamic("pm.min_spare_servers = 1\npm.max_spare_servers = 6"),
+            "pm.min_spare_servers(1) and pm.max_spare_servers(6) cannot be greater than pm.max_children(5)",
+        ),
+        (
+            dynamic("pm.min_spare_servers = 6\npm.max_spare_servers = 3"),
+            "pm.min_spare_servers(6) and pm.max_spare_servers(3) cannot be greater than pm.max_children(5)",
+        ),
+        (
+            dynamic("pm.min_spare_servers = 3\npm.max_spare_servers = 2"),
+            "pm.max_spare_servers(2) must not be less than pm.min_spare_servers(3)",
+        ),
+        (
+            dynamic("pm.min_spare_servers = 2\npm.max_spare_servers = 3\npm.start_servers = 4"),
+            "pm.start_servers(4) must not be less than pm.min_spare_servers(2) and not greater than pm.max_spare_servers(3)",
+        ),
+        (
+            dynamic("pm.min_spare_servers = 2\npm.max_spare_servers = 3\npm.start_servers = 1"),
+            "pm.start_servers(1) must not be less than pm.min_spare_servers(2) and not greater than pm.max_spare_servers(3)",
+        ),
+        (
+            pool("www", "pm = ondemand\npm.process_idle_timeout = 0\n"),
+            "pm.process_idle_timeout(0s) must be greater than 0s",
+        ),
+    ] {
+        assert_eq!(
+            lines(&text),
+            [
+                format!("ALERT: [pool www] {alert}").as_str(),
+                post_process,
+                failed
+            ],
+            "{text}"
+        );
+    }
     // php-fpm takes pm.start_servers = 0 as unset: fpmd's refusal is its
     // own, in php-fpm's framing.
     assert_eq!(

@@ -4,23 +4,34 @@
 use super::PoolCtx;
 use crate::config::model::{PmMode, ProcessManager, Spawn};
 use crate::config::raw::{ByteSize, RawPm, RawPmMode};
-use crate::config::ConfigError;
+use crate::config::{ConfigError, PhpFpmLevel, PhpFpmWords};
 
 /// `pm.mode`, `pm.max_children`, the spare servers, `pm.start_servers`,
 /// `pm.process_idle_timeout`, `pm.max_spawn_rate`, `pm.max_requests`,
 /// `pm.spawn`, `pm.max_memory`. Errors: a required key missing, a value
-/// out of php-fpm's bounds.
+/// out of php-fpm's bounds; each with php-fpm's ALERT where php-fpm
+/// refuses the same configuration (not `pm.max_spawn_rate = 0`, which
+/// php-fpm refuses only with `pm = dynamic` and after the spare servers,
+/// nor `pm.start_servers = 0`, which it takes as unset).
 pub(super) fn process_manager(
     ctx: &PoolCtx<'_>,
     raw: &RawPm,
 ) -> Result<ProcessManager, ConfigError> {
+    // php-fpm takes an unset pm.max_children as 0 and refuses both.
+    let positive = || alert(ctx, "pm.max_children must be a positive value");
     let max_children = match raw.max_children {
-        None => return Err(ctx.err(&["pm", "max_children"], "required key is missing")),
+        None => {
+            return Err(ctx
+                .err(&["pm", "max_children"], "required key is missing")
+                .with_php_fpm(positive()))
+        }
         Some(0) => {
-            return Err(ctx.err(
-                &["pm", "max_children"],
-                "pm.max_children must be at least 1",
-            ))
+            return Err(ctx
+                .err(
+                    &["pm", "max_children"],
+                    "pm.max_children must be at least 1",
+                )
+                .with_php_fpm(positive()))
         }
         Some(n) => n,
     };
@@ -43,10 +54,15 @@ pub(super) fn process_manager(
                 .map(|d| d.0)
                 .unwrap_or(std::time::Duration::from_secs(10));
             if idle.is_zero() {
-                return Err(ctx.err(
-                    &["pm", "process_idle_timeout"],
-                    "pm.process_idle_timeout must be more than 0",
-                ));
+                return Err(ctx
+                    .err(
+                        &["pm", "process_idle_timeout"],
+                        "pm.process_idle_timeout must be more than 0",
+                    )
+                    .with_php_fpm(alert(
+                        ctx,
+                        "pm.process_idle_timeout(0s) must be greater than 0s",
+                    )));
             }
             PmMode::Ondemand {
                 process_idle_timeout: idle,
@@ -75,25 +91,56 @@ pub(super) fn dynamic(
     max_children: u32,
     max_spawn_rate: u32,
 ) -> Result<PmMode, ConfigError> {
-    let spare = |key: &str, value: Option<u32>| match value {
-        None => Err(ctx.err(&["pm", key], "required with pm.mode = \"dynamic\"")),
-        Some(0) => Err(ctx.err(&["pm", key], format!("pm.{key} must be at least 1"))),
-        Some(n) => Ok(n),
+    // php-fpm takes an unset spare server count as 0 and refuses both;
+    // its words for the others follow its order of checks
+    // (fpm_conf_process_all_pools), and it takes pm.start_servers = 0 as
+    // unset.
+    let spare = |key: &str, value: Option<u32>| {
+        let positive = || alert(ctx, format!("pm.{key}(0) must be a positive value"));
+        match value {
+            None => Err(ctx
+                .err(&["pm", key], "required with pm.mode = \"dynamic\"")
+                .with_php_fpm(positive())),
+            Some(0) => Err(ctx
+                .err(&["pm", key], format!("pm.{key} must be at least 1"))
+                .with_php_fpm(positive())),
+            Some(n) => Ok(n),
+        }
     };
     let min = spare("min_spare_servers", raw.min_spare_servers)?;
     let max = spare("max_spare_servers", raw.max_spare_servers)?;
+    let greater = || {
+        alert(ctx, format!("pm.min_spare_servers({min}) and pm.max_spare_servers({max}) cannot be greater than pm.max_children({max_children})"))
+    };
     if max > max_children {
         return Err(ctx.err(&["pm", "max_spare_servers"],
-            format!("pm.max_spare_servers ({max}) must not be greater than pm.max_children ({max_children})")));
+            format!("pm.max_spare_servers ({max}) must not be greater than pm.max_children ({max_children})"))
+            .with_php_fpm(greater()));
     }
     if min > max {
+        let words = if min > max_children {
+            greater()
+        } else {
+            alert(
+                ctx,
+                format!(
+                    "pm.max_spare_servers({max}) must not be less than pm.min_spare_servers({min})"
+                ),
+            )
+        };
         return Err(ctx.err(&["pm", "min_spare_servers"],
-            format!("pm.min_spare_servers ({min}) must not be greater than pm.max_spare_servers ({max})")));
+            format!("pm.min_spare_servers ({min}) must not be greater than pm.max_spare_servers ({max})"))
+            .with_php_fpm(words));
     }
     let start = raw.start_servers.unwrap_or(min + (max - min) / 2);
     if start < min || start > max {
-        return Err(ctx.err(&["pm", "start_servers"],
-            format!("pm.start_servers ({start}) must be between pm.min_spare_servers ({min}) and pm.max_spare_servers ({max})")));
+        let err = ctx.err(&["pm", "start_servers"],
+            format!("pm.start_servers ({start}) must be between pm.min_spare_servers ({min}) and pm.max_spare_servers ({max})"));
+        return Err(if start == 0 {
+            err
+        } else {
+            err.with_php_fpm(alert(ctx, format!("pm.start_servers({start}) must not be less than pm.min_spare_servers({min}) and not greater than pm.max_spare_servers({max})")))
+        });
     }
     Ok(PmMode::Dynamic {
         start_servers: start,
@@ -101,4 +148,10 @@ pub(super) fn dynamic(
         max_spare_servers: max,
         max_spawn_rate,
     })
+}
+
+/// php-fpm's `ALERT` of `fpm_conf_process_all_pools` for the pool:
+/// `[pool NAME] TEXT`, then `failed to post process the configuration`.
+fn alert(ctx: &PoolCtx<'_>, text: impl std::fmt::Display) -> PhpFpmWords {
+    PhpFpmWords::post_process(PhpFpmLevel::Alert, format!("[pool {}] {text}", ctx.name))
 }

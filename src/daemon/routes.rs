@@ -88,7 +88,20 @@ impl Routes {
                 } else {
                     ""
                 };
-                info!(pool = %p.name, "listening on {key}{what}");
+                // A bare port: which of php-fpm's two it got.
+                let bound = match key.address() {
+                    crate::config::ListenAddress::Port(_) => listeners
+                        .clone_socket(&key)
+                        .ok()
+                        .and_then(|s| s.local_addr().ok()?.as_socket())
+                        .map(|a| match a.is_ipv6() {
+                            true => format!(" ({a}: IPv6 and IPv4 clients)"),
+                            false => format!(" ({a}: IPv4 clients only)"),
+                        })
+                        .unwrap_or_default(),
+                    _ => String::new(),
+                };
+                info!(pool = %p.name, "listening on {key}{bound}{what}");
                 let task = tokio::spawn(accept::accept_loop(
                     l,
                     rx,

@@ -359,9 +359,10 @@ impl Daemon {
     pub(super) fn ready(&self, detached: Option<super::detach::Ready>) {
         info!(
             php_fpm = "ready to handle connections",
-            "fpmd {} ready to handle connections ({} pools)",
+            "fpmd {} ready to handle connections ({} pool{})",
             env!("CARGO_PKG_VERSION"),
-            self.pools.len()
+            self.pools.len(),
+            if self.pools.len() == 1 { "" } else { "s" }
         );
         self.sd
             .send(&[Notify::Ready, Notify::Status(self.serving())]);

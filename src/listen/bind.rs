@@ -168,7 +168,14 @@ pub(crate) fn bind(pool: &str, listen: &Listen) -> Result<(Socket, Option<Socket
                     backlog,
                 )
             });
-            Ok((socket.map_err(err)?, None))
+            match socket.map_err(err) {
+                Ok(socket) => Ok((socket, None)),
+                Err(BindError::InUse { address, .. }) => Err(BindError::InUse {
+                    address,
+                    detail: " (on [::], then on 0.0.0.0)".into(),
+                }),
+                Err(e) => Err(e),
+            }
         }
         ListenAddress::Unix(path) => {
             if let Ok(meta) = std::fs::symlink_metadata(path) {

@@ -103,6 +103,13 @@ fn tcp_bare_port_listener() {
 
     let port = free_port_v6();
     let s = Stack::start(Pool::www().tcp(port.to_string()));
+    assert!(
+        s.fpmd.log().contains(&format!(
+            "listening on {port} ([::]:{port}: IPv6 and IPv4 clients)"
+        )),
+        "{}",
+        s.fpmd.log()
+    );
     for addr in [format!("127.0.0.1:{port}"), format!("[::1]:{port}")] {
         let (end, out) = hello_over(&s, &addr);
         assert!(
@@ -125,13 +132,16 @@ fn tcp_bare_port_listener() {
         out.contains("hello dual"),
         "IPv4 after the fallback: {end:?}: {out}"
     );
-    assert!(
-        s.fpmd
-            .log()
-            .contains("Failed implicitly binding to ::, retrying with 0.0.0.0"),
-        "no fallback notice:\n{}",
-        s.fpmd.log()
-    );
+    for line in [
+        "Failed implicitly binding to ::, retrying with 0.0.0.0".to_string(),
+        format!("listening on {port} (0.0.0.0:{port}: IPv4 clients only)"),
+    ] {
+        assert!(
+            s.fpmd.log().contains(&line),
+            "no {line:?}:\n{}",
+            s.fpmd.log()
+        );
+    }
     drop((s, v6only));
 
     // The port taken on both families.

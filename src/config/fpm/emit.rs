@@ -300,6 +300,12 @@ impl Reading<'_> {
                         if key == "pm.max_children" {
                             *children += v.parse::<i64>().unwrap_or(0);
                         }
+                        if key == "pm.start_servers" && v == "0" {
+                            // php-fpm takes 0 as not set (fpm_conf.c:
+                            // `if (!config->pm_start_servers)`): the
+                            // default, with its notice.
+                            continue;
+                        }
                         out.line(format!("{key} = {v}"), Some(at.clone()));
                         set.push(key);
                     }

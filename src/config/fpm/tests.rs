@@ -1032,3 +1032,32 @@ fn an_unknown_constant_is_said_once() {
     assert_eq!(said.len(), 1, "{:?}", c.notices);
     assert_eq!(crate::config::notice_level(said[0]), "WARNING");
 }
+
+/// php-fpm takes `pm.start_servers = 0` as not set: the default halfway
+/// between the spare servers, with its notice (fpmd refused it).
+#[test]
+fn start_servers_zero_is_not_set() {
+    let (_d, c) = conf_ok(
+        &pool(
+            "www",
+            "pm.min_spare_servers = 1\npm.max_spare_servers = 3\npm.start_servers = 0\n",
+        )
+        .replace("pm = static", "pm = dynamic"),
+        &[],
+    );
+    assert!(
+        matches!(
+            c.pools[0].pm.mode,
+            PmMode::Dynamic {
+                start_servers: 2,
+                ..
+            }
+        ),
+        "{:?}",
+        c.pools[0].pm.mode
+    );
+    assert_eq!(
+        c.notices,
+        ["[pool www] pm.start_servers is not set. It's been set to 2."]
+    );
+}

@@ -1004,16 +1004,8 @@ fn errors_in_php_fpms_words() {
             "{text}"
         );
     }
-    // php-fpm takes pm.start_servers = 0 as unset: fpmd's refusal is its
-    // own, in php-fpm's framing.
-    assert_eq!(
-        lines(&dynamic("pm.min_spare_servers = 2\npm.max_spare_servers = 3\npm.start_servers = 0")),
-        [
-            "ERROR: [FILE:11] [pool www] key 'pm.start_servers': pm.start_servers (0) must be between pm.min_spare_servers (2) and pm.max_spare_servers (3)",
-            load_failed,
-            failed
-        ]
-    );
+    // php-fpm takes pm.start_servers = 0 as unset, and so does fpmd now
+    // (start_servers_zero_is_not_set): no error.
 }
 
 /// An unknown PHP constant in a value is kept as written, and said once

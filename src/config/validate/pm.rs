@@ -11,8 +11,9 @@ use crate::config::{ConfigError, PhpFpmLevel, PhpFpmWords};
 /// `pm.spawn`, `pm.max_memory`. Errors: a required key missing, a value
 /// out of php-fpm's bounds; each with php-fpm's ALERT where php-fpm
 /// refuses the same configuration (not `pm.max_spawn_rate = 0`, which
-/// php-fpm refuses only with `pm = dynamic` and after the spare servers,
-/// nor `pm.start_servers = 0`, which it takes as unset).
+/// php-fpm refuses only with `pm = dynamic` and after the spare servers;
+/// a `.conf`'s `pm.start_servers = 0` is taken as unset before this, as
+/// php-fpm takes it).
 pub(super) fn process_manager(
     ctx: &PoolCtx<'_>,
     raw: &RawPm,
@@ -93,8 +94,7 @@ pub(super) fn dynamic(
 ) -> Result<PmMode, ConfigError> {
     // php-fpm takes an unset spare server count as 0 and refuses both;
     // its words for the others follow its order of checks
-    // (fpm_conf_process_all_pools), and it takes pm.start_servers = 0 as
-    // unset.
+    // (fpm_conf_process_all_pools).
     let spare = |key: &str, value: Option<u32>| {
         let positive = || alert(ctx, format!("pm.{key}(0) must be a positive value"));
         match value {
@@ -136,11 +136,9 @@ pub(super) fn dynamic(
     if start < min || start > max {
         let err = ctx.err(&["pm", "start_servers"],
             format!("pm.start_servers ({start}) must be between pm.min_spare_servers ({min}) and pm.max_spare_servers ({max})"));
-        return Err(if start == 0 {
-            err
-        } else {
-            err.with_php_fpm(alert(ctx, format!("pm.start_servers({start}) must not be less than pm.min_spare_servers({min}) and not greater than pm.max_spare_servers({max})")))
-        });
+        // (A php-fpm .conf's pm.start_servers = 0 is "not set" by now, as
+        // php-fpm takes it; only fpmd's own format refuses 0 here.)
+        return Err(err.with_php_fpm(alert(ctx, format!("pm.start_servers({start}) must not be less than pm.min_spare_servers({min}) and not greater than pm.max_spare_servers({max})"))));
     }
     Ok(PmMode::Dynamic {
         start_servers: start,

@@ -358,6 +358,22 @@ static void apply_shared(void) {
     order_nfds = 0;
 }
 
+/* A pool's own child: its title (argv[0], "php-cgi: pool NAME", set at
+ * exec) alone on its command line, as php-fpm's children show "php-fpm:
+ * pool NAME"; php-cgi's arguments (the pool's -d values) are its
+ * parent's to show. PR_SET_MM needs CAP_SYS_RESOURCE, which the pool's
+ * user lacks: the blanked bytes then stay, as NULs after the title. */
+static void title_only(void) {
+    if (!args_start || args_len < 2) {
+        return;
+    }
+    size_t t = strlen(args_start) + 1;
+    if (t < args_len) {
+        memset(args_start + t, 0, args_len - t);
+        prctl(PR_SET_MM, PR_SET_MM_ARG_END, (unsigned long)(args_start + t), 0, 0);
+    }
+}
+
 pid_t fork(void) {
     if (ctl < 0 || getpid() != parent) {
         return libc_fork();
@@ -385,6 +401,8 @@ pid_t fork(void) {
             close(order_fds[0]);
             if (order_buf[0] == 's') {
                 apply_shared();
+            } else {
+                title_only();
             }
             return 0;
         }

@@ -356,12 +356,25 @@ fn ps_shows_the_pool_of_every_php_cgi() {
     f.wait_workers(2, LONG);
     let ours = procs::tagged_php(f.tag());
     assert!(ours.len() >= 2, "{ours:?}");
-    for pid in ours {
+    for &pid in &ours {
         let argv = procs::cmdline(pid);
         assert_eq!(
             argv.first().map(String::as_str),
             Some("php-cgi: pool site1"),
             "php-cgi {pid}: {argv:?}"
+        );
+    }
+    // A pre-forked child shows its title alone, as php-fpm's do (its
+    // parent keeps php-cgi's arguments).
+    if prefork() {
+        let alone = ours
+            .iter()
+            .filter(|p| procs::cmdline(**p) == ["php-cgi: pool site1"])
+            .count();
+        assert!(
+            alone >= 2,
+            "{alone} of {ours:?} show the title alone: {:?}",
+            ours.iter().map(|p| procs::cmdline(*p)).collect::<Vec<_>>()
         );
     }
 }

@@ -79,11 +79,19 @@ pub(super) fn pool_workers(fpmd: &Fpmd, name: &str) -> Vec<i32> {
     fpmd.workers_with_env("FPMD_TEST_POOL", name)
 }
 
-/// The `memory_limit` a php-cgi was started with (`-d memory_limit=…`).
+/// The `memory_limit` a php-cgi was started with (`-d memory_limit=…`):
+/// a pre-forked child shows its title alone, so its parent's.
 fn started_with(pid: i32) -> Option<String> {
-    procs::cmdline(pid)
-        .iter()
-        .find_map(|a| a.strip_prefix("memory_limit=").map(String::from))
+    let of = |pid: i32| {
+        procs::cmdline(pid)
+            .iter()
+            .find_map(|a| a.strip_prefix("memory_limit=").map(String::from))
+    };
+    of(pid).or_else(|| {
+        procs::info(pid)
+            .filter(|p| procs::info(p.ppid).is_some_and(|parent| parent.is_php_cgi()))
+            .and_then(|p| of(p.ppid))
+    })
 }
 
 /// Every live php-cgi of the test (workers, pre-fork parents, strays

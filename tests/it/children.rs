@@ -365,15 +365,20 @@ fn ps_shows_the_pool_of_every_php_cgi() {
         );
     }
     // A pre-forked child shows its title alone, as php-fpm's do (its
-    // parent keeps php-cgi's arguments).
+    // parent keeps php-cgi's arguments), once it has blanked them: a child
+    // just forked still shows its parent's.
     if prefork() {
-        let alone = ours
-            .iter()
-            .filter(|p| procs::cmdline(**p) == ["php-cgi: pool site1"])
-            .count();
+        let alone = || {
+            procs::tagged_php(f.tag())
+                .into_iter()
+                .filter(|p| procs::cmdline(*p) == ["php-cgi: pool site1"])
+                .count()
+        };
+        let titled = wait_until(LONG, || alone() >= 2);
         assert!(
-            alone >= 2,
-            "{alone} of {ours:?} show the title alone: {:?}",
+            titled,
+            "{} of {ours:?} show the title alone: {:?}",
+            alone(),
             ours.iter().map(|p| procs::cmdline(*p)).collect::<Vec<_>>()
         );
     }

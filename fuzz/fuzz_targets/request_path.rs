@@ -140,7 +140,7 @@ async fn drive(mode: u8, web: Vec<u8>) {
     });
     let (r, w) = tokio::io::split(fpmd_side);
     let mut client = ClientConn::new(r, w, Charge::new());
-    let ctx = Ctx { pool: "fuzz", peer: "fuzz", script: &script::Options::default(), access_log: false, report: fpmd::process::sapi::Report::Nothing };
+    let ctx = Ctx { pool: "fuzz", peer: "fuzz", script: &script::Options::default(), access_log: false, report: fpmd::process::sapi::Report::NOTHING };
     let (_stop, mut shutdown) = tokio::sync::watch::channel(false);
     for _ in 0..8 {
         let mut req = match client.read_request(&ctx, &mut shutdown).await {

@@ -238,20 +238,17 @@ fn ini_args_with(config: &PoolConfig, installed: &Installed) -> Option<Vec<Strin
             &config.name,
         ),
     };
+    let sapi = match chrooted {
+        true => Path::new(IN_CHROOT),
+        false => installed.path.as_path(),
+    };
     let mut args = vec![
         "-d".to_string(),
         format!("{STATUS_SOCKET}={}", status.display()),
         "-d".to_string(),
         format!("{ORIGINAL_PREPEND}={original}"),
         "-d".to_string(),
-        format!(
-            "auto_prepend_file={}",
-            match chrooted {
-                true => Path::new(IN_CHROOT),
-                false => installed.path.as_path(),
-            }
-            .display()
-        ),
+        format!("auto_prepend_file={}", sapi.display()),
     ];
     let admin = admin_names(config);
     if !admin.is_empty() {
@@ -261,10 +258,6 @@ fn ini_args_with(config: &PoolConfig, installed: &Installed) -> Option<Vec<Strin
     if let Some(basedir) = open_basedir(config) {
         // Else PHP refuses to open sapi.php (every request a 500) and
         // fpm_get_status() its socket.
-        let sapi = match chrooted {
-            true => Path::new(IN_CHROOT),
-            false => installed.path.as_path(),
-        };
         args.push("-d".to_string());
         args.push(format!(
             "open_basedir={basedir}:{}:{}",

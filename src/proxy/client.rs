@@ -102,7 +102,7 @@ pub enum ClientError {
     ClosedMidBody {
         id: u16,
         got: u64,
-        owed: String,
+        owed: super::request::Owed,
         uri: String,
     },
     #[error("connection closed in the middle of a record ({0} bytes buffered)")]
@@ -432,7 +432,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> ClientConn<R, W> {
                             Err(ClientError::ClosedMidBody {
                                 id,
                                 got: r.body,
-                                owed: r.owed.to_string(),
+                                owed: r.owed,
                                 uri: field(r.param(b"REQUEST_URI").unwrap_or_default()).to_string(),
                             })
                         }
